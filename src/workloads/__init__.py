@@ -1,0 +1,46 @@
+"""workloads: simulate coding-agent users against OpenAI-compatible LLM servers.
+
+    import workloads
+    result = workloads.run("five-user-coding")          # embedded simulated server
+    print(result.summary.run.aggregate_rate)
+
+Everything public is importable from here; other modules are internal.
+"""
+
+__version__ = "0.1.0"
+
+from workloads.aggregate import RunSummary, Summary, TurnSummary  # noqa: E402
+from workloads.errors import (  # noqa: E402
+    IncomparableError,
+    ResultFormatError,
+    ScenarioError,
+    TargetError,
+    WorkloadsError,
+)
+from workloads.records import TurnRecord  # noqa: E402
+from workloads.results import RunResult, load_result  # noqa: E402
+from workloads.runner import Target, run, run_async  # noqa: E402
+from workloads.scenario import Scenario, list_scenarios, load_scenario  # noqa: E402
+from workloads.simulated_server import SimulatedServer  # noqa: E402
+
+__all__ = [
+    "IncomparableError",
+    "ResultFormatError",
+    "RunResult",
+    "RunSummary",
+    "Scenario",
+    "ScenarioError",
+    "SimulatedServer",
+    "Summary",
+    "Target",
+    "TargetError",
+    "TurnRecord",
+    "TurnSummary",
+    "WorkloadsError",
+    "__version__",
+    "list_scenarios",
+    "load_result",
+    "load_scenario",
+    "run",
+    "run_async",
+]

@@ -1,0 +1,47 @@
+"""When turns start: draws of think and tool time, and waits on absolute deadlines.
+
+Deadlines are absolute (``perf_counter`` seconds) and computed from when the previous turn
+ended, so a slow wake-up does not push every later turn back (a chain of relative sleeps
+drifts; trio's ``sleep_until`` is the model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+
+from workloads.scenario import Distribution, Pacing
+
+__all__ = ["draw", "pause_before_turn", "sleep_until"]
+
+
+def draw(dist: Distribution, rng: random.Random) -> float:
+    """One duration in seconds from ``dist``, capped at ``dist.max_s``. Pure given ``rng``."""
+    if dist.median <= 0:
+        return 0.0
+    if dist.kind == "constant":
+        value = dist.median
+    elif dist.kind == "lognormal":
+        value = rng.lognormvariate(math.log(dist.median), dist.sigma)
+    else:  # exponential with the given median: mean = median / ln 2
+        value = rng.expovariate(math.log(2) / dist.median)
+    return min(value, dist.max_s)
+
+
+def pause_before_turn(pacing: Pacing, turn: int, rng: random.Random) -> float:
+    """Seconds a free-running session waits before ``turn``: think time, plus tool time for
+    turns after the first (the tool ran on the previous reply)."""
+    pause = draw(pacing.think_time, rng)
+    if turn > 1:
+        pause += draw(pacing.tool_time, rng)
+    return pause
+
+
+async def sleep_until(deadline: float) -> float:
+    """Sleep until ``perf_counter() >= deadline``; returns how late we woke (seconds)."""
+    delay = deadline - time.perf_counter()
+    if delay > 0:
+        await asyncio.sleep(delay)
+    return max(0.0, time.perf_counter() - deadline)

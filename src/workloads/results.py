@@ -1,0 +1,141 @@
+"""RunResult: the saved, versioned result of a run, and its loader.
+
+``DIR/result.json`` holds the validated scenario, the target's identity, the nonces, the
+measured window, the summary and warnings; ``DIR/records.jsonl`` beside it holds the raw
+TurnRecords. ``show`` and ``compare`` recompute from those files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from workloads import __version__
+from workloads.aggregate import Summary
+from workloads.errors import ResultFormatError
+from workloads.records import TurnRecord, read_records
+from workloads.scenario import Scenario
+
+__all__ = ["FORMAT_VERSION", "RunResult", "load_result"]
+
+FORMAT_VERSION = 1
+RESULT_FILE = "result.json"
+RECORDS_FILE = "records.jsonl"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ServerIdentity(_Model):
+    system_fingerprint: str | None = None
+    version: str | None = None  # from GET /version where the server has it
+    models: list[str] = Field(default_factory=list)  # from GET /v1/models
+
+
+class TargetInfo(_Model):
+    base_url: str
+    model: str
+    simulated: bool  # the embedded simulated server (no --target)
+    simulator_profile: dict[str, Any] | None = None
+    server: ServerIdentity = ServerIdentity()
+
+
+class RepetitionNonces(_Model):
+    repetition: int
+    warmup: bool
+    run_nonce: str | None  # shared by this repetition's sessions (nonce = "run")
+    sessions: list[str]
+
+
+class Window(_Model):
+    """The measured interval: from the first measured request to the last measured reply."""
+
+    start_unix: float | None = None
+    end_unix: float | None = None
+    duration_s: float | None = None
+    telemetry: dict[str, Any] | None = None  # server counter deltas and energy, when read
+
+
+class RunResult(_Model):
+    """Everything a run produced. Save with :meth:`save`, read back with :func:`load_result`.
+
+        result = workloads.run("five-user-coding")
+        print(result.summary.run.aggregate_rate)
+        result.save("runs/today")
+    """
+
+    format_version: int = FORMAT_VERSION
+    workloads_version: str = __version__
+    created_unix: float
+    complete: bool = True  # False: the run was interrupted; records hold what was measured
+    label: str | None = None
+    note: str | None = None
+    scenario: Scenario
+    target: TargetInfo
+    corpus: dict[str, str]
+    nonces: list[RepetitionNonces]
+    window: Window
+    summary: Summary
+    warnings: list[str] = Field(default_factory=list)
+    environment: dict[str, str] = Field(default_factory=dict)
+    records: list[TurnRecord] = Field(default_factory=list, exclude=True, repr=False)
+
+    def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
+        """Write ``result.json`` into ``directory`` (and records.jsonl if not there yet)."""
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / RESULT_FILE
+        if path.exists() and not overwrite:
+            raise FileExistsError(f"{path} exists; pass overwrite=True or choose another --out")
+        records_path = out / RECORDS_FILE
+        if not records_path.exists():
+            with records_path.open("w", encoding="utf-8") as f:
+                for record in self.records:
+                    f.write(record.model_dump_json() + "\n")
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        return path
+
+
+def environment() -> dict[str, str]:
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "hostname": platform.node(),
+    }
+
+
+# format_version history (keep loading every version listed here):
+#   1 — 2026-11-30: first version.
+def load_result(path: str | Path) -> RunResult:
+    """Load a RunResult from ``DIR`` or ``DIR/result.json``, with its records."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / RESULT_FILE
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError as err:
+        raise ResultFormatError(f"{p}: no such result file") from err
+    except json.JSONDecodeError as err:
+        raise ResultFormatError(f"{p}: not JSON ({err})") from err
+    version = data.get("format_version") if isinstance(data, dict) else None
+    if version != FORMAT_VERSION:
+        raise ResultFormatError(
+            f"{p}: format_version {version!r} is not one this version of workloads reads "
+            f"({FORMAT_VERSION}); upgrade workloads"
+        )
+    records_path = p.parent / RECORDS_FILE
+    records = list(read_records(records_path)) if records_path.exists() else []
+    try:
+        return RunResult.model_validate({**data, "records": records})
+    except ValidationError as err:
+        raise ResultFormatError(f"{p}: not a valid result: {err}") from err
