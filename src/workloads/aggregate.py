@@ -45,6 +45,8 @@ class BandSummary(_Model):
 
 
 class TurnSummary(_Model):
+    """The figures of one turn number over all measured repetitions and sessions."""
+
     turn: int
     configured_prior_tokens: int
     records: int
@@ -67,6 +69,9 @@ class TurnSummary(_Model):
 
 
 class RunSummary(_Model):
+    """The run's headline: per-user median rate over every valid measured turn, and
+    users × that median (the seed records' "5 × 25.5 = 127.5 aggregate")."""
+
     users: int
     measured_repetitions: int
     records: int
@@ -82,6 +87,8 @@ class RunSummary(_Model):
 
 
 class Summary(_Model):
+    """Per-turn summaries and the run summary; recomputed from records by ``show``."""
+
     turns: list[TurnSummary]
     run: RunSummary
 

@@ -56,6 +56,7 @@ class ChatResponse:
     timings: dict[str, Any] | None = None  # llama.cpp's per-response timings, when sent
     system_fingerprint: str | None = None
     model: str | None = None
+    request_id: str | None = None  # the chunks' "id", to match server logs
     saw_done: bool = False
     resends: int = 0  # times re-sent because a pooled connection was dead before any byte
     error_kind: ErrorKind | None = None
@@ -83,6 +84,7 @@ class _Chunk:
     timings: dict[str, Any] | None = None
     system_fingerprint: str | None = None
     model: str | None = None
+    request_id: str | None = None
     error: str | None = None
 
 
@@ -130,6 +132,7 @@ def parse_chunk(data: str) -> _Chunk:
         timings=timings if isinstance(timings, dict) else None,
         system_fingerprint=obj.get("system_fingerprint"),
         model=obj.get("model"),
+        request_id=obj.get("id") or None,
     )
 
 
@@ -309,5 +312,6 @@ class AiohttpChatClient:
             out.timings = chunk.timings
         out.system_fingerprint = chunk.system_fingerprint or out.system_fingerprint
         out.model = chunk.model or out.model
+        out.request_id = out.request_id or chunk.request_id
         return False
 

@@ -51,6 +51,7 @@ class TurnRecord(BaseModel):
     done_ns: int | None = None
     content_events: int = 0
     resends: int = 0  # re-sent on a fresh connection; the first attempt never reached the server
+    request_id: str | None = None  # the server's id for the completion
     system_fingerprint: str | None = None
     timings: dict[str, Any] | None = None  # llama.cpp per-response timings, verbatim
 

@@ -92,6 +92,7 @@ def record_from_response(
         done_ns=response.done_ns,
         content_events=response.content_events,
         resends=response.resends,
+        request_id=response.request_id,
         system_fingerprint=response.system_fingerprint,
         timings=response.timings,
     )

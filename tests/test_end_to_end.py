@@ -1,0 +1,122 @@
+"""The CLI and the Python API for real, against the simulated server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import workloads
+from workloads.cli import main
+
+SMALL = [
+    "--set", "users=3",
+    "--set", "turns=3",
+    "--set", "opening_tokens=1500",
+    "--set", "turn_tokens=300",
+    "--set", "output_tokens=40",
+    "--set", "repetitions.measured=2",
+]
+
+
+def read_records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+
+
+def test_cli_run_against_a_simulated_target_matches_its_ground_truth(
+    simulated_server, tmp_path, capsys
+):
+    out = tmp_path / "run"
+    code = main(["run", "five-user-coding", "--target", simulated_server.base_url,
+                 "--out", str(out), "--quiet", "--label", "arm-a", *SMALL])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "Per turn" in printed and "per-user median" in printed
+
+    records = read_records(out)
+    assert len(records) == 3 * 3 * 3  # (1 warm-up + 2 measured) × 3 users × 3 turns
+    assert sum(r["warmup"] for r in records) == 9
+    truth = {t.request_id: t for t in simulated_server.truths()}
+    for r in records:
+        assert r["status"] == "ok" and r["finish_reason"] == "length"
+        assert r["completion_tokens"] == 40 and r["valid"]
+        t = truth[r["request_id"]]
+        assert r["prompt_tokens"] == t.prompt_tokens
+        assert r["cached_tokens"] == t.cached_tokens
+    later = [r for r in records if r["turn"] > 1]
+    assert all(r["cached_tokens"] / r["shareable_tokens"] >= 0.9 for r in later)
+    assert all(r["cached_tokens"] == 0 for r in records if r["turn"] == 1)
+
+    result = json.loads((out / "result.json").read_text())
+    assert result["format_version"] == 1 and result["label"] == "arm-a"
+    assert result["target"]["model"] == simulated_server.model
+    assert len(result["nonces"]) == 3
+    all_nonces = [n for rep in result["nonces"] for n in rep["sessions"]]
+    assert len(set(all_nonces)) == len(all_nonces) == 9
+
+
+def test_cli_default_target_is_the_embedded_simulator(tmp_path, capsys):
+    out = tmp_path / "default"
+    code = main(["run", "five-user-coding", "--out", str(out), "--quiet",
+                 "--sim", "decode_s_per_seq=0.0001", *SMALL])
+    assert code == 0
+    result = workloads.load_result(out)
+    assert result.target.simulated
+    assert result.target.simulator_profile["decode_s_per_seq"] == 0.0001
+    assert result.summary.run.valid == result.summary.run.records == 18
+
+
+def test_cli_reports_a_bad_override_in_one_line(tmp_path, capsys):
+    code = main(["run", "five-user-coding", "--set", "users=zero", "--out", str(tmp_path)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "users" in err and err.count("\n") == 1
+
+
+def test_cli_refuses_to_overwrite_a_result(simulated_server, tmp_path):
+    out = tmp_path / "once"
+    args = ["run", "five-user-coding", "--target", simulated_server.base_url, "--out",
+            str(out), "--quiet", *SMALL, "--set", "turns=1", "--set", "users=1"]
+    assert main(args) == 0
+    assert main(args) == 2
+
+
+def test_unreachable_target_is_a_clear_error(tmp_path, capsys):
+    code = main(["run", "five-user-coding", "--target", "http://127.0.0.1:9/v1",
+                 "--out", str(tmp_path / "x"), "--quiet"])
+    assert code == 2
+    assert "cannot reach http://127.0.0.1:9/v1" in capsys.readouterr().err
+
+
+def test_show_recomputes_the_report_from_saved_files(run_scenario, tmp_path, capsys):
+    result = run_scenario("five-user-coding", set=["users=2", "turns=1", "opening_tokens=300",
+                                                   "output_tokens=8", "repetitions.measured=1"],
+                          out_dir=tmp_path / "s")
+    assert main(["show", str(tmp_path / "s")]) == 0
+    printed = capsys.readouterr().out
+    assert "2 × " in printed and "per-user median" in printed
+    assert result.summary.run.valid == 2
+
+
+def test_the_api_key_is_sent_but_never_written(simulated_server, tmp_path, monkeypatch):
+    secret = "sk-test-do-not-write-me"
+    monkeypatch.setenv("WORKLOADS_API_KEY", secret)
+    out = tmp_path / "k"
+    assert main(["run", "five-user-coding", "--target", simulated_server.base_url,
+                 "--out", str(out), "--quiet", *SMALL, "--set", "users=1"]) == 0
+    for path in out.iterdir():
+        assert secret not in path.read_text()
+
+
+@pytest.mark.slow
+def test_five_user_coding_as_shipped_meets_its_promise(tmp_path):
+    out = tmp_path / "full"
+    assert main(["run", "five-user-coding", "--out", str(out), "--quiet"]) == 0
+    records = read_records(out)
+    assert len(records) == 60 and sum(r["warmup"] for r in records) == 15
+    assert all(r["status"] == "ok" and r["finish_reason"] == "length"
+               and r["completion_tokens"] == 512 for r in records)
+    summary = workloads.load_result(out).summary
+    for turn in summary.turns[1:]:
+        assert turn.cache_effectiveness is not None and turn.cache_effectiveness >= 0.9
