@@ -31,14 +31,23 @@ def _parse_assignments(items: Sequence[str], flag: str) -> dict[str, Any]:
     return out
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def _console() -> Any:
     from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:
+        # Piped or captured: rich would assume 80 columns and wrap the tables mid-number.
+        console = Console(width=140)
+    return console
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     import workloads
     from workloads import report
 
-    console = Console()
+    console = _console()
     scenario = workloads.load_scenario(args.scenario).with_overrides(args.set or [])
     sim = _parse_assignments(args.sim or [], "--sim")
     target = None
@@ -46,7 +55,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         target = workloads.Target(args.target, args.model, api_key_env=args.api_key_env)
     elif args.model:
         console.print("--model is only used with --target; ignoring it for the simulated server")
-    out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-{stamp}"
     reps = scenario.repetitions.warmup + scenario.repetitions.measured
     total = reps * scenario.users * scenario.turns
     with Progress(
@@ -113,7 +123,6 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from rich.console import Console
 
     from workloads import report
     from workloads.aggregate import summarize
@@ -124,7 +133,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         result = result.model_copy(
             update={"summary": summarize(result.records, users=result.scenario.users)}
         )
-    Console().print(report.render(result))
+    _console().print(report.render(result))
     return 0
 
 

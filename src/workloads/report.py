@@ -3,6 +3,7 @@ printing is the CLI's job."""
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -10,64 +11,79 @@ from rich.text import Text
 from workloads.aggregate import BandSummary, TurnSummary
 from workloads.results import RunResult
 
-__all__ = ["coordinates_line", "render", "run_line", "turn_table"]
+__all__ = ["cache_table", "coordinates_line", "render", "run_line", "turn_table"]
 
 NOT_REPORTED = "not reported"
 
 
-def _num(value: float | None, digits: int = 1) -> str:
-    return "—" if value is None else f"{value:,.{digits}f}"
+def _num(value: float | None, digits: int | None = None) -> str:
+    """Three significant figures or so: 1236, 247.2, 0.11 — no false precision."""
+    if value is None:
+        return "—"
+    if digits is None:
+        digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
+    return f"{value:,.{digits}f}"
 
 
-def _band(b: BandSummary | None, digits: int = 1, *, missing: str = "—") -> str:
+def _band(b: BandSummary | None, digits: int | None = None, *, missing: str = "—") -> str:
     if b is None:
         return missing
     if b.n == 1 or b.low == b.high:
         return _num(b.median, digits)
-    return f"{_num(b.median, digits)} [{_num(b.low, digits)}–{_num(b.high, digits)}]"
+    return f"{_num(b.median, digits)} ({_num(b.low, digits)}–{_num(b.high, digits)})"
 
 
 def _effectiveness(t: TurnSummary) -> str:
     if t.cached_tokens is None:
         return NOT_REPORTED
     if t.cache_effectiveness is None:
-        return "— (nothing shareable)"
+        return "— (none shareable)"
     mark = "" if t.shareable_exact else "~"
     return f"{mark}{t.cache_effectiveness:.0%}"
 
 
+def _table(title: str, columns: list[str]) -> Table:
+    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
+    for i, name in enumerate(columns):
+        table.add_column(name, justify="right" if i else "left", no_wrap=True)
+    return table
+
+
 def turn_table(result: RunResult) -> Table:
-    """Per-turn figures: medians over measured repetitions with [min–max]."""
-    table = Table(
-        title="Per turn — medians over measured repetitions [min–max]",
-        title_justify="left",
-        header_style="bold",
+    """Per-turn rates and latency: medians over measured repetitions (min–max)."""
+    table = _table(
+        "Per turn — median over measured repetitions (min–max)",
+        ["turn", "aggregate tok/s", "per-user tok/s", "TTFT s", "prefill tok/s",
+         "uncached tok/s", "valid"],
     )
-    for name, justify in (
-        ("turn", "right"),
-        ("aggregate tok/s", "right"),
-        ("per-user tok/s", "right"),
-        ("TTFT s", "right"),
-        ("prefill tok/s", "right"),
-        ("uncached tok/s", "right"),
-        ("prompt tok", "right"),
-        ("cached tok", "right"),
-        ("cache eff.", "right"),
-        ("valid", "right"),
-    ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for t in result.summary.turns:
         table.add_row(
             str(t.turn),
             _band(t.aggregate_rate),
             _band(t.per_user_rate),
-            _band(t.ttft_s, 2),
+            _band(t.ttft_s),
             _band(t.prefill_rate, 0),
             _band(t.uncached_prefill_rate, 0, missing=NOT_REPORTED),
+            f"{t.valid}/{t.records}",
+        )
+    return table
+
+
+def cache_table(result: RunResult) -> Table:
+    """Per-turn tokens: configured depth, what the server counted, and what it cached."""
+    table = _table(
+        "Per turn — tokens (median, min–max); cache effectiveness = cached / shareable prefix"
+        " (~ estimated)",
+        ["turn", "configured prior", "prompt (server)", "shareable", "cached", "cache eff."],
+    )
+    for t in result.summary.turns:
+        table.add_row(
+            str(t.turn),
+            f"{t.configured_prior_tokens:,}",
             _band(t.prompt_tokens, 0),
+            _band(t.shareable_tokens, 0),
             _band(t.cached_tokens, 0, missing=NOT_REPORTED),
             _effectiveness(t),
-            f"{t.valid}/{t.records}",
         )
     return table
 
@@ -111,7 +127,9 @@ def render(result: RunResult) -> Group:
         f" → {target.model} @ {where}",
         (f"  [{result.label}]" if result.label else ""),
     )
-    parts: list[object] = [header, Text(coordinates_line(result)), turn_table(result)]
+    parts: list[object] = [
+        header, Text(coordinates_line(result)), turn_table(result), cache_table(result)
+    ]
     parts.append(Text(run_line(result), style="bold"))
     for warning in result.warnings:
         parts.append(Text(f"warning: {warning}", style="yellow"))

@@ -132,20 +132,23 @@ async def run_async(
         if target is None:
             target, server = await stack.enter_async_context(_simulated_target(sim))
             sim_profile = server.profile.model_dump()
+        assert target is not None
+        chosen = target
+        model: str
         if client is None:
-            model, identity = await _identify(target, scenario.timeouts.connect_s + 20)
+            model, identity = await _identify(chosen, scenario.timeouts.connect_s + 20)
             client = await stack.enter_async_context(
                 AiohttpChatClient(
-                    target.base_url,
+                    chosen.base_url,
                     connections=max(scenario.users, 1),
-                    api_key=target.api_key(),
+                    api_key=chosen.api_key(),
                     connect_timeout_s=scenario.timeouts.connect_s,
                     read_gap_timeout_s=scenario.timeouts.read_gap_s,
                     request_timeout_s=scenario.timeouts.turn_s,
                 )
             )
         else:
-            model, identity = target.model or "fake", ServerIdentity()
+            model, identity = chosen.model or "fake", ServerIdentity()
         writer = None
         if out is not None:
             writer = stack.enter_context(RecordWriter(out / RECORDS_FILE))
@@ -154,7 +157,7 @@ async def run_async(
             client=client,
             model=model,
             target_info=TargetInfo(
-                base_url=target.base_url,
+                base_url=chosen.base_url,
                 model=model,
                 simulated=simulated,
                 simulator_profile=sim_profile,
@@ -277,7 +280,8 @@ class _Run:
     async def _free_running(self, session: Session, repetition: int) -> None:
         rng = self.corpus.rng(self.scenario.content.seed, repetition, session.conversation.session)
         for turn in range(1, self.scenario.turns + 1):
-            await sleep_until(time.perf_counter() + pause_before_turn(self.scenario.pacing, turn, rng))
+            pause = pause_before_turn(self.scenario.pacing, turn, rng)
+            await sleep_until(time.perf_counter() + pause)
             await session.turn(turn)
 
     def _result(self, complete: bool) -> RunResult:

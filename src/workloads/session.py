@@ -11,7 +11,7 @@ from typing import Any
 
 from workloads.client import ChatClient, ChatResponse
 from workloads.conversation import Conversation
-from workloads.records import TurnRecord
+from workloads.records import Status, TurnRecord
 from workloads.scenario import Scenario
 
 __all__ = ["Session", "build_body", "record_from_response"]
@@ -56,10 +56,15 @@ def record_from_response(
         ttft = response.first_content_ns - response.sent_ns
     rate = None
     first, last = response.first_content_ns, response.last_content_ns
-    if completion is not None and completion > 1 and first is not None and last is not None:
-        if last > first:
-            rate = (completion - 1) / ((last - first) / 1e9)
-    status = "ok" if response.ok else "error"
+    if (
+        completion is not None
+        and completion > 1
+        and first is not None
+        and last is not None
+        and last > first
+    ):
+        rate = (completion - 1) / ((last - first) / 1e9)
+    status: Status = "ok" if response.ok else "error"
     valid = status == "ok" and completion is not None
     if exact_output:
         valid = valid and response.finish_reason == "length" and completion == output_tokens
@@ -154,7 +159,7 @@ class Session:
             # The run ended with this turn in flight: keep it as an incomplete record.
             self.on_record(
                 TurnRecord(
-                    **common,  # type: ignore[arg-type]
+                    **common,
                     status="incomplete",
                     error_kind="cancelled",
                     error_message="the run ended while this turn was in flight",

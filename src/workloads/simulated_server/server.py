@@ -77,9 +77,8 @@ class SimulatedServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
-        server = site._server
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        sockets = getattr(site._server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1]
 
     async def _stop_async(self) -> None:
         if self._runner is not None:
