@@ -137,6 +137,34 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from workloads.compare import compare
+    from workloads.results import load_result
+
+    a, b = load_result(args.a), load_result(args.b)
+    result = compare(a, b, force=args.force)
+    console = _console()
+    name_a = a.label or str(args.a)
+    name_b = b.label or str(args.b)
+    console.print(
+        f"A = {name_a}, B = {name_b} · {result.match} · mean prompt tokens per turn differ "
+        f"by {result.prompt_delta_tokens:+,.1f} of {result.prompt_tokens_a:,.1f} "
+        f"({result.prompt_delta_fraction:.3%})"
+    )
+    for problem in result.forced_over:
+        console.print(f"[yellow]forced: {problem}[/yellow]")
+    table = Table("figure", "A", "B", "B vs A", title="median over measured repetitions "
+                  "(min–max); significant only when the ranges do not overlap")
+    from workloads.report import _band
+
+    for m in result.metrics:
+        table.add_row(f"{m.name} ({m.unit})", _band(m.a), _band(m.b), m.verdict)
+    console.print(table)
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     import threading
 
@@ -187,6 +215,13 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print the report of a saved result")
     show.add_argument("result", help="result directory or result.json")
     show.set_defaults(func=_cmd_show)
+
+    comp = sub.add_parser("compare", help="compare two saved results (A/B arms)")
+    comp.add_argument("a", help="baseline result directory (A)")
+    comp.add_argument("b", help="candidate result directory (B)")
+    comp.add_argument("--force", action="store_true",
+                      help="compare even when scenario, model or prompt tokens differ")
+    comp.set_defaults(func=_cmd_compare)
 
     serve = sub.add_parser("serve", help="run the simulated server standalone")
     serve.add_argument("--profile", default="fast")

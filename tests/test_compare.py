@@ -1,0 +1,80 @@
+"""compare() on stored result files (tests/data, format_version 1) and hand-edited copies."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import workloads
+from workloads.cli import main
+from workloads.compare import compare
+
+DATA = Path(__file__).parent / "data"
+
+
+def load(name: str) -> workloads.RunResult:
+    return workloads.load_result(DATA / name)
+
+
+def test_stored_v1_results_still_load_with_their_records():
+    a = load("v1-small-a")
+    assert a.format_version == 1 and a.label == "arm-a"
+    assert len(a.records) == 2 * 2 * 4  # users × turns × (1 warm-up + 3 measured)
+
+
+def test_same_workload_twice_is_matched_within_the_tokenizer_delta():
+    result = compare(load("v1-small-a"), load("v1-small-b"))
+    assert result.match in ("matched", "matched_with_tokenizer_delta")
+    assert result.prompt_delta_fraction <= 0.01
+    assert not result.forced_over
+
+
+def test_identical_prompts_are_matched_and_an_arm_is_not_significant_against_itself():
+    a = load("v1-small-a")
+    result = compare(a, a)
+    assert result.match == "matched" and result.prompt_delta_tokens == 0
+    assert all(m.verdict == "not significant" for m in result.metrics)
+
+
+def test_different_scenarios_are_refused_unless_forced():
+    a = load("v1-small-a")
+    b = a.model_copy(update={"scenario": a.scenario.with_overrides(["output_tokens=17"])})
+    with pytest.raises(workloads.IncomparableError, match="output_tokens"):
+        compare(a, b)
+    assert any("output_tokens" in p for p in compare(a, b, force=True).forced_over)
+
+
+def test_prompts_more_than_one_percent_apart_are_refused():
+    a = load("v1-small-a")
+    bigger = [r.model_copy(update={"prompt_tokens": (r.prompt_tokens or 0) * 2})
+              for r in a.records]
+    with pytest.raises(workloads.IncomparableError, match="prompt tokens differ"):
+        compare(a, a.model_copy(update={"records": bigger}))
+
+
+def test_disjoint_ranges_give_a_ratio_overlapping_ones_do_not():
+    a = load("v1-small-a")
+    faster = [r.model_copy(update={"decode_tokens_per_s": (r.decode_tokens_per_s or 0) * 2})
+              for r in a.records]
+    result = compare(a, a.model_copy(update={"records": faster}))
+    per_user = next(m for m in result.metrics if m.name == "per-user rate")
+    assert per_user.significant and per_user.ratio == pytest.approx(2.0)
+    assert "better" in per_user.verdict
+
+
+def test_cli_compare_prints_the_match_class(tmp_path, capsys):
+    assert main(["compare", str(DATA / "v1-small-a"), str(DATA / "v1-small-b")]) == 0
+    out = capsys.readouterr().out
+    assert "A = arm-a, B = arm-b" in out and "matched" in out
+
+
+def test_cli_compare_refusal_is_one_line(tmp_path, capsys):
+    other = tmp_path / "other"
+    shutil.copytree(DATA / "v1-small-a", other)
+    text = (other / "result.json").read_text().replace('"users": 2', '"users": 3')
+    (other / "result.json").write_text(text)
+    assert main(["compare", str(DATA / "v1-small-a"), str(other)]) == 2
+    err = capsys.readouterr().err
+    assert "users" in err and err.count("\n") == 1
