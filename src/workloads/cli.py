@@ -97,7 +97,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
             return 130
     console.print(report.render(result))
     console.print(f"saved {out / 'result.json'} and {out / 'records.jsonl'}")
+    _write_plots(result, out / "plots", console, wanted=not args.no_plots)
     return 0
+
+
+def _write_plots(result: Any, directory: Path, console: Any, *, wanted: bool) -> None:
+    from workloads import plots
+
+    if not wanted:
+        return
+    if not plots.available():
+        console.print("no plots: install the plots extra (pip install 'workloads[plots]')")
+        return
+    written = plots.write_plots(result, directory)
+    console.print("plots: " + ", ".join(str(p) for p in written))
 
 
 def _cmd_scenarios(args: argparse.Namespace) -> int:
@@ -133,7 +146,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
         result = result.model_copy(
             update={"summary": summarize(result.records, users=result.scenario.users)}
         )
-    _console().print(report.render(result))
+    console = _console()
+    console.print(report.render(result))
+    if args.plots:
+        _write_plots(result, Path(args.result) / "plots", console, wanted=True)
     return 0
 
 
@@ -207,13 +223,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--label", help="name of this arm, stored in the result")
     run.add_argument("--note", help="free text (the stack, flags), stored in the result")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--no-plots", action="store_true", help="do not write DIR/plots/*.png")
     run.set_defaults(func=_cmd_run)
 
     scenarios = sub.add_parser("scenarios", help="list packaged scenarios")
     scenarios.set_defaults(func=_cmd_scenarios)
 
     show = sub.add_parser("show", help="print the report of a saved result")
-    show.add_argument("result", help="result directory or result.json")
+    show.add_argument("result", help="result directory")
+    show.add_argument("--plots", action="store_true", help="(re)write DIR/plots/*.png")
     show.set_defaults(func=_cmd_show)
 
     comp = sub.add_parser("compare", help="compare two saved results (A/B arms)")

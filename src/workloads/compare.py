@@ -141,7 +141,9 @@ def compare(a: RunResult, b: RunResult, *, force: bool = False) -> Comparison:
         )
     ra, rb = _run_bands(a), _run_bands(b)
     metrics = [
-        MetricComparison("aggregate rate", "tok/s", ra["aggregate rate"], rb["aggregate rate"], True),
+        MetricComparison(
+            "aggregate rate", "tok/s", ra["aggregate rate"], rb["aggregate rate"], True
+        ),
         MetricComparison("per-user rate", "tok/s", ra["per-user rate"], rb["per-user rate"], True),
         MetricComparison("TTFT", "s", ra["TTFT"], rb["TTFT"], higher_is_better=False),
     ]
