@@ -9,19 +9,19 @@ Everything public is importable from here; other modules are internal.
 
 __version__ = "0.1.0"
 
-from workloads.aggregate import RunSummary, Summary, TurnSummary  # noqa: E402
-from workloads.errors import (  # noqa: E402
+from workloads.aggregate import RunSummary, Summary, TurnSummary
+from workloads.errors import (
     IncomparableError,
     ResultFormatError,
     ScenarioError,
     TargetError,
     WorkloadsError,
 )
-from workloads.records import TurnRecord  # noqa: E402
-from workloads.results import RunResult, load_result  # noqa: E402
-from workloads.runner import Target, run, run_async  # noqa: E402
-from workloads.scenario import Scenario, list_scenarios, load_scenario  # noqa: E402
-from workloads.simulated_server import SimulatedServer  # noqa: E402
+from workloads.records import TurnRecord
+from workloads.results import RunResult, load_result
+from workloads.runner import Target, run, run_async
+from workloads.scenario import Scenario, list_scenarios, load_scenario
+from workloads.simulated_server import SimulatedServer
 
 __all__ = [
     "IncomparableError",

@@ -254,7 +254,8 @@ class AiohttpChatClient:
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as err:
             never_reached = not got_bytes and trace.get("reused", False)
             kind: ErrorKind = "disconnected" if got_bytes or never_reached else "connect"
-            raise RequestError(kind, f"{type(err).__name__}: {err}", sent=not never_reached) from err
+            message = f"{type(err).__name__}: {err}"
+            raise RequestError(kind, message, sent=not never_reached) from err
         except aiohttp.ClientConnectorError as err:
             raise RequestError("connect", f"cannot connect to {self.url}: {err}") from err
         except (aiohttp.ServerTimeoutError, TimeoutError) as err:

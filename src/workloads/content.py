@@ -24,7 +24,7 @@ from pathlib import Path
 from workloads import tokens
 from workloads.errors import ScenarioError
 
-__all__ = ["Corpus", "SYSTEM_PROMPT", "TOOLS", "load_corpus"]
+__all__ = ["SYSTEM_PROMPT", "TOOLS", "Corpus", "load_corpus"]
 
 SYSTEM_PROMPT = """\
 You are a careful software engineering agent working inside a user's repository. You can read

@@ -8,9 +8,10 @@ from rich.table import Table
 from rich.text import Text
 
 from workloads.aggregate import BandSummary, TurnSummary
-from workloads.results import RunResult
+from workloads.results import RunResult, Window
+from workloads.telemetry.figures import EnergyFigures, Reconciliation, ServerTelemetry
 
-__all__ = ["coordinates_line", "render", "run_line", "turn_table"]
+__all__ = ["coordinates_line", "render", "run_line", "turn_table", "window_lines"]
 
 NOT_REPORTED = "not reported"
 
@@ -102,6 +103,168 @@ def run_line(result: RunResult) -> str:
     )
 
 
+_FIGURE_NAMES = {
+    "prompt_tokens": "prompt tokens",
+    "cached_prompt_tokens": "cached tokens",
+    "uncached_prompt_tokens": "uncached tokens",
+    "generation_tokens": "generated tokens",
+    "finished_requests": "finished requests",
+    "spec_draft_tokens": "draft tokens",
+    "spec_accepted_tokens": "accepted tokens",
+}
+
+
+def _count(value: float | None) -> str:
+    return NOT_REPORTED if value is None else f"{value:,.0f}"
+
+
+def _verdict(r: Reconciliation) -> str:
+    if r.verdict == "reconciles":
+        return "reconciles" if not r.tolerance else f"reconciles (±{r.tolerance:,.0f})"
+    if r.verdict == "differs" and r.difference is not None:
+        return f"differs by {r.difference:+,.0f}"
+    return "unknown"
+
+
+def reconciliation_table(t: ServerTelemetry) -> Table:
+    """Each server counter's window delta against the client's sum over measured turns."""
+    table = Table(box=None, header_style="bold", padding=(0, 1), pad_edge=False)
+    table.add_column("reconciliation", no_wrap=True, min_width=17)
+    table.add_column("server Δ", justify="right")
+    table.add_column("client Σ", justify="right")
+    table.add_column("client sums")
+    table.add_column("verdict")
+    for r in t.reconciliation:
+        style = {"reconciles": "green", "differs": "yellow"}.get(r.verdict, "")
+        table.add_row(
+            _FIGURE_NAMES.get(r.figure, r.figure),
+            _count(r.server),
+            _count(r.client),
+            r.client_basis.removeprefix("Σ "),
+            Text(_verdict(r), style=style),
+        )
+    return table
+
+
+def reconciliation_notes(t: ServerTelemetry) -> list[str]:
+    """Why a figure differs or cannot be reconciled, one line per figure."""
+    out = []
+    for r in t.reconciliation:
+        if r.causes and r.verdict != "reconciles":
+            lead = "likely: " if r.verdict == "differs" else ""
+            out.append(f"{_FIGURE_NAMES.get(r.figure, r.figure)}: {lead}{'; '.join(r.causes)}")
+        elif r.causes:
+            out.append(f"{_FIGURE_NAMES.get(r.figure, r.figure)}: {'; '.join(r.causes)}")
+    return out
+
+
+def _spec_line(t: ServerTelemetry) -> str:
+    if t.spec_acceptance_rate is not None:
+        line = (
+            f"acceptance {t.spec_acceptance_rate:.4f} ({_count(t.spec_accepted_tokens)} "
+            f"accepted / {_count(t.spec_draft_tokens)} draft tokens)"
+        )
+        if t.spec_mean_accepted_length is not None:
+            line += (
+                f" · mean accepted length {t.spec_mean_accepted_length:.2f} "
+                f"({_count(t.spec_drafts)} drafts)"
+            )
+        return line
+    if "spec_accept_rate" in t.gauges:
+        g = t.gauges["spec_accept_rate"]
+        return (
+            f"acceptance ≈{g.mean:.4f}: mean of {g.samples} samples of a gauge over the last "
+            "decode steps (this server has no draft counters)"
+        )
+    if t.spec_draft_tokens == 0:
+        return "no drafts in the window"
+    return f"{NOT_REPORTED} (speculative decoding off, or no draft counters)"
+
+
+def _energy_line(e: EnergyFigures) -> str:
+    if e.joules is None:
+        return f"not available ({e.not_available})" if e.not_available else "not available"
+    parts = [f"{e.joules:,.2f} J over {e.duration_s or 0:.3f} s on {e.device}"]
+    if e.mean_watts is not None:
+        parts.append(f"mean {e.mean_watts:,.2f} W")
+    if e.joules_per_token is not None and e.tokens_per_joule is not None:
+        parts.append(
+            f"{e.joules_per_token:,.2f} J/token · {e.tokens_per_joule:.4f} tokens/J over "
+            f"{e.generated_tokens:,} generated tokens (includes prefill)"
+        )
+    return " · ".join(parts)
+
+
+def window_lines(window: Window) -> list[tuple[str, str]]:
+    """The window's figures other than the reconciliation, as (label, text) rows."""
+    rows: list[tuple[str, str]] = []
+    t = window.server
+    if t is None:
+        rows.append(("server", "metrics not read"))
+    elif t.server is None:
+        rows.append(("server", f"{NOT_REPORTED}: no readable metrics at {t.metrics_url}"))
+    else:
+        failed = f", {t.failed_scrapes} failed" if t.failed_scrapes else ""
+        rows.append(("server", f"{t.server} · {t.metrics_url} · {t.scrapes} scrapes{failed}"))
+        if not t.metrics_used:
+            rows.append(("counters", f"{NOT_REPORTED} (the window-end scrape failed)"))
+        else:
+            if t.prefix_cache_hits is not None and t.prefix_cache_queries is not None:
+                cache = (
+                    f"{t.prefix_cache_hits:,.0f} hits / {t.prefix_cache_queries:,.0f} queried "
+                    f"tokens = {_hit_rate(t.prefix_cache_hit_rate)}"
+                )
+            elif t.prefix_cache_hit_rate is not None:
+                cache = f"{_hit_rate(t.prefix_cache_hit_rate)} (cached / prompt tokens)"
+            else:
+                cache = NOT_REPORTED
+            rows.append(("prefix cache", cache))
+            if t.finished_reasons is not None:
+                reasons = [f"{k} {v:,.0f}" for k, v in sorted(t.finished_reasons.items()) if v]
+                rows.append(("finish reasons", " · ".join(reasons) or "none"))
+            rows.append(("spec decoding", _spec_line(t)))
+            rows.append(("preemptions", _count(t.preemptions)))
+        kv = t.gauges.get("kv_usage")
+        rows.append((
+            "KV usage peak",
+            NOT_REPORTED if kv is None
+            else f"{kv.peak:.2%} (mean {kv.mean:.2%} over {kv.samples} samples)",
+        ))
+    if window.energy is not None:
+        rows.append(("energy", _energy_line(window.energy)))
+    return rows
+
+
+def _hit_rate(rate: float | None) -> str:
+    return NOT_REPORTED if rate is None else f"{rate:.1%} hit rate"
+
+
+def window_section(result: RunResult) -> Group:
+    """The "Window" block of the console report."""
+    w = result.window
+    head = "Window — measured repetitions only (warm-up excluded)"
+    if w.duration_s is not None:
+        head += f", {w.duration_s:.2f} s"
+    parts: list[object] = [Text(head, style="bold")]
+    rows = window_lines(w)
+
+    def grid(chunk: list[tuple[str, str]]) -> Table:
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold", no_wrap=True, min_width=17)
+        table.add_column()
+        for label, text in chunk:
+            table.add_row(label, text)
+        return table
+
+    parts.append(grid(rows[:1]))  # which server, where, how many scrapes
+    t = w.server
+    if t is not None and t.reconciliation:
+        parts.append(reconciliation_table(t))
+        parts += [Text(note, style="yellow") for note in reconciliation_notes(t)]
+    parts.append(grid(rows[1:]))
+    return Group(*parts)  # type: ignore[arg-type]
+
+
 def render(result: RunResult) -> Group:
     """Everything the console shows after a run."""
     target = result.target
@@ -113,6 +276,7 @@ def render(result: RunResult) -> Group:
     )
     parts: list[object] = [header, Text(coordinates_line(result)), turn_table(result)]
     parts.append(Text(run_line(result), style="bold"))
+    parts.append(window_section(result))
     for warning in result.warnings:
         parts.append(Text(f"warning: {warning}", style="yellow"))
     if not result.complete:

@@ -21,6 +21,7 @@ from workloads.aggregate import Summary
 from workloads.errors import ResultFormatError
 from workloads.records import TurnRecord, read_records
 from workloads.scenario import Scenario
+from workloads.telemetry.figures import EnergyFigures, ServerTelemetry
 
 __all__ = ["FORMAT_VERSION", "RunResult", "load_result"]
 
@@ -55,12 +56,18 @@ class RepetitionNonces(_Model):
 
 
 class Window(_Model):
-    """The measured interval: from the first measured request to the last measured reply."""
+    """The measured interval: from the first measured request to the last measured reply.
+
+    ``server`` holds the server's counter deltas over it, reconciled with the measured
+    TurnRecords' usage (None: metrics were not scraped); ``energy`` this machine's energy over
+    it (None: not read). Figures a server does not report are None inside them, never 0.
+    """
 
     start_unix: float | None = None
     end_unix: float | None = None
     duration_s: float | None = None
-    telemetry: dict[str, Any] | None = None  # server counter deltas and energy, when read
+    server: ServerTelemetry | None = None
+    energy: EnergyFigures | None = None
 
 
 class RunResult(_Model):

@@ -56,9 +56,14 @@ def record_from_response(
         ttft = response.first_content_ns - response.sent_ns
     rate = None
     first, last = response.first_content_ns, response.last_content_ns
-    if completion is not None and completion > 1 and first is not None and last is not None:
-        if last > first:
-            rate = (completion - 1) / ((last - first) / 1e9)
+    if (
+        completion is not None
+        and completion > 1
+        and first is not None
+        and last is not None
+        and last > first
+    ):
+        rate = (completion - 1) / ((last - first) / 1e9)
     status = "ok" if response.ok else "error"
     valid = status == "ok" and completion is not None
     if exact_output:
@@ -154,7 +159,7 @@ class Session:
             # The run ended with this turn in flight: keep it as an incomplete record.
             self.on_record(
                 TurnRecord(
-                    **common,  # type: ignore[arg-type]
+                    **common,
                     status="incomplete",
                     error_kind="cancelled",
                     error_message="the run ended while this turn was in flight",

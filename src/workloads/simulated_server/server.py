@@ -79,7 +79,7 @@ class SimulatedServer:
         await site.start()
         server = site._server
         assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined,union-attr,unused-ignore]
 
     async def _stop_async(self) -> None:
         if self._runner is not None:
