@@ -71,6 +71,7 @@ class EnergyMeter:
     kind: Kind
     sources: list[EnergySource]
     close: Callable[[], None] = lambda: None
+    clock: Callable[[], int] = time.perf_counter_ns  # tests give a fake clock
     warnings: list[str] = field(default_factory=list)
     _tracks: list[_Track] = field(default_factory=list)
     _first_ns: int | None = None
@@ -94,7 +95,7 @@ class EnergyMeter:
             self._sample()
 
     def _sample(self) -> None:
-        now = time.perf_counter_ns()
+        now = self.clock()
         for track in self._tracks:
             if track.failure is not None:
                 continue

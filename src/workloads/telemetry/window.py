@@ -123,7 +123,9 @@ class WindowTelemetry:
                 headers=self._headers,
                 connector=aiohttp.TCPConnector(limit=2),
             )
-        if self.options.energy != "off":
+        if self.options.energy == "off":
+            self._energy_note = self._energy_note or "energy reading is off"
+        else:
             # Finding devices (NVML init) happens before the run, not inside the window.
             self._meter, reason = await asyncio.to_thread(
                 open_energy,
