@@ -71,7 +71,7 @@ RECORDS = [rec(1000, 0, 64), rec(1200, 1024, 64, turn=2), rec(5, 0, 64, warmup=T
 
 
 def figures(names, start, end, records=RECORDS, samples=None):
-    return window_figures(names, start, end, samples or [start, end], UsageSums.of(records),
+    return window_figures(names, start, end, samples or [], UsageSums.of(records),
                           metrics_url="http://x/metrics")
 
 
@@ -98,7 +98,9 @@ def test_deltas_equal_to_measured_usage_reconcile_exactly():
     assert (t.prompt_tokens, t.generation_tokens, t.finished_requests) == (2200, 128, 2)
     assert t.prefix_cache_hit_rate == pytest.approx(1024 / 2200)
     assert t.finished_reasons == {"length": 2, "stop": 0}
-    assert t.kv_usage_peak == 0.5
+    # Only the window's edges were sampled: a KV "peak" from them would be a guess.
+    assert t.kv_usage_peak is None and t.gauges["kv_usage"].peak == 0.5
+    assert t.gauges["kv_usage"].inside == 0
     assert t.preemptions == 0
     assert t.spec_acceptance_rate is None  # not exported: not reported, never 0
 
@@ -178,7 +180,7 @@ def test_cached_tokens_not_reported_per_request_cannot_reconcile():
 def test_vllm_0_10_names_are_read():
     start = vllm(old_names=True)
     end = vllm(prompt=2200, cached=1024, gen=128, length=2, kv=0.25, old_names=True)
-    t, _ = figures(VLLM, start, end)
+    t, _ = figures(VLLM, start, end, samples=[vllm(kv=0.125, old_names=True)])
     assert t.metrics_used["prefix_cache_hits"] == "vllm:gpu_prefix_cache_hits_total"
     assert t.prefix_cache_hits == 1024 and t.prefix_cache_queries == 2200
     assert t.kv_usage_peak == 0.25
@@ -196,7 +198,7 @@ def test_kv_peak_is_the_highest_sample_and_engines_take_the_max():
     samples = [vllm(kv=0.1), two_engines, vllm(kv=0.3)]
     t, _ = figures(VLLM, vllm(), vllm(), samples=samples, records=[])
     assert t.kv_usage_peak == 0.7
-    assert t.gauges["kv_usage"].samples == 3
+    assert t.gauges["kv_usage"].samples == 5 and t.gauges["kv_usage"].inside == 3
 
 
 def llama(uncached, cached, predicted, draft=0, accepted=0, drafts=0):
@@ -257,3 +259,35 @@ def test_sglang_hit_rate_uses_the_hit_modes_of_prefill_effective_tokens():
     rows = by_figure(t)
     assert rows["prompt_tokens"].verdict == "unknown"  # not exported in this scrape
     assert "does not export" in rows["prompt_tokens"].causes[0]
+
+
+def success(**per_reason):
+    return parse_metrics("# TYPE vllm:request_success_total counter\n" + "".join(
+        f'vllm:request_success_total{{finished_reason="{k}"}} {v}\n'
+        for k, v in per_reason.items()
+    ))
+
+
+def test_a_label_set_first_seen_in_the_window_counts_from_zero():
+    # prometheus_client creates a labelled child on first use: "abort" appears mid-window.
+    t, warnings = figures(VLLM, success(length=5), success(length=7, abort=1), records=[])
+    assert warnings == []
+    assert t.finished_requests == 3
+    assert t.finished_reasons == {"length": 2, "abort": 1}
+
+
+def test_one_engine_restarting_is_caught_even_if_the_sum_grew():
+    def two(e0, e1):
+        return parse_metrics(
+            "# TYPE vllm:generation_tokens_total counter\n"
+            f'vllm:generation_tokens_total{{engine="0"}} {e0}\n'
+            f'vllm:generation_tokens_total{{engine="1"}} {e1}\n'
+        )
+    t, warnings = figures(VLLM, two(100, 100), two(5000, 3), records=[])
+    assert t.generation_tokens is None and "restarted" in warnings[0]
+
+
+def test_a_counter_that_vanishes_is_unknown_with_a_warning():
+    t, warnings = figures(VLLM, vllm(prompt=10), success(length=1), records=[])
+    assert t.prompt_tokens is None
+    assert any("disappeared during the window (vllm:prompt_tokens_total" in w for w in warnings)

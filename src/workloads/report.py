@@ -147,14 +147,20 @@ def reconciliation_table(t: ServerTelemetry) -> Table:
 
 
 def reconciliation_notes(t: ServerTelemetry) -> list[str]:
-    """Why a figure differs or cannot be reconciled, one line per figure."""
-    out = []
+    """Why figures differ, cannot be reconciled, or reconcile only within a tolerance: one
+    line per distinct explanation, naming the figures it covers."""
+    groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
     for r in t.reconciliation:
-        if r.causes and r.verdict != "reconciles":
-            lead = "likely: " if r.verdict == "differs" else ""
-            out.append(f"{_FIGURE_NAMES.get(r.figure, r.figure)}: {lead}{'; '.join(r.causes)}")
-        elif r.causes:
-            out.append(f"{_FIGURE_NAMES.get(r.figure, r.figure)}: {'; '.join(r.causes)}")
+        if r.causes:
+            groups.setdefault((r.verdict, tuple(r.causes)), []).append(
+                _FIGURE_NAMES.get(r.figure, r.figure)
+            )
+    out = []
+    for (verdict, causes), figures in groups.items():
+        lead = {"differs": "differ — likely: ", "unknown": "cannot be compared: "}.get(
+            verdict, "reconcile "
+        )
+        out.append(f"{', '.join(figures)} {lead}{'; '.join(causes)}")
     return out
 
 
@@ -209,7 +215,9 @@ def window_lines(window: Window) -> list[tuple[str, str]]:
         if not t.metrics_used:
             rows.append(("counters", f"{NOT_REPORTED} (the window-end scrape failed)"))
         else:
-            if t.prefix_cache_hits is not None and t.prefix_cache_queries is not None:
+            if t.prefix_cache_queries == 0:
+                cache = "no prefix-cache queries in the window"
+            elif t.prefix_cache_hits is not None and t.prefix_cache_queries is not None:
                 cache = (
                     f"{t.prefix_cache_hits:,.0f} hits / {t.prefix_cache_queries:,.0f} queried "
                     f"tokens = {_hit_rate(t.prefix_cache_hit_rate)}"
@@ -225,11 +233,16 @@ def window_lines(window: Window) -> list[tuple[str, str]]:
             rows.append(("spec decoding", _spec_line(t)))
             rows.append(("preemptions", _count(t.preemptions)))
         kv = t.gauges.get("kv_usage")
-        rows.append((
-            "KV usage peak",
-            NOT_REPORTED if kv is None
-            else f"{kv.peak:.2%} (mean {kv.mean:.2%} over {kv.samples} samples)",
-        ))
+        if kv is None:
+            kv_text = NOT_REPORTED
+        elif t.kv_usage_peak is None:
+            kv_text = (
+                f"{NOT_REPORTED} (no sample inside the window, which was shorter than the "
+                f"sampling interval; {kv.last:.2%} at its end)"
+            )
+        else:
+            kv_text = f"{t.kv_usage_peak:.2%} (mean {kv.mean:.2%} over {kv.samples} samples)"
+        rows.append(("KV usage peak", kv_text))
     if window.energy is not None:
         rows.append(("energy", _energy_line(window.energy)))
     return rows

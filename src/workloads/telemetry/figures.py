@@ -30,7 +30,8 @@ class GaugeSummary(_Model):
     peak: float
     mean: float
     last: float
-    samples: int
+    samples: int  # window edges included
+    inside: int = 0  # samples taken strictly inside the window
 
 
 Verdict = Literal["reconciles", "differs", "unknown"]
@@ -73,7 +74,9 @@ class ServerTelemetry(_Model):
     spec_accepted_tokens: float | None = None
     spec_acceptance_rate: float | None = None  # Δaccepted / Δdraft_tokens
     spec_mean_accepted_length: float | None = None  # 1 + Δaccepted / Δdrafts
-    kv_usage_peak: float | None = None  # fraction 0..1, peak over the samples
+    # fraction 0..1, peak over the samples; None when no sample fell inside the window (a
+    # window shorter than the sampling interval has only its idle edges: no peak to tell)
+    kv_usage_peak: float | None = None
     gauges: dict[str, GaugeSummary] = Field(default_factory=dict)
     reconciliation: list[Reconciliation] = Field(default_factory=list)
 

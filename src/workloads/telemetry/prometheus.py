@@ -58,6 +58,13 @@ class Snapshot:
             total += value
         return total
 
+    def rows(self, name: str, where: LabelFilter | None = None) -> dict[Labels, float] | None:
+        """The samples called ``name`` that pass ``where``, per label set; None if absent."""
+        rows = self.samples.get(name)
+        if rows is None:
+            return None
+        return {labels: v for labels, v in rows if not where or _passes(labels, where)}
+
     def by_label(self, name: str, label: str) -> dict[str, float] | None:
         """Σ of ``name`` per value of ``label`` (e.g. per ``finished_reason``)."""
         rows = self.samples.get(name)

@@ -83,25 +83,35 @@ class Delta:
     value: float | None
     start: float | None = None
     end: float | None = None
-    problem: str | None = None  # "absent" | "restart" | "appeared" | "disappeared"
+    problem: str | None = None  # "absent" | "restart" | "disappeared"
 
 
 def counter_delta(reads: Sequence[Read], start: Snapshot, end: Snapshot) -> Delta:
-    """The window value of the first of ``reads`` the server exports."""
+    """The window value of the first of ``reads`` the server exports.
+
+    Compared per label set: a label set (or a whole counter) first seen at the window end
+    started the window at 0 (prometheus_client creates labelled children on first use); one
+    that went down, vanished, or got a new ``_created`` time means the server restarted.
+    """
     for read in reads:
-        in_start, in_end = start.has(read.name), end.has(read.name)
-        if not in_start and not in_end:
+        a, b = start.rows(read.name, read.where), end.rows(read.name, read.where)
+        if a is None and b is None:
             continue
-        if not (in_start and in_end):
-            return Delta(read, None, problem="appeared" if in_end else "disappeared")
-        a, b = start.value(read.name, read.where), end.value(read.name, read.where)
-        if a is None or b is None:
-            return Delta(read, None, a, b, problem="absent")
+        if b is None:
+            return Delta(read, None, problem="disappeared")
+        a = a or {}
+        total_a, total_b = sum(a.values()), sum(b.values())
+        if math.isnan(total_a) or math.isnan(total_b):
+            return Delta(read, None, problem="absent")
         created = read.name.removesuffix("_total") + "_created"
-        ca, cb = start.value(created), end.value(created)
-        if b < a or (ca is not None and cb is not None and ca != cb):
-            return Delta(read, None, a, b, problem="restart")
-        return Delta(read, b - a, a, b)
+        ca, cb = start.rows(created, read.where) or {}, end.rows(created, read.where) or {}
+        restarted = (
+            any(k not in b or b[k] < v for k, v in a.items())
+            or any(k in cb and cb[k] != v for k, v in ca.items())
+        )
+        if restarted:
+            return Delta(read, None, total_a, total_b, problem="restart")
+        return Delta(read, total_b - total_a, total_a, total_b)
     return Delta(None, None, problem="absent")
 
 
@@ -113,22 +123,30 @@ def _resolution(value: float | None, digits: int | None) -> float:
     return 0.5 * 10.0**exponent
 
 
-def _gauge(names: ServerNames, figure: str, samples: Sequence[Snapshot]) -> GaugeSummary | None:
+def _gauge(
+    names: ServerNames, figure: str, edges: tuple[Snapshot, Snapshot], inner: Sequence[Snapshot]
+) -> GaugeSummary | None:
     gauge = names.gauges.get(figure)  # type: ignore[call-overload]
     if gauge is None:
         return None
     values: list[float] = []
-    for snap in samples:
+    inside = 0
+    for i, snap in enumerate([edges[0], *inner, edges[1]]):
         read = next((r for r in gauge.reads if snap.has(r.name)), None)
         if read is None:
             continue
         rows = [v for labels, v in snap.samples[read.name] if not math.isnan(v)]
         if rows:
             values.append(max(rows) if gauge.combine == "max" else sum(rows))
+            inside += 0 < i <= len(inner)
     if not values:
         return None
     return GaugeSummary(
-        peak=max(values), mean=sum(values) / len(values), last=values[-1], samples=len(values)
+        peak=max(values),
+        mean=sum(values) / len(values),
+        last=values[-1],
+        samples=len(values),
+        inside=inside,
     )
 
 
@@ -150,7 +168,7 @@ def window_figures(
     failed_scrapes: int = 0,
 ) -> tuple[ServerTelemetry, list[str]]:
     """The window's server figures and reconciliation, and warnings for restarted counters.
-    ``samples`` are the gauge samples, window edges included."""
+    ``samples`` are the periodic gauge samples taken inside the window (edges excluded)."""
     deltas: dict[CounterFigure, Delta] = {
         figure: counter_delta(reads, start, end) for figure, reads in names.counters.items()
     }
@@ -165,12 +183,12 @@ def window_figures(
             f"server counters went down over the window ({listed}): the server restarted "
             "during the run; those window figures are unknown"
         )
-    changed = [d.read.name for d in deltas.values() if d.problem in ("appeared", "disappeared")
-               and d.read is not None]
-    if changed:
+    vanished = [d.read.name for d in deltas.values()
+                if d.problem == "disappeared" and d.read is not None]
+    if vanished:
         warnings.append(
-            f"server counters appeared or disappeared during the window ({', '.join(changed)}): "
-            "the server restarted or changed configuration; those figures are unknown"
+            f"server counters disappeared during the window ({', '.join(vanished)}): the "
+            "server restarted or changed configuration; those figures are unknown"
         )
 
     reasons = _finished_reasons(names, start, end)
@@ -186,9 +204,9 @@ def window_figures(
     gauges: dict[str, GaugeSummary] = {
         figure: summary
         for figure in names.gauges
-        if (summary := _gauge(names, figure, samples)) is not None
+        if (summary := _gauge(names, figure, (start, end), samples)) is not None
     }
-    running = _gauge(names, "requests_running", [start])
+    running = _gauge(names, "requests_running", (start, start), [])
     evidence = _Evidence(
         usage=usage,
         extra_requests=(
@@ -228,7 +246,9 @@ def window_figures(
         spec_accepted_tokens=accepted,
         spec_acceptance_rate=_ratio(accepted, values.get("spec_draft_tokens")),
         spec_mean_accepted_length=None if drafts_ratio is None else 1 + drafts_ratio,
-        kv_usage_peak=gauges["kv_usage"].peak if "kv_usage" in gauges else None,
+        kv_usage_peak=(
+            gauges["kv_usage"].peak if "kv_usage" in gauges and gauges["kv_usage"].inside else None
+        ),
         gauges=gauges,
         reconciliation=rows,
     )
@@ -289,7 +309,7 @@ def _reconcile(
         if server is None:
             causes.append(
                 "the counter went down or changed: the server restarted during the window"
-                if delta.problem in ("restart", "appeared", "disappeared")
+                if delta.problem in ("restart", "disappeared")
                 else f"{names.server} does not export this counter here (flag off or another "
                 "version)"
             )

@@ -69,7 +69,7 @@ def energy_for_target(
     if choice != "auto":
         return choice, None
     if simulated:
-        return "off", "the simulated server uses no hardware worth measuring"
+        return "off", "the simulated server models time, not hardware"
     host = urlsplit(base_url).hostname or ""
     local = host in ("localhost", "") or host.endswith(".localhost")
     with contextlib.suppress(ValueError):  # a host name, not an address
@@ -165,8 +165,6 @@ class WindowTelemetry:
                         f"{self.metrics_url} exports no vLLM, SGLang, llama.cpp or TGI "
                         "metrics; server figures not reported"
                     )
-                else:
-                    self._samples.append(self._start)
         if self._meter is not None:
             try:
                 await asyncio.to_thread(self._meter.start)
@@ -263,7 +261,7 @@ class WindowTelemetry:
             names,
             start,
             end,
-            [*self._samples, end],
+            self._samples,
             usage,
             metrics_url=self.metrics_url,
             scrapes=self._scrapes,
