@@ -200,6 +200,8 @@ async def test_a_server_without_metrics_completes_with_not_reported_and_a_warnin
     text = rendered(result)
     assert "not reported: no readable metrics at" in text
     assert "server metrics not reported" in text
+    # without /metrics, llama.cpp's per-response timings still give the acceptance
+    assert "acceptance 0.5000 (" in text and "from per-response timings" in text
 
 
 def test_cli_metrics_off_and_energy_off_read_nothing(simulated_server, tmp_path, capsys):

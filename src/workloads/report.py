@@ -3,13 +3,17 @@ printing is the CLI's job."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from workloads.aggregate import BandSummary, TurnSummary
+from workloads.records import TurnRecord
 from workloads.results import RunResult, Window
 from workloads.telemetry.figures import EnergyFigures, Reconciliation, ServerTelemetry
+from workloads.telemetry.reconcile import UsageSums
 
 __all__ = ["coordinates_line", "render", "run_line", "turn_table", "window_lines"]
 
@@ -201,9 +205,25 @@ def _energy_line(e: EnergyFigures) -> str:
     return " · ".join(parts)
 
 
-def window_lines(window: Window) -> list[tuple[str, str]]:
-    """The window's figures other than the reconciliation, as (label, text) rows."""
+def _timings_spec_line(records: Sequence[TurnRecord]) -> str | None:
+    """Acceptance from llama.cpp's per-response timings, when the responses carry them."""
+    usage = UsageSums.of(records)
+    if not usage.draft or usage.accepted is None:
+        return None
+    return (
+        f"acceptance {usage.accepted / usage.draft:.4f} ({usage.accepted:,} accepted / "
+        f"{usage.draft:,} draft tokens, from per-response timings)"
+    )
+
+
+def window_lines(
+    window: Window, records: Sequence[TurnRecord] = ()
+) -> list[tuple[str, str]]:
+    """The window's figures other than the reconciliation, as (label, text) rows.
+    ``records`` (the measured TurnRecords) supply per-response figures the server's
+    counters lack."""
     rows: list[tuple[str, str]] = []
+    timings_spec = _timings_spec_line(records)
     t = window.server
     if t is None:
         rows.append(("server", "metrics not read"))
@@ -230,7 +250,10 @@ def window_lines(window: Window) -> list[tuple[str, str]]:
             if t.finished_reasons is not None:
                 reasons = [f"{k} {v:,.0f}" for k, v in sorted(t.finished_reasons.items()) if v]
                 rows.append(("finish reasons", " · ".join(reasons) or "none"))
-            rows.append(("spec decoding", _spec_line(t)))
+            spec = _spec_line(t)
+            if t.spec_acceptance_rate is None and timings_spec is not None:
+                spec = timings_spec
+            rows.append(("spec decoding", spec))
             rows.append(("preemptions", _count(t.preemptions)))
         kv = t.gauges.get("kv_usage")
         if kv is None:
@@ -243,6 +266,8 @@ def window_lines(window: Window) -> list[tuple[str, str]]:
         else:
             kv_text = f"{t.kv_usage_peak:.2%} (mean {kv.mean:.2%} over {kv.samples} samples)"
         rows.append(("KV usage peak", kv_text))
+    if (t is None or t.server is None or not t.metrics_used) and timings_spec is not None:
+        rows.append(("spec decoding", timings_spec))
     if window.energy is not None:
         rows.append(("energy", _energy_line(window.energy)))
     return rows
@@ -259,7 +284,7 @@ def window_section(result: RunResult) -> Group:
     if w.duration_s is not None:
         head += f", {w.duration_s:.2f} s"
     parts: list[object] = [Text(head, style="bold")]
-    rows = window_lines(w)
+    rows = window_lines(w, [r for r in result.records if not r.warmup])
 
     def grid(chunk: list[tuple[str, str]]) -> Table:
         table = Table.grid(padding=(0, 2))
