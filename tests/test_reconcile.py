@@ -121,7 +121,7 @@ def test_a_counter_that_went_down_is_unknown_with_a_warning():
     t, warnings = figures(VLLM, start, end)
     assert t.prompt_tokens is None and t.generation_tokens is None
     assert t.finished_reasons is None
-    assert len(warnings) == 1 and "restarted" in warnings[0]
+    assert len(warnings) == 1 and "server restarted during the run" in warnings[0]
     assert "vllm:prompt_tokens_total 90,000 → 2,200" in warnings[0]
     row = by_figure(t)["prompt_tokens"]
     assert row.verdict == "unknown" and "restarted" in row.causes[0]

@@ -180,8 +180,8 @@ async def test_llamacpp_timings_land_in_records_and_its_counters_reconcile(
     assert t.preemptions is None and t.kv_usage_peak is None  # llama.cpp exports neither
     text = rendered(result)
     assert "reconciles (±100)" in text and "differs" not in text
-    kv_line = next(line for line in text.splitlines() if line.startswith("KV usage peak"))
-    assert kv_line.split()[-2:] == ["not", "reported"]
+    assert "not reported (llama.cpp stopped exporting KV usage in 2025)" in text
+    assert "not reported (llama.cpp has fixed slots: requests queue instead)" in text
 
 
 async def test_a_server_without_metrics_completes_with_not_reported_and_a_warning(

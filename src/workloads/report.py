@@ -14,6 +14,7 @@ from workloads.records import TurnRecord
 from workloads.results import RunResult, Window
 from workloads.telemetry.figures import EnergyFigures, Reconciliation, ServerTelemetry
 from workloads.telemetry.reconcile import UsageSums
+from workloads.telemetry.servers import server_names
 
 __all__ = ["coordinates_line", "render", "run_line", "turn_table", "window_lines"]
 
@@ -120,6 +121,12 @@ _FIGURE_NAMES = {
 
 def _count(value: float | None) -> str:
     return NOT_REPORTED if value is None else f"{value:,.0f}"
+
+
+def _not_reported(t: ServerTelemetry, figure: str) -> str:
+    names = server_names(t.server)
+    why = names.not_exported.get(figure) if names is not None else None
+    return f"{NOT_REPORTED} ({why})" if why else NOT_REPORTED
 
 
 def _verdict(r: Reconciliation) -> str:
@@ -254,10 +261,14 @@ def window_lines(
             if t.spec_acceptance_rate is None and timings_spec is not None:
                 spec = timings_spec
             rows.append(("spec decoding", spec))
-            rows.append(("preemptions", _count(t.preemptions)))
+            rows.append((
+                "preemptions",
+                _not_reported(t, "preemptions") if t.preemptions is None
+                else _count(t.preemptions),
+            ))
         kv = t.gauges.get("kv_usage")
         if kv is None:
-            kv_text = NOT_REPORTED
+            kv_text = _not_reported(t, "kv_usage")
         elif t.kv_usage_peak is None:
             kv_text = (
                 f"{NOT_REPORTED} (no sample inside the window, which was shorter than the "

@@ -180,8 +180,8 @@ def window_figures(
             f"{d.read.name} {d.start:,.0f} → {d.end:,.0f}" for d in restarted if d.read
         )
         warnings.append(
-            f"server counters went down over the window ({listed}): the server restarted "
-            "during the run; those window figures are unknown"
+            f"server counters went down or were re-created over the window ({listed}): the "
+            "server restarted during the run; those window figures are unknown"
         )
     vanished = [d.read.name for d in deltas.values()
                 if d.problem == "disappeared" and d.read is not None]
@@ -207,12 +207,10 @@ def window_figures(
         if (summary := _gauge(names, figure, (start, end), samples)) is not None
     }
     running = _gauge(names, "requests_running", (start, start), [])
+    finished = values.get("finished_requests")
     evidence = _Evidence(
         usage=usage,
-        extra_requests=(
-            None if values.get("finished_requests") is None
-            else values["finished_requests"] - usage.requests  # type: ignore[operator]
-        ),
+        extra_requests=None if finished is None else finished - usage.requests,
         running_at_start=running.peak if running else None,
         preemptions=values.get("preemptions"),
     )

@@ -32,6 +32,7 @@ __all__ = [
     "ServerNames",
     "UsageSum",
     "detect_server",
+    "server_names",
 ]
 
 CounterFigure = Literal[
@@ -90,6 +91,7 @@ class ServerNames:
     significant_digits: int | None = None  # values printed with this many digits
     metrics_hint: str = ""  # how to make the server export /metrics
     cached_usage_hint: str = ""  # how to make it report cached tokens per request
+    not_exported: Mapping[str, str] = field(default_factory=dict)  # figure → why it never is
 
     def counter_names(self) -> set[str]:
         return {r.name for reads in self.counters.values() for r in reads}
@@ -207,6 +209,10 @@ LLAMACPP = ServerNames(
     },
     significant_digits=6,  # printed with %g: 1234567 → 1.23457e+06
     metrics_hint="start llama-server with --metrics",
+    not_exported={
+        "preemptions": "llama.cpp has fixed slots: requests queue instead",
+        "kv_usage": "llama.cpp stopped exporting KV usage in 2025",
+    },
 )
 
 TGI = ServerNames(
@@ -224,9 +230,15 @@ TGI = ServerNames(
         "finished_requests": "requests",
     },
     metrics_hint="TGI serves /metrics on its main port",
+    not_exported={"preemptions": "TGI exports none", "kv_usage": "TGI exports none"},
 )
 
 SERVERS: tuple[ServerNames, ...] = (VLLM, SGLANG, LLAMACPP, TGI)
+
+
+def server_names(server: str | None) -> ServerNames | None:
+    """The table of a server family by its display name (as saved in a result)."""
+    return next((names for names in SERVERS if names.server == server), None)
 
 
 def detect_server(snapshot: Snapshot) -> ServerNames | None:
