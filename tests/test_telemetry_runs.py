@@ -57,7 +57,7 @@ def test_sim_window_deltas_equal_the_measured_usage_exactly(run_scenario, tiny_s
     assert "speculative decoding off" in text
 
 
-def test_sim_acceptance_matches_its_configured_truth(simulated_server, tiny_scenario):
+def test_sim_acceptance_matches_its_configured_truth(tiny_scenario):
     fields = Profile.model_fields
     if "spec_tokens" not in fields:
         pytest.skip("the simulator has no speculative decoding yet (no spec_tokens field in "

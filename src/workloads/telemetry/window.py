@@ -151,6 +151,15 @@ class WindowTelemetry:
 
     async def start(self) -> None:
         """Open the window: scrape, read energy, start sampling. Never raises for telemetry."""
+        try:
+            await self._open()
+        except Exception as err:  # odd metrics or a bug here: lose figures, not the run
+            self.warnings.append(f"telemetry not read: opening the window failed ({err!r})")
+            if self._meter is not None:
+                self._meter.close()
+            self._names = self._start = self._meter = None
+
+    async def _open(self) -> None:
         if self.metrics_url is not None:
             try:
                 self._start = await self._scrape()
@@ -180,8 +189,22 @@ class WindowTelemetry:
         """Close the window: read energy, scrape, compute the figures against ``records``."""
         await self._stop_sampler()
         usage = UsageSums.of(records)
-        energy = await self._finish_energy(usage.completion)
-        server = await self._finish_server(usage)
+        # A server's odd metrics, or a bug here, must cost figures, never the run's result.
+        try:
+            energy: EnergyFigures | None = await self._finish_energy(usage.completion)
+        except Exception as err:
+            self.warnings.append(f"energy not available: reading it failed ({err!r})")
+            energy = EnergyFigures(source=None, not_available=f"reading failed: {err!r}")
+        try:
+            server = await self._finish_server(usage)
+        except Exception as err:
+            self.warnings.append(
+                f"server metrics not reported: computing the window figures failed ({err!r})"
+            )
+            server = None if self.metrics_url is None else ServerTelemetry(
+                server=None, metrics_url=self.metrics_url, scrapes=self._scrapes,
+                failed_scrapes=self._failed,
+            )
         if self._sample_errors:
             self.warnings.append(
                 f"{len(self._sample_errors)} gauge samples of {self.metrics_url} failed "
