@@ -21,3 +21,26 @@ def tiny_scenario():
             "repetitions.measured=1",
         ]
     )
+
+
+@pytest.fixture
+def serve_app():
+    """Start an aiohttp app on 127.0.0.1 at a free port, in the test's event loop:
+    ``async with serve_app(app) as root_url: ...`` (no mocks of aiohttp: real sockets)."""
+    from contextlib import asynccontextmanager
+
+    from aiohttp import web
+
+    @asynccontextmanager
+    async def serve(app: web.Application):
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            await runner.cleanup()
+
+    return serve

@@ -13,6 +13,7 @@ EXPECTED = {
     "Summary",
     "Target",
     "TargetError",
+    "TelemetryOptions",
     "TurnRecord",
     "TurnSummary",
     "WorkloadsError",

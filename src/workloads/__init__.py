@@ -22,6 +22,7 @@ from workloads.results import RunResult, load_result
 from workloads.runner import Target, run, run_async
 from workloads.scenario import Scenario, list_scenarios, load_scenario
 from workloads.simulated_server import SimulatedServer
+from workloads.telemetry import TelemetryOptions
 
 __all__ = [
     "IncomparableError",
@@ -34,6 +35,7 @@ __all__ = [
     "Summary",
     "Target",
     "TargetError",
+    "TelemetryOptions",
     "TurnRecord",
     "TurnSummary",
     "WorkloadsError",

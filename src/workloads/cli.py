@@ -50,6 +50,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     console = _console()
     scenario = workloads.load_scenario(args.scenario).with_overrides(args.set or [])
     sim = _parse_assignments(args.sim or [], "--sim")
+    from workloads.telemetry import TelemetryOptions
+
+    telemetry = TelemetryOptions(
+        metrics=args.metrics_url != "off",
+        metrics_url=None if args.metrics_url in (None, "off") else args.metrics_url,
+        energy=args.energy,
+    )
     target = None
     if args.target:
         target = workloads.Target(args.target, args.model, api_key_env=args.api_key_env)
@@ -91,6 +98,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 note=args.note,
                 sim=sim or None,
                 on_record=on_record,
+                telemetry=telemetry,
             )
         except KeyboardInterrupt:
             console.print(f"interrupted: every turn measured so far is in {out}/records.jsonl")
@@ -220,6 +228,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="override a scenario field (dotted path), e.g. --set users=2")
     run.add_argument("--sim", action="append", metavar="FIELD=VALUE",
                      help="override a simulator profile field, e.g. --sim kv_capacity_tokens=46202")
+    run.add_argument("--metrics-url", metavar="URL|off",
+                     help="the server's Prometheus metrics (default: the target's root + "
+                     "/metrics); 'off' reads no server counters")
+    run.add_argument("--energy", choices=["auto", "nvml", "hwmon", "rapl", "off"],
+                     default="auto",
+                     help="energy over the measured window: NVIDIA GPUs (nvml, needs "
+                     "workloads[nvidia]), Intel GPUs (hwmon), CPU packages (rapl); auto picks "
+                     "the first readable, and only for a target on this machine "
+                     "(default: %(default)s)")
     run.add_argument("--label", help="name of this arm, stored in the result")
     run.add_argument("--note", help="free text (the stack, flags), stored in the result")
     run.add_argument("--quiet", action="store_true", help="no progress bar")

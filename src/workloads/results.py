@@ -21,6 +21,7 @@ from workloads.aggregate import Summary
 from workloads.errors import ResultFormatError
 from workloads.records import TurnRecord, read_records
 from workloads.scenario import Scenario
+from workloads.telemetry.figures import EnergyFigures, ServerTelemetry
 
 __all__ = ["FORMAT_VERSION", "RunResult", "load_result"]
 
@@ -55,12 +56,18 @@ class RepetitionNonces(_Model):
 
 
 class Window(_Model):
-    """The measured interval: from the first measured request to the last measured reply."""
+    """The measured interval: from the first measured request to the last measured reply.
+
+    ``server`` holds the server's counter deltas over it, reconciled with the measured
+    TurnRecords' usage (None: metrics were not scraped); ``energy`` this machine's energy over
+    it (None: not read). Figures a server does not report are None inside them, never 0.
+    """
 
     start_unix: float | None = None
     end_unix: float | None = None
     duration_s: float | None = None
-    telemetry: dict[str, Any] | None = None  # server counter deltas and energy, when read
+    server: ServerTelemetry | None = None
+    energy: EnergyFigures | None = None
 
 
 class RunResult(_Model):
@@ -115,7 +122,8 @@ def environment() -> dict[str, str]:
 
 
 # format_version history (keep loading every version listed here):
-#   1 — 2026-11-30: first version.
+#   1 — 2026-11-30: first version. Early files carry "window.telemetry": null, which the
+#       typed window.server / window.energy replaced the same day; it is dropped on load.
 def load_result(path: str | Path) -> RunResult:
     """Load a RunResult from ``DIR`` or ``DIR/result.json``, with its records."""
     p = Path(path)
@@ -133,6 +141,9 @@ def load_result(path: str | Path) -> RunResult:
             f"{p}: format_version {version!r} is not one this version of workloads reads "
             f"({FORMAT_VERSION}); upgrade workloads"
         )
+    window = data.get("window")
+    if isinstance(window, dict) and window.get("telemetry", 0) is None:
+        window.pop("telemetry")
     records_path = p.parent / RECORDS_FILE
     records = list(read_records(records_path)) if records_path.exists() else []
     try:

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import secrets
 import time
@@ -37,6 +38,8 @@ from workloads.results import (
 )
 from workloads.scenario import Scenario, load_scenario
 from workloads.session import Session
+from workloads.telemetry import TelemetryOptions, WindowTelemetry, energy_for_target
+from workloads.telemetry.figures import EnergyFigures, ServerTelemetry
 
 __all__ = ["Target", "run", "run_async"]
 
@@ -114,12 +117,15 @@ async def run_async(
     sim: dict[str, Any] | None = None,
     on_record: Callable[[TurnRecord], None] | None = None,
     client: ChatClient | None = None,
+    telemetry: TelemetryOptions | None = None,
 ) -> RunResult:
     """Run ``scenario`` against ``target`` (the embedded simulated server when None).
 
     ``out_dir`` receives ``records.jsonl`` (appended as turns finish) and ``result.json``.
     ``on_record`` is called with every TurnRecord as it is made (for progress displays).
-    ``client`` replaces the HTTP client (tests use a function-backed fake).
+    ``client`` replaces the HTTP client (tests use a function-backed fake; telemetry is then
+    off unless ``telemetry`` asks for it). ``telemetry`` says what to read over the measured
+    window: the server's /metrics and this machine's energy (:class:`TelemetryOptions`).
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
@@ -130,7 +136,8 @@ async def run_async(
         simulated = target is None
         sim_profile = None
         if target is None:
-            target, server = await stack.enter_async_context(_simulated_target(sim))
+            sim_target, server = await stack.enter_async_context(_simulated_target(sim))
+            target = sim_target
             sim_profile = server.profile.model_dump()
         assert target is not None
         chosen = target
@@ -149,6 +156,10 @@ async def run_async(
             )
         else:
             model, identity = chosen.model or "fake", ServerIdentity()
+            if telemetry is None:
+                telemetry = TelemetryOptions(metrics=False, energy="off")
+        window_telemetry = await stack.enter_async_context(_window_telemetry(chosen, telemetry,
+                                                                            simulated))
         writer = None
         if out is not None:
             writer = stack.enter_context(RecordWriter(out / RECORDS_FILE))
@@ -168,6 +179,7 @@ async def run_async(
             label=label,
             note=note,
             out=out,
+            telemetry=window_telemetry,
         ).execute()
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -179,6 +191,21 @@ def run(
 ) -> RunResult:
     """Synchronous :func:`run_async` (starts its own event loop). Same arguments."""
     return asyncio.run(run_async(scenario, target, **options))
+
+
+def _window_telemetry(
+    target: Target, options: TelemetryOptions | None, simulated: bool
+) -> WindowTelemetry:
+    options = options or TelemetryOptions()
+    energy, note = energy_for_target(options.energy, base_url=target.base_url,
+                                     simulated=simulated)
+    key = target.api_key()
+    return WindowTelemetry(
+        dataclasses.replace(options, energy=energy),
+        metrics_url=options.metrics_url or target.root_url + "/metrics",
+        headers={"Authorization": f"Bearer {key}"} if key else None,
+        energy_note=note,
+    )
 
 
 class _Run:
@@ -194,6 +221,7 @@ class _Run:
         label: str | None,
         note: str | None,
         out: Path | None,
+        telemetry: WindowTelemetry,
     ) -> None:
         self.scenario = scenario
         self.client = client
@@ -210,6 +238,9 @@ class _Run:
         self.window_start: float | None = None
         self.window_end: float | None = None
         self.fingerprint: str | None = None
+        self.telemetry = telemetry
+        self.server_telemetry: ServerTelemetry | None = None
+        self.energy: EnergyFigures | None = None
 
     def _record(self, record: TurnRecord) -> None:
         self.records.append(record)
@@ -227,9 +258,12 @@ class _Run:
             for repetition in range(s.repetitions.warmup + s.repetitions.measured):
                 warmup = repetition < s.repetitions.warmup
                 if not warmup and self.window_start is None:
+                    await self.telemetry.start()  # right before the first measured request
                     self.window_start = time.time()
                 await self._repetition(repetition, warmup)
-            self.window_end = time.time()
+            self.window_end = time.time()  # every measured response has ended
+            measured = [r for r in self.records if not r.warmup]
+            self.server_telemetry, self.energy = await self.telemetry.finish(measured)
             complete = True
         finally:
             # Also on Ctrl-C or a crash: the result says what was measured, and that it stopped.
@@ -287,7 +321,7 @@ class _Run:
     def _result(self, complete: bool) -> RunResult:
         s = self.scenario
         summary = aggregate.summarize(self.records, users=s.users)
-        warnings = _warnings(summary, complete)
+        warnings = [*_warnings(summary, complete), *self.telemetry.warnings]
         identity = self.target_info.server.model_copy(
             update={"system_fingerprint": self.fingerprint}
         )
@@ -299,6 +333,8 @@ class _Run:
                 if self.window_end is not None and self.window_start is not None
                 else None
             ),
+            server=self.server_telemetry,
+            energy=self.energy,
         )
         return RunResult(
             created_unix=time.time(),

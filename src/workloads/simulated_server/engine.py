@@ -9,6 +9,7 @@ last token written, prompt and cached tokens) is kept for tests and benchmarks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections import Counter, deque
@@ -78,10 +79,8 @@ class Engine:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
 
     def submit(self, prompt: list[int], plan: list[int], max_tokens: int) -> Sequence:

@@ -78,7 +78,8 @@ class _EngineCollector(Collector):
             labels=["block_size", "kv_cache_size_tokens", "num_gpu_blocks"],
         )
         info.add_metric(
-            [str(p.block_size), str(p.kv_capacity_tokens), str(p.kv_capacity_tokens // p.block_size)],
+            [str(p.block_size), str(p.kv_capacity_tokens),
+             str(p.kv_capacity_tokens // p.block_size)],
             1.0,
         )
         yield info

@@ -1,0 +1,167 @@
+"""WindowTelemetry against real HTTP servers on 127.0.0.1 serving /metrics text we control."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiohttp import web
+
+from workloads.records import TurnRecord
+from workloads.telemetry import TelemetryOptions, WindowTelemetry
+
+L = '{engine="0",model_name="m"}'
+
+
+def spec_text(drafts, draft_tokens, accepted, kv=0.0, generated=0):
+    return (
+        "# TYPE vllm:spec_decode_num_drafts_total counter\n"
+        f"vllm:spec_decode_num_drafts_total{L} {drafts}\n"
+        "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
+        f"vllm:spec_decode_num_draft_tokens_total{L} {draft_tokens}\n"
+        "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
+        f"vllm:spec_decode_num_accepted_tokens_total{L} {accepted}\n"
+        "# TYPE vllm:generation_tokens_total counter\n"
+        f"vllm:generation_tokens_total{L} {generated}\n"
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        f"vllm:kv_cache_usage_perc{L} {kv}\n"
+    )
+
+
+class MetricsText:
+    """An app whose /metrics answers with ``self.text`` (or ``self.status``)."""
+
+    def __init__(self, text: str = "", status: int = 200) -> None:
+        self.text, self.status, self.hits = text, status, 0
+        self.app = web.Application()
+        self.app.router.add_get("/metrics", self.metrics)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        self.hits += 1
+        if self.status != 200:
+            return web.Response(status=self.status, text="no metrics here")
+        return web.Response(text=self.text, content_type="text/plain")
+
+
+def record(completion: int) -> TurnRecord:
+    return TurnRecord(repetition=0, warmup=False, session=0, turn=1, status="ok",
+                      http_status=200, prompt_tokens=10, cached_tokens=0,
+                      completion_tokens=completion, configured_prior_tokens=0, started_ns=1)
+
+
+QUICK = TelemetryOptions(energy="off", gauge_interval_s=0.02, settle_s=0.05)
+
+
+async def test_acceptance_over_the_window_from_a_real_metrics_endpoint(serve_app):
+    server = MetricsText(spec_text(50, 200, 100))
+    async with serve_app(server.app) as root, WindowTelemetry(
+        QUICK, metrics_url=root + "/metrics"
+    ) as window:
+        await window.start()
+        server.text = spec_text(50 + 201, 200 + 804, 100 + 437, kv=0.8)
+        await asyncio.sleep(0.1)
+        server.text = spec_text(50 + 201, 200 + 804, 100 + 437, kv=0.1)
+        telemetry, energy = await window.finish([])
+    assert telemetry is not None and telemetry.server == "vLLM"
+    assert round(telemetry.spec_acceptance_rate, 4) == 0.5435
+    assert telemetry.spec_mean_accepted_length == pytest.approx(1 + 437 / 201)
+    assert telemetry.kv_usage_peak == 0.8  # seen only by the periodic samples
+    assert telemetry.gauges["kv_usage"].last == 0.1
+    assert telemetry.scrapes >= 4 and telemetry.failed_scrapes == 0
+    assert window.warnings == []
+    assert energy is not None and energy.joules is None and energy.not_available
+
+
+async def test_a_counter_that_lags_the_last_response_reconciles_on_the_settle_read(serve_app):
+    server = MetricsText(spec_text(0, 0, 0, generated=1000))
+
+    async def count_late() -> None:
+        await asyncio.sleep(0.02)  # the server counts the last request a moment after its end
+        server.text = spec_text(0, 0, 0, generated=1064)
+
+    async with serve_app(server.app) as root, WindowTelemetry(
+        QUICK, metrics_url=root + "/metrics"
+    ) as window:
+        await window.start()
+        server.text = spec_text(0, 0, 0, generated=1032)
+        late = asyncio.create_task(count_late())
+        telemetry, _ = await window.finish([record(32), record(32)])
+        await late
+    row = next(r for r in telemetry.reconciliation if r.figure == "generation_tokens")
+    assert row.verdict == "reconciles" and row.server == 64
+    assert "re-read 0.05 s after the window" in row.causes[-1]
+
+
+async def test_a_missing_metrics_endpoint_is_a_warning_not_an_error(serve_app):
+    server = MetricsText(status=404)
+    async with serve_app(server.app) as root, WindowTelemetry(
+        QUICK, metrics_url=root + "/metrics"
+    ) as window:
+        await window.start()
+        telemetry, _ = await window.finish([record(8)])
+    assert telemetry is not None and telemetry.server is None
+    assert telemetry.prompt_tokens is None and telemetry.reconciliation == []
+    assert len(window.warnings) == 1
+    assert "answered HTTP 404" in window.warnings[0] and "--enable-metrics" in window.warnings[0]
+
+
+async def test_an_unreachable_metrics_endpoint_is_a_warning(serve_app):
+    async with WindowTelemetry(QUICK, metrics_url="http://127.0.0.1:9/metrics") as window:
+        await window.start()
+        telemetry, _ = await window.finish([])
+    assert telemetry.server is None
+    assert "could not be read" in window.warnings[0]
+
+
+async def test_a_failing_window_end_scrape_leaves_counters_unknown(serve_app):
+    server = MetricsText(spec_text(1, 4, 2))
+    async with serve_app(server.app) as root, WindowTelemetry(
+        QUICK, metrics_url=root + "/metrics"
+    ) as window:
+        await window.start()
+        server.status = 500
+        await asyncio.sleep(0.06)  # some gauge samples fail too
+        telemetry, _ = await window.finish([])
+    assert telemetry.server == "vLLM" and telemetry.spec_acceptance_rate is None
+    assert telemetry.failed_scrapes >= 2
+    assert any("window end not reported" in w for w in window.warnings)
+    assert any("gauge samples" in w for w in window.warnings)
+
+
+async def test_text_that_is_not_prometheus_is_a_warning(serve_app):
+    server = MetricsText("<html>{ nope</html>")
+    async with serve_app(server.app) as root, WindowTelemetry(
+        QUICK, metrics_url=root + "/metrics"
+    ) as window:
+        await window.start()
+        telemetry, _ = await window.finish([])
+    assert telemetry.server is None and "not Prometheus text" in window.warnings[0]
+
+
+async def test_the_sampler_catches_rapl_wraps_inside_the_window(tmp_path):
+    zone = tmp_path / "class" / "powercap" / "intel-rapl:0"
+    zone.mkdir(parents=True)
+    (zone / "name").write_text("package-0\n")
+    (zone / "max_energy_range_uj").write_text("1000\n")
+    (zone / "energy_uj").write_text("900\n")
+    options = TelemetryOptions(metrics=False, energy="rapl", energy_interval_s=0.01,
+                               sysfs_root=str(tmp_path))
+    async with WindowTelemetry(options, metrics_url=None) as window:
+        await window.start()
+        for value in (100, 800, 200):  # two wraps; edges alone would see 900 → 200 = 300
+            (zone / "energy_uj").write_text(f"{value}\n")
+            await asyncio.sleep(0.1)
+        telemetry, energy = await window.finish([record(10)])
+    assert telemetry is None  # metrics off
+    assert energy.source == "rapl" and energy.joules == pytest.approx(1300e-6)
+    assert energy.reads >= 4 and energy.generated_tokens == 10
+    assert window.warnings == []
+
+
+async def test_an_explicit_energy_kind_that_cannot_be_read_warns(tmp_path):
+    options = TelemetryOptions(metrics=False, energy="rapl", sysfs_root=str(tmp_path))
+    async with WindowTelemetry(options, metrics_url=None) as window:
+        await window.start()
+        _, energy = await window.finish([])
+    assert energy.joules is None and "no RAPL package zone" in energy.not_available
+    assert window.warnings and "energy (rapl) not available" in window.warnings[0]
