@@ -146,10 +146,13 @@ class LlamaCppServer:
                     f"llama-server exited with code {self._process.returncode} while starting; "
                     f"last log lines:\n{tail}"
                 )
-            with contextlib.suppress(urllib.error.URLError, OSError):
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        return self
+            health = f"http://127.0.0.1:{self.port}/health"
+            with (
+                contextlib.suppress(urllib.error.URLError, OSError),
+                urllib.request.urlopen(health, timeout=2) as response,
+            ):
+                if response.status == 200:
+                    return self
             time.sleep(0.25)
         self.stop()
         raise TargetError(
