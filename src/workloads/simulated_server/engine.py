@@ -230,6 +230,11 @@ class Engine:
         self._release(seq)
         self._finish(seq, reason)
 
+    def token_ids(self, request_id: str) -> tuple[list[int], list[int]]:
+        """(prompt ids, generated ids so far) of a request the engine has seen."""
+        seq = self.sequences[request_id]
+        return seq.prompt, seq.plan[: seq.generated]
+
     def record(self, truth: RequestTruth) -> None:
         """Keep the truth of a request the engine never saw (a refused or faulted one)."""
         self.truths.append(truth)
