@@ -18,6 +18,7 @@ import hashlib
 import json
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
@@ -62,6 +63,11 @@ class _Handlers:
         self.fingerprint = f"workloads-sim-{__version__}-{profile.name}-{config}"
         # One draw per request in arrival order: the same arrival order gets the same faults.
         self._fault_rng = random.Random(f"faults:{profile.seed}")
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sim-tokenizer")
+
+    def close(self) -> None:
+        """Stop the tokenizer thread."""
+        self._worker.shutdown(wait=False, cancel_futures=True)
 
     @property
     def profile(self) -> Profile:
@@ -112,18 +118,10 @@ class _Handlers:
             return None
         return faults.pick(self._fault_rng.random())
 
-    async def chat(self, request: web.Request) -> web.StreamResponse:
-        arrival = time.perf_counter_ns()
-        try:
-            body = await request.json()
-        except json.JSONDecodeError:
-            return _error(400, "request body is not valid JSON")
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            return _error(400, "'messages' must be a list")
-        if body.get("model") not in (self.profile.model, None):
-            return _error(
-                404, f"The model `{body.get('model')}` does not exist.", "NotFoundError"
-            )
+    def _prepare(
+        self, body: dict[str, Any], arrival: int
+    ) -> web.Response | tuple[list[int], list[int], int, RequestTruth, int]:
+        """Tokenize, check limits, draw the fault, plan the reply (on the worker thread)."""
         prompt = tokenizer.render(body["messages"])
         limits = self._limits(body, prompt)
         if isinstance(limits, str):
@@ -144,8 +142,31 @@ class _Handlers:
         if fault == "early_stop":
             length = min(length, max(1, self.profile.faults.after_tokens))
             if length == max_tokens:  # cannot stop early at 1 token of 1; no fault after all
-                truth.fault = fault = None
-        plan = plan_reply(self.corpus, seed, length)
+                truth.fault = None
+        return prompt, plan_reply(self.corpus, seed, length), max_tokens, truth, seed
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        arrival = time.perf_counter_ns()
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return _error(400, "request body is not valid JSON")
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return _error(400, "'messages' must be a list")
+        if body.get("model") not in (self.profile.model, None):
+            return _error(
+                404, f"The model `{body.get('model')}` does not exist.", "NotFoundError"
+            )
+        # Tokenizing and planning the reply run on one worker thread: off the event loop,
+        # which the engine's step loop shares (64 prompts arriving together would stall the
+        # steps), and first come, first served, so requests reach the engine in the order
+        # they arrived — the order decides which cached prefixes survive (see engine doc).
+        loop = asyncio.get_running_loop()
+        prepared = await loop.run_in_executor(self._worker, self._prepare, body, arrival)
+        if isinstance(prepared, web.Response):
+            return prepared
+        prompt, plan, max_tokens, truth, seed = prepared
+        fault = truth.fault
         seq = self.engine.submit(prompt, plan, max_tokens, truth=truth, rng_seed=seed)
         try:
             if body.get("stream"):
@@ -392,4 +413,9 @@ def build_app(engine: Engine, *, corpus: str = "stdlib", debug: bool = False) ->
     app.router.add_get("/version", handlers.version)
     app.router.add_post("/reset_prefix_cache", handlers.reset_prefix_cache)
     app.router.add_get("/debug/requests", handlers.debug_requests)
+
+    async def close(app: web.Application) -> None:
+        handlers.close()
+
+    app.on_cleanup.append(close)
     return app
