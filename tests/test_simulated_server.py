@@ -228,6 +228,25 @@ def test_spec_decode_counters_are_exported_when_speculation_is_on():
     assert 1 + drafts + accepted <= 60 <= 2 + drafts + accepted
 
 
+def test_acceptance_over_a_run_matches_the_configured_probability(tmp_path):
+    p = 0.6
+    with SimulatedServer("fast", sim={"spec_tokens": 1, "spec_acceptance": p}) as server:
+        before = scrape(server)
+        scenario = workloads.load_scenario("five-user-coding").with_overrides(
+            ["users=2", "turns=2", "opening_tokens=300", "turn_tokens=50", "output_tokens=200",
+             "repetitions.warmup=0", "repetitions.measured=1"]
+        )
+        workloads.run(scenario, server.target, out_dir=tmp_path / "spec")
+        after = scrape(server)
+    drafts = total(after, "vllm:spec_decode_num_draft_tokens_total") - total(
+        before, "vllm:spec_decode_num_draft_tokens_total")
+    accepted = total(after, "vllm:spec_decode_num_accepted_tokens_total") - total(
+        before, "vllm:spec_decode_num_accepted_tokens_total")
+    assert drafts > 300
+    # Δaccepted / Δdraft tokens, the seeds' acceptance: binomial, so within 4 sigma of p
+    assert abs(accepted / drafts - p) < 4 * (p * (1 - p) / drafts) ** 0.5
+
+
 # --- faults -----------------------------------------------------------------------------------
 
 
@@ -310,6 +329,19 @@ def test_arc_profile_reproduces_its_seed_figures():
     # an 8,190-token cold prefill is one step: TTFT about 4.74 s, ~1,730 tok/s
     ttft = p.step_fixed_s + p.prefill_s_per_token * 8190
     assert ttft == pytest.approx(4.738, rel=0.01)
+
+
+def test_a_run_can_pick_the_profile_through_its_sim_overrides(tmp_path):
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(
+        ["users=1", "turns=1", "opening_tokens=300", "output_tokens=8",
+         "repetitions.warmup=0", "repetitions.measured=1"]
+    )
+    result = workloads.run(scenario, sim={"profile": "h200-8b", "spec_tokens": 2},
+                           out_dir=tmp_path / "h200")
+    assert result.target.simulator_profile is not None
+    assert result.target.simulator_profile["name"] == "h200-8b"
+    assert result.target.simulator_profile["spec_tokens"] == 2
+    assert result.target.model == "sim-dense-8b" and result.summary.run.valid == 1
 
 
 def test_serve_lists_every_profile():

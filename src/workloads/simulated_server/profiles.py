@@ -232,14 +232,17 @@ def _set(data: dict[str, Any], dotted: str, value: object) -> None:
         data[head] = value
 
 
-def get_profile(name: str, overrides: dict[str, object] | None = None) -> Profile:
-    """A named profile with ``--sim`` overrides applied and validated.
+def get_profile(name: str | Profile, overrides: dict[str, object] | None = None) -> Profile:
+    """A named profile (or a given one) with ``--sim`` overrides applied and validated.
 
         get_profile("arc-b70-27b", {"spec_tokens": 4, "faults.rate_429": 0.1})
     """
-    if name not in PROFILES:
+    if isinstance(name, Profile):
+        data = name.model_dump()
+    elif name in PROFILES:
+        data = PROFILES[name].model_dump()
+    else:
         raise ScenarioError(f"no simulator profile {name!r}; known: {', '.join(PROFILES)}")
-    data = PROFILES[name].model_dump()
     for key, value in (overrides or {}).items():
         _set(data, key, value)
     try:

@@ -42,7 +42,11 @@ class SimulatedServer:
         corpus: str = "stdlib",
         debug: bool = False,
     ) -> None:
-        self.profile = profile if isinstance(profile, Profile) else get_profile(profile, sim)
+        overrides = dict(sim or {})
+        # "profile" in the overrides picks the named profile, so a run's --sim can choose it
+        # (python -m workloads run five-user-coding --sim profile=arc-b70-27b).
+        base = overrides.pop("profile", None)
+        self.profile = get_profile(str(base) if base is not None else profile, overrides)
         self.host = host
         self.port = port
         self._corpus = corpus
