@@ -30,13 +30,17 @@ import itertools
 import math
 import random
 import time
-from collections import Counter, deque
+from array import array
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 
 from workloads.simulated_server.kvcache import Block, BlockPool, chain_hash
 from workloads.simulated_server.profiles import Profile
 
 __all__ = ["Engine", "RequestTruth", "ScheduledWork", "Sequence", "Step"]
+
+TRUTH_LIMIT = 100_000
+TOKEN_HISTORY_LIMIT = 10_000
 
 
 @dataclass
@@ -166,8 +170,12 @@ class Engine:
         self.pool = BlockPool(profile.num_blocks)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
-        self.truths: list[RequestTruth] = []
-        self.sequences: dict[str, Sequence] = {}  # by request id, finished ones included
+        # Bounded so a long-running `serve` does not grow without end: ground truth for the
+        # last TRUTH_LIMIT requests, token ids (for the what-if oracle) for the last
+        # TOKEN_HISTORY_LIMIT finished ones, packed as 4-byte arrays.
+        self.truths: deque[RequestTruth] = deque(maxlen=TRUTH_LIMIT)
+        self.sequences: dict[str, Sequence] = {}  # by request id, until finished
+        self._history: OrderedDict[str, tuple[array[int], array[int]]] = OrderedDict()
         self.counters: Counter[str] = Counter()
         self.finished_reasons: Counter[str] = Counter()
         self.accepted_per_pos: list[int] = [0] * profile.spec_tokens
@@ -231,9 +239,13 @@ class Engine:
         self._finish(seq, reason)
 
     def token_ids(self, request_id: str) -> tuple[list[int], list[int]]:
-        """(prompt ids, generated ids so far) of a request the engine has seen."""
-        seq = self.sequences[request_id]
-        return seq.prompt, seq.plan[: seq.generated]
+        """(prompt ids, generated ids so far) of a request the engine has seen (one of the
+        last TOKEN_HISTORY_LIMIT finished ones, or a live one); KeyError otherwise."""
+        seq = self.sequences.get(request_id)
+        if seq is not None:
+            return list(seq.prompt), seq.plan[: seq.generated]
+        prompt, completion = self._history[request_id]
+        return prompt.tolist(), completion.tolist()
 
     def record(self, truth: RequestTruth) -> None:
         """Keep the truth of a request the engine never saw (a refused or faulted one)."""
@@ -426,6 +438,11 @@ class Engine:
         seq.truth.finish_reason = reason
         self.finished_reasons[reason] += 1
         seq.out.put_nowait(None)
+        request_id = seq.truth.request_id
+        self.sequences.pop(request_id, None)
+        self._history[request_id] = (array("I", seq.prompt), array("I", seq.plan[: seq.generated]))
+        while len(self._history) > TOKEN_HISTORY_LIMIT:
+            self._history.popitem(last=False)
 
     # --- the loop -----------------------------------------------------------------------------
 
