@@ -32,6 +32,10 @@ def run(e: Engine, max_steps: int = 100_000) -> list[Step]:
     return steps
 
 
+def flat(chunks: list[list[int]]) -> list[int]:
+    return [i for chunk in chunks for i in chunk]
+
+
 def output(seq: Sequence) -> list[list[int]]:
     chunks = []
     while not seq.out.empty():
@@ -115,7 +119,7 @@ def test_decode_growth_preempts_the_most_recent_and_it_recomputes_later():
     assert b.truth.preempted and not a.truth.preempted
     assert e.counters["num_preemptions"] == b.truth.num_preemptions >= 1
     for seq in (a, b):  # the reply is exactly the plan, preempted or not
-        assert sum(output(seq), []) == seq.plan
+        assert flat(output(seq)) == seq.plan
         assert seq.truth.completion_tokens == 40 and seq.truth.finish_reason == "length"
     # usage reports the hit of the first admission; the counters count it once
     assert e.counters["prefix_cache_queries"] == 128
@@ -132,7 +136,7 @@ def test_a_preempted_request_finds_its_own_blocks_again_if_they_survived():
     # its own full blocks were still cached.
     recomputed = sum(w.tokens for s in steps for w in s.work if w.seq is b and not w.decode)
     assert recomputed < 64 + b.truth.completion_tokens + 64
-    assert sum(output(a), []) == a.plan and sum(output(b), []) == b.plan
+    assert flat(output(a)) == a.plan and flat(output(b)) == b.plan
 
 
 def test_finished_and_aborted_requests_give_back_every_block():
@@ -190,7 +194,7 @@ def test_speculative_decoding_counts_drafts_and_never_overshoots_max_tokens():
     steps = run(e)
     for seq in seqs:
         chunks = output(seq)
-        assert sum(chunks, []) == seq.plan
+        assert flat(chunks) == seq.plan
         assert all(len(c) <= 5 for c in chunks)
         # after the prefill's token, every decode step emits its accepted drafts plus one
         decodes = sum(1 for s in steps for w in s.work if w.seq is seq and w.decode)

@@ -195,7 +195,7 @@ def test_replies_read_like_an_agent_and_repeat_per_seed(simulated_server):
 async def test_streamed_text_reencodes_to_exactly_the_reported_tokens(simulated_server):
     response = await stream(simulated_server, max_tokens=64, ignore_eos=True, seed=1)
     assert response.ok and response.usage is not None
-    status, tokenized = post(root(simulated_server) + "/tokenize", {"prompt": response.text})
+    _, tokenized = post(root(simulated_server) + "/tokenize", {"prompt": response.text})
     assert tokenized["count"] == response.usage.completion_tokens == 64
 
 
@@ -273,7 +273,7 @@ async def test_fault_disconnect_after_k_tokens():
         response = await stream(server, max_tokens=50, ignore_eos=True)
         truth = server.truths()[0]
     assert response.error_kind == "disconnected"
-    assert response.usage is None and 0 < len(response.text)
+    assert response.usage is None and len(response.text) > 0
     assert truth.fault == "disconnect" and truth.finish_reason == "abort"
 
 
