@@ -243,3 +243,31 @@ def test_a_request_too_big_for_the_kv_cache_is_refused_up_front():
     e = engine(kv_capacity_tokens=1600)
     assert e.fits(1500, 100)
     assert not e.fits(1500, 101)
+
+
+def _lockstep(e: Engine, users: int, order_of_turn2: list[int]) -> float:
+    """Turn-2 cached / shareable for lock-step sessions of ~10.5K tokens in ``e``."""
+    prompts = [ids(10_500, 10**6 * s) for s in range(users)]
+    firsts = [e.submit(p, ids(64, 10**6 * s + 500_000), max_tokens=64)
+              for s, p in enumerate(prompts)]
+    run(e)
+    seconds = []
+    for s in order_of_turn2:
+        history = firsts[s].prompt + firsts[s].plan
+        seconds.append(e.submit(history + ids(1000, 10**6 * s + 700_000), ids(64, 1),
+                                max_tokens=64))
+    run(e)
+    shareable = sum(len(f.prompt) + len(f.plan) for f in firsts)
+    return sum(s.truth.cached_tokens for s in seconds) / shareable
+
+
+def test_lockstep_sessions_that_overflow_the_kv_cache_evict_each_others_prefixes():
+    short = {"kv_capacity_tokens": 46_202}
+    assert _lockstep(engine(**short), 1, [0]) > 0.99
+    # Arriving in the same order every turn, each admission evicts the tail of the session
+    # that comes next, and the loss compounds: the seed record's collapse.
+    assert _lockstep(engine(**short), 5, [0, 1, 2, 3, 4]) < 0.25
+    # The order decides who loses: reversed, the first arrivals find their prefixes whole
+    # and the last one pays for all (so a real run's figure varies with arrival order).
+    assert _lockstep(engine(**short), 5, [4, 3, 2, 1, 0]) > 0.7
+    assert _lockstep(engine(), 5, [0, 1, 2, 3, 4]) > 0.99
