@@ -197,7 +197,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     profile = get_profile(args.profile, _parse_assignments(args.sim or [], "--sim"))
     server = SimulatedServer(profile, host=args.host, port=args.port, debug=args.debug)
     server.start()
-    print(f"simulated server ({profile.name}) serving {profile.model} at {server.base_url}")
+    print(f"simulated server ({profile.name}) serving {profile.model} at {server.base_url} "
+          f"· KV {profile.num_blocks * profile.block_size:,} tokens"
+          + (f" · {profile.spec_tokens} draft tokens" if profile.spec_tokens else ""))
     print("Ctrl-C to stop", flush=True)
     try:
         threading.Event().wait()
@@ -259,10 +261,14 @@ def build_parser() -> argparse.ArgumentParser:
     comp.set_defaults(func=_cmd_compare)
 
     serve = sub.add_parser("serve", help="run the simulated server standalone")
-    serve.add_argument("--profile", default="fast")
+    serve.add_argument("--profile", default="fast",
+                       choices=["fast", "arc-b70-27b", "h200-8b"],
+                       help="engine profile (default: %(default)s)")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--sim", action="append", metavar="FIELD=VALUE")
+    serve.add_argument("--port", type=int, default=8000, help="0 = any free port")
+    serve.add_argument("--sim", action="append", metavar="FIELD=VALUE",
+                       help="override a profile field, e.g. --sim kv_capacity_tokens=46202 "
+                       "--sim spec_tokens=4 --sim faults.rate_429=0.1")
     serve.add_argument("--debug", action="store_true", help="enable GET /debug/requests")
     serve.set_defaults(func=_cmd_serve)
     return parser

@@ -1,7 +1,10 @@
 """vLLM-shaped ``/metrics`` for the simulated engine, rendered by prometheus_client.
 
 Names follow vLLM's current exporter (see shared reference): counters carry ``_total`` and a
-``_created`` sample, labels ``engine`` and ``model_name``.
+``_created`` sample, labels ``engine`` and ``model_name``. Counters move when vLLM's do:
+prefix-cache queries/hits at a request's first admission, prompt tokens (and their split by
+source) when its prefill completes, generation tokens every step, request_success when it
+finishes — so over a quiet window their deltas equal the sums of the requests' usage.
 """
 
 from __future__ import annotations
@@ -36,21 +39,34 @@ class _EngineCollector(Collector):
         e = self.engine
         labels = ["engine", "model_name"]
         values = ["0", e.profile.model]
+        spec = e.profile.spec_tokens > 0
         for name, doc in _COUNTERS.items():
-            if name.startswith("spec_decode") and not getattr(e.profile, "spec_tokens", 0):
+            if name.startswith("spec_decode") and not spec:
                 continue  # vLLM exports these only with speculative decoding on
             family = CounterMetricFamily(f"vllm:{name}", doc, labels=labels, created=self.created)
             family.add_metric(values, e.counters[name], created=self.created)
             yield family
+        if spec:
+            per_pos = CounterMetricFamily(
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                "Accepted tokens per draft position.",
+                labels=[*labels, "position"],
+            )
+            for pos, count in enumerate(e.accepted_per_pos):
+                per_pos.add_metric([*values, str(pos)], count, created=self.created)
+            yield per_pos
         by_source = CounterMetricFamily(
             "vllm:prompt_tokens_by_source",
             "Number of prompt tokens by source.",
             labels=[*labels, "source"],
         )
         cached = e.counters["prompt_tokens_cached"]
-        by_source.add_metric([*values, "local_compute"], e.counters["prompt_tokens"] - cached)
-        by_source.add_metric([*values, "local_cache_hit"], cached)
-        by_source.add_metric([*values, "external_kv_transfer"], 0)
+        for source, tokens in (
+            ("local_compute", e.counters["prompt_tokens"] - cached),
+            ("local_cache_hit", cached),
+            ("external_kv_transfer", 0),
+        ):
+            by_source.add_metric([*values, source], tokens, created=self.created)
         yield by_source
         success = CounterMetricFamily(
             "vllm:request_success",
@@ -58,13 +74,15 @@ class _EngineCollector(Collector):
             labels=[*labels, "finished_reason"],
         )
         for reason in ("stop", "length", "abort", "error", "repetition"):
-            success.add_metric([*values, reason], e.finished_reasons[reason])
+            success.add_metric(
+                [*values, reason], e.finished_reasons[reason], created=self.created
+            )
         yield success
         for name, doc, value in (
             ("vllm:num_requests_running", "Number of requests in model execution batches.",
-             len(e.running)),
+             float(len(e.running))),
             ("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-             len(e.waiting)),
+             float(len(e.waiting))),
             ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
              e.kv_usage),
         ):
@@ -75,11 +93,12 @@ class _EngineCollector(Collector):
         info = GaugeMetricFamily(
             "vllm:cache_config_info",
             "Information of the LLMEngine CacheConfig",
-            labels=["block_size", "kv_cache_size_tokens", "num_gpu_blocks"],
+            labels=["block_size", "enable_prefix_caching", "kv_cache_size_tokens",
+                    "num_gpu_blocks"],
         )
         info.add_metric(
-            [str(p.block_size), str(p.kv_capacity_tokens),
-             str(p.kv_capacity_tokens // p.block_size)],
+            [str(p.block_size), str(p.prefix_caching), str(p.num_blocks * p.block_size),
+             str(p.num_blocks)],
             1.0,
         )
         yield info

@@ -26,6 +26,10 @@ class SimulatedServer:
         with SimulatedServer(profile="fast") as server:
             result = workloads.run("five-user-coding", target=server.target)
             truth = server.truths()   # what the engine saw, per request
+
+    ``profile`` is a name from ``PROFILES`` ("fast", "arc-b70-27b", "h200-8b") or a
+    :class:`Profile`; ``sim`` overrides its fields (``{"kv_capacity_tokens": 46202}``,
+    ``{"faults.rate_429": 0.1}``). ``debug=True`` turns on ``GET /debug/requests``.
     """
 
     def __init__(
@@ -38,7 +42,11 @@ class SimulatedServer:
         corpus: str = "stdlib",
         debug: bool = False,
     ) -> None:
-        self.profile = profile if isinstance(profile, Profile) else get_profile(profile, sim)
+        overrides = dict(sim or {})
+        # "profile" in the overrides picks the named profile, so a run's --sim can choose it
+        # (python -m workloads run five-user-coding --sim profile=arc-b70-27b).
+        base = overrides.pop("profile", None)
+        self.profile = get_profile(str(base) if base is not None else profile, overrides)
         self.host = host
         self.port = port
         self._corpus = corpus
@@ -55,18 +63,26 @@ class SimulatedServer:
 
     @property
     def model(self) -> str:
+        """The model name the server answers to."""
         return self.profile.model
 
     @property
     def target(self) -> Any:
+        """A :class:`workloads.Target` for this server."""
         from workloads.runner import Target
 
         return Target(base_url=self.base_url, model=self.model)
 
     def truths(self) -> list[RequestTruth]:
-        """Ground truth for every request so far (a snapshot copy)."""
+        """Ground truth for every request so far (a snapshot copy), in arrival order."""
         assert self.engine is not None, "server not started"
         return list(self.engine.truths)
+
+    def token_ids(self, request_id: str) -> tuple[list[int], list[int]]:
+        """(prompt ids, generated ids) of one request, e.g. to feed the what-if cache oracle
+        (:mod:`workloads.simulated_server.oracle`). KeyError for an unknown request id."""
+        assert self.engine is not None, "server not started"
+        return self.engine.token_ids(request_id)
 
     async def _start_async(self) -> None:
         self.engine = Engine(self.profile)
@@ -77,8 +93,7 @@ class SimulatedServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
-        sockets = getattr(site._server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1]
+        self.port = int(self._runner.addresses[0][1])
 
     async def _stop_async(self) -> None:
         if self._runner is not None:
