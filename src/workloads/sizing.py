@@ -1,0 +1,241 @@
+"""Depth control: cut each session's text so its prompts have the configured number of the
+*target's* tokens.
+
+What is made exact (with a target ``/tokenize``), per session and repetition:
+
+* the opening — ``opening_tokens`` = the rendered chat before turn 1's new content
+  (``continue_final_message``: up to the end of the opening user text);
+* every turn's prompt — turn 1: ``opening_tokens + turn_tokens``; turn k > 1: the previous
+  prompt + the previous completion + ``turn_tokens``. So with exact-length replies, turn k's
+  prompt is exactly ``opening_tokens + k·turn_tokens + (k−1)·output_tokens``, and the turn's
+  new content absorbs the template's framing;
+* with ``nonce = "run"`` and ``shared_prefix_tokens``: the prefix common to the sessions.
+
+How: a secant search over the text length (:func:`workloads.tokens.fit`). A turn's content
+is first fitted with cheap plain-text encodes of the content alone, then checked with one
+render of the whole chat; sizes learned on one repetition seed the next (the text is the same,
+only the nonces differ, and nonce words have a stable token count), so after the first
+repetition a turn usually costs one full render and two small encodes.
+
+Without a target ``/tokenize`` the same search runs on tiktoken estimates; the warm-up's
+``usage.prompt_tokens`` then gives, per turn, the ratio of the target's tokens to estimated
+ones, and measured repetitions are sized with it (:meth:`CellSizing.learn`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from workloads import tokens
+from workloads.conversation import Conversation, Message
+from workloads.scenario import Scenario
+from workloads.tokens import EstimateTokenizer, TargetTokenizer, TokenizeError
+
+__all__ = ["CellSizing", "PreparedTurn", "SessionMemo"]
+
+# Template tokens a turn adds around its content before anything is measured: "\n\n" plus
+# end-of-message and generation prompt when appended to the opening's user message; role
+# markers on both sides when it is a new message (ChatML, Llama 3: 5 + 5).
+_FRAMING_GUESS = {"append": 6, "message": 10}
+
+
+@dataclass
+class SessionMemo:
+    """What sizing learned about one session's text; kept across a cell's repetitions."""
+
+    n_user: int | None = None
+    n_system: int | None = None  # when the opening is too small for the whole system text
+    content: dict[int, int] = field(default_factory=dict)  # turn -> tiktoken tokens
+    framing: dict[str, int] = field(default_factory=dict)  # "append" | "message" -> tokens
+
+
+@dataclass(frozen=True)
+class PreparedTurn:
+    """A turn ready to send: its messages and what sizing knows about them."""
+
+    messages: list[Message]
+    ids: list[int]  # the target's ids (or estimate ids, see ``exact``)
+    exact: bool  # ids come from the target's tokenizer
+    target: int  # in the same units as ids
+    base: int  # what the server had seen before this turn, in the same units
+
+
+@dataclass
+class CellSizing:
+    """Sizing state for one cell: the tokenizer, learned sizes and warm-up corrections."""
+
+    scenario: Scenario  # the cell's scenario (users and opening_tokens set)
+    tokenizer: TargetTokenizer
+    estimate: EstimateTokenizer = field(default_factory=EstimateTokenizer)
+    memos: dict[int, SessionMemo] = field(default_factory=dict)
+    scale: dict[int, float] = field(default_factory=dict)  # turn -> target/estimated tokens
+    shared_n_system: int | None = None
+    fallbacks: int = 0  # turns sized by estimate because a /tokenize call failed
+
+    @property
+    def exact(self) -> bool:
+        return self.tokenizer.exact
+
+    def memo(self, session: int) -> SessionMemo:
+        return self.memos.setdefault(session, SessionMemo())
+
+    def _units(self, target_tokens: int, turn: int, tok: TargetTokenizer) -> int:
+        """Target tokens → the units ``tok`` counts in (estimates are scaled)."""
+        if tok.exact:
+            return target_tokens
+        return round(target_tokens / self.scale.get(turn, 1.0))
+
+    # --- the shared prefix (nonce = "run") -------------------------------------------------
+
+    async def fit_shared(self, conversation: Conversation, probe: str) -> int:
+        """``n_system`` that makes the sessions' common prefix ``shared_prefix_tokens``."""
+        s = self.scenario
+        natural = conversation.corpus.natural_system_tokens(s.content.style)
+        if s.shared_prefix_tokens is None:
+            return natural
+        tok = self.tokenizer
+
+        async def common(n: int) -> int:
+            a = await tok.render(conversation.opening(n, 0), "continue")
+            if not tok.exact:
+                return len(a) - 4  # the user message's markers are not shared
+            b = await tok.render(conversation.opening(n, 0, nonce=probe), "continue")
+            return tokens.common_prefix_length(a, b)
+
+        target = self._units(s.shared_prefix_tokens, 1, tok)
+        guess = self.shared_n_system if self.shared_n_system is not None else target - 30
+        found = await tokens.fit(common, target, guess=guess, max_calls=8)
+        self.shared_n_system = found.n
+        return found.n
+
+    # --- the opening -----------------------------------------------------------------------
+
+    async def fit_opening(
+        self, conversation: Conversation, n_system: int
+    ) -> tuple[list[Message], list[int], bool]:
+        """The opening messages, their ids (continue rendering) and whether exact."""
+        s = self.scenario
+        if s.opening_tokens == 0:
+            return [], [], True
+        try:
+            return await self._fit_opening(conversation, n_system, self.tokenizer)
+        except TokenizeError:
+            self.fallbacks += 1
+            return await self._fit_opening(conversation, n_system, self.estimate)
+
+    async def _fit_opening(
+        self, conversation: Conversation, n_system: int, tok: TargetTokenizer
+    ) -> tuple[list[Message], list[int], bool]:
+        s = self.scenario
+        memo = self.memo(conversation.session)
+        target = self._units(s.opening_tokens, 1, tok)
+        pinned = s.shared_prefix_tokens is not None
+        renders: dict[tuple[int, int], list[int]] = {}
+
+        async def measure(n_sys: int, n_user: int) -> int:
+            ids = await tok.render(conversation.opening(n_sys, n_user), "continue")
+            renders[(n_sys, n_user)] = ids
+            return len(ids)
+
+        async def by_user(n: int) -> int:
+            return await measure(n_system, n)
+
+        async def by_system(n: int) -> int:
+            return await measure(n, 0)
+
+        key: tuple[int, int]
+        if memo.n_system is None:
+            guess = memo.n_user if memo.n_user is not None else target - n_system - 40
+            found = await tokens.fit(by_user, target, guess=guess, max_calls=8)
+            key = (n_system, found.n)
+            memo.n_user = found.n
+            if found.value > target and found.n == 0 and not pinned:
+                memo.n_system = target - 30  # smaller than the system prompt: cut that instead
+        if memo.n_system is not None:
+            found = await tokens.fit(by_system, target, guess=memo.n_system, max_calls=8)
+            key = (found.n, 0)
+            memo.n_system = found.n
+        messages = conversation.opening(*key)
+        ids = renders.get(key) or await tok.render(messages, "continue")
+        return messages, ids, tok.exact
+
+    # --- a turn ----------------------------------------------------------------------------
+
+    async def fit_turn(
+        self, conversation: Conversation, turn: int, base: int | None, *, exact: bool
+    ) -> PreparedTurn:
+        """Size turn ``turn``'s content.
+
+        ``base`` is what the server has already seen, in the units of the tokenizer in use
+        (``exact``: the target's): the opening for turn 1, the previous prompt + completion
+        later. None: measure it by rendering the history.
+        """
+        tok: TargetTokenizer = self.tokenizer if exact else self.estimate
+        try:
+            return await self._fit_turn(conversation, turn, base, tok)
+        except TokenizeError:
+            self.fallbacks += 1
+            return await self._fit_turn(conversation, turn, None, self.estimate)
+
+    def turn_target(self, turn: int, base: int, tok: TargetTokenizer) -> int:
+        """Turn 1: the configured prompt. Later: what was seen + ``turn_tokens``."""
+        s = self.scenario
+        if turn == 1:
+            return self._units(s.configured_prompt_tokens(1), 1, tok)
+        return base + self._units(s.turn_tokens, turn, tok)
+
+    async def _fit_turn(
+        self, conversation: Conversation, turn: int, base: int | None, tok: TargetTokenizer
+    ) -> PreparedTurn:
+        memo = self.memo(conversation.session)
+        kind = "append" if turn == 1 and conversation.messages else "message"
+        if base is None:
+            history = conversation.messages
+            base = len(await tok.render(history, "continue")) if history else 0
+        target = self.turn_target(turn, base, tok)
+        renders: dict[int, list[int]] = {}
+
+        async def full(n: int) -> int:
+            ids = await tok.render(conversation.with_turn(turn, n), "generate")
+            renders[n] = ids
+            return len(ids)
+
+        async def content(n: int) -> int:
+            return len(await tok.encode(conversation.content(turn, n)))
+
+        framing = memo.framing.get(kind, _FRAMING_GUESS[kind])
+        guess = memo.content.get(turn)
+        n = 0
+        for _ in range(3):  # fit the content alone with small encodes; one full render checks
+            want = max(0, target - base - framing)
+            small = await tokens.fit(
+                content, want, guess=want if guess is None else guess, max_calls=5
+            )
+            n = small.n
+            value = await full(n)
+            framing = value - base - small.value
+            if value == target or (n == 0 and value > target):
+                break
+            guess = n + (target - value)
+        else:  # a merge at the boundary the content-only count cannot see: search whole renders
+            n = (await tokens.fit(full, target, guess=n, max_calls=4)).n
+        memo.content[turn] = n
+        memo.framing[kind] = framing
+        return PreparedTurn(
+            messages=conversation.with_turn(turn, n), ids=renders[n], exact=tok.exact,
+            target=target, base=base,
+        )
+
+    # --- warm-up correction (estimate mode) ------------------------------------------------
+
+    def learn(self, observations: Sequence[tuple[int, int, int]]) -> None:
+        """Learn per-turn scales from ``(turn, actual added tokens, estimated added)``
+        observations of a warm-up repetition; only used when sizing by estimate."""
+        by_turn: dict[int, list[float]] = {}
+        for turn, actual, estimated in observations:
+            if actual > 0 and estimated > 0:
+                by_turn.setdefault(turn, []).append(actual / estimated)
+        for turn, ratios in by_turn.items():
+            self.scale[turn] = statistics.median(ratios)
