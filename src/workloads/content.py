@@ -226,18 +226,14 @@ class Corpus:
         """The system message after its nonce line: prompt (and tool schema, for agents),
         then shared repository files for as long as asked. Identical for every session."""
         rng = self.rng(seed, "system")
+        head = _system_head(style)
         if style == "agent":
-            schema = json.dumps(TOOLS, indent=2)
-            head = f"{SYSTEM_PROMPT}\n# Tools\n\nYou may call these functions:\n{schema}\n"
             return TextStream(_chain([head, "\n# Project context\n"], self._file_dumps(rng)))
-        return TextStream(_chain([CHAT_SYSTEM_PROMPT, "\nReference code:\n"], self._files(rng)))
+        return TextStream(_chain([head, "\nReference code:\n"], self._files(rng)))
 
     def natural_system_tokens(self, style: Style) -> int:
         """tiktoken tokens of the system prompt (and tool schema) without shared files."""
-        if style == "agent":
-            schema = json.dumps(TOOLS, indent=2)
-            return tokens.count(f"{SYSTEM_PROMPT}\n# Tools\n\nYou may call these functions:\n{schema}\n")
-        return tokens.count(CHAT_SYSTEM_PROMPT)
+        return tokens.count(_system_head(style))
 
     def user_stream(self, style: Style, seed: int, session: int) -> TextStream:
         """The session's first user message: its task and the files it starts with."""
@@ -351,6 +347,13 @@ class Corpus:
                 call = {"name": "apply_patch", "arguments": {"diff": diff}}
                 why = f"The root cause is in `{f.path}` near line {start + 1}; here is the fix."
             yield f"{why}\n```tool_call\n{json.dumps(call)}\n```\n"
+
+
+def _system_head(style: Style) -> str:
+    if style == "agent":
+        schema = json.dumps(TOOLS, indent=2)
+        return f"{SYSTEM_PROMPT}\n# Tools\n\nYou may call these functions:\n{schema}\n"
+    return CHAT_SYSTEM_PROMPT
 
 
 def _chain(head: list[str], rest: Iterator[str]) -> Iterator[str]:

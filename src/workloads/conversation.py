@@ -28,7 +28,7 @@ from typing import Literal
 
 from workloads.content import Corpus, Style, TextStream
 
-__all__ = ["NONCE_WORDS", "Conversation", "Nonces", "make_nonces"]
+__all__ = ["NONCE_WORDS", "Conversation", "Nonces", "make_nonces", "probe_nonce"]
 
 Message = dict[str, str]
 
@@ -36,7 +36,30 @@ Message = dict[str, str]
 # common tokenizers too: a nonce made of them has a stable token count whatever the entropy,
 # so sizing done on one repetition still holds on the next. Random hex would not be (its
 # token count changes with the digits).
-NONCE_WORDS = ["amber", "anchor", "apple", "arrow", "atlas", "autumn", "badge", "baker", "bamboo", "banner", "barley", "basin", "beacon", "berry", "bishop", "blade", "blanket", "bloom", "border", "bottle", "branch", "brass", "bread", "breeze", "brick", "bridge", "bright", "brush", "bubble", "bucket", "buffalo", "butter", "button", "cabin", "cable", "camel", "canal", "candle", "canoe", "carbon", "cargo", "carpet", "castle", "cedar", "cellar", "cement", "chalk", "channel", "chapel", "cherry", "chess", "cider", "circle", "citrus", "clay", "cliff", "clock", "cloud", "coast", "cocoa", "coffee", "comet", "copper", "coral", "cotton", "crane", "crater", "crystal", "cup", "curtain", "dawn", "delta", "desert", "diamond", "dragon", "drum", "eagle", "earth", "echo", "elbow", "ember", "engine", "feather", "fern", "ferry", "fiber", "field", "fig", "flame", "flower", "forest", "fossil", "fountain", "fox", "frost", "garden", "garlic", "ginger", "glacier", "glass", "globe", "gold", "granite", "grape", "gravel", "harbor", "harvest", "hawk", "hill", "honey", "horizon", "iris", "island", "ivory", "jade", "jasmine", "jungle", "kettle", "kite", "ladder", "lake", "lantern", "lemon", "linen", "lion", "magnet", "mango", "maple", "marble", "mercury", "meteor", "mint", "mirror", "moon", "moss", "mountain", "needle", "oak", "oasis", "ocean", "olive", "onion", "orbit", "owl", "paddle", "palm", "paper", "peach", "pearl", "pepper", "piano", "pilot", "pine", "planet", "plum", "pond", "prism", "quartz", "rabbit", "radar", "rain", "reef", "ribbon", "river", "robin", "rocket", "rose", "ruby", "saddle", "salmon", "sand", "satin", "shadow", "shell", "silver", "sky", "slate", "snow", "socket", "solar", "spark", "spice", "spider", "squirrel", "star", "stone", "storm", "straw", "summit", "sunset", "thunder", "tiger", "timber", "torch", "tower", "trail", "turtle", "valley", "velvet", "violet", "walnut", "wave", "whale", "wheat", "window", "winter", "wolf", "wool", "yarn", "zinc", "almond", "basil", "bear", "bolt", "cricket", "crow"]
+NONCE_WORDS = (
+    "amber", "anchor", "apple", "arrow", "atlas", "autumn", "badge", "baker", "bamboo", "banner",
+    "barley", "basin", "beacon", "berry", "bishop", "blade", "blanket", "bloom", "border",
+    "bottle", "branch", "brass", "bread", "breeze", "brick", "bridge", "bright", "brush", "bubble",
+    "bucket", "buffalo", "butter", "button", "cabin", "cable", "camel", "canal", "candle", "canoe",
+    "carbon", "cargo", "carpet", "castle", "cedar", "cellar", "cement", "chalk", "channel",
+    "chapel", "cherry", "chess", "cider", "circle", "citrus", "clay", "cliff", "clock", "cloud",
+    "coast", "cocoa", "coffee", "comet", "copper", "coral", "cotton", "crane", "crater", "crystal",
+    "cup", "curtain", "dawn", "delta", "desert", "diamond", "dragon", "drum", "eagle", "earth",
+    "echo", "elbow", "ember", "engine", "feather", "fern", "ferry", "fiber", "field", "fig",
+    "flame", "flower", "forest", "fossil", "fountain", "fox", "frost", "garden", "garlic",
+    "ginger", "glacier", "glass", "globe", "gold", "granite", "grape", "gravel", "harbor",
+    "harvest", "hawk", "hill", "honey", "horizon", "iris", "island", "ivory", "jade", "jasmine",
+    "jungle", "kettle", "kite", "ladder", "lake", "lantern", "lemon", "linen", "lion", "magnet",
+    "mango", "maple", "marble", "mercury", "meteor", "mint", "mirror", "moon", "moss", "mountain",
+    "needle", "oak", "oasis", "ocean", "olive", "onion", "orbit", "owl", "paddle", "palm", "paper",
+    "peach", "pearl", "pepper", "piano", "pilot", "pine", "planet", "plum", "pond", "prism",
+    "quartz", "rabbit", "radar", "rain", "reef", "ribbon", "river", "robin", "rocket", "rose",
+    "ruby", "saddle", "salmon", "sand", "satin", "shadow", "shell", "silver", "sky", "slate",
+    "snow", "socket", "solar", "spark", "spice", "spider", "squirrel", "star", "stone", "storm",
+    "straw", "summit", "sunset", "thunder", "tiger", "timber", "torch", "tower", "trail", "turtle",
+    "valley", "velvet", "violet", "walnut", "wave", "whale", "wheat", "window", "winter", "wolf",
+    "wool", "yarn", "zinc", "almond", "basil", "bear", "bolt", "cricket", "crow",
+)
 _WORDS_PER_NONCE = 6  # 216^6: about 46 bits of entropy per nonce
 
 
@@ -49,13 +72,12 @@ class Nonces:
     sessions: list[str]
 
 
-def _words(digest: bytes, first_offset: int = 0) -> list[str]:
+def _words(digest: bytes, first: int) -> list[str]:
+    """Nonce words: the first is ``NONCE_WORDS[first]``, the rest come from ``digest``."""
     value = int.from_bytes(digest, "big")
-    out = []
-    for i in range(_WORDS_PER_NONCE):
+    out = [NONCE_WORDS[first % len(NONCE_WORDS)]]
+    for _ in range(_WORDS_PER_NONCE - 1):
         value, index = divmod(value, len(NONCE_WORDS))
-        if i == 0:
-            index = (index + first_offset) % len(NONCE_WORDS)
         out.append(NONCE_WORDS[index])
     return out
 
@@ -76,13 +98,16 @@ def make_nonces(
     across runs: the words come from ``entropy``.
     """
     base = hashlib.sha256(entropy + f":{cell}:{repetition}".encode()).digest()
+    offset = base[0]  # where this repetition's first words start in NONCE_WORDS
+
+    def nonce(key: str, first: int, suffix: str) -> str:
+        digest = hashlib.sha256(base + key.encode()).digest()
+        return " ".join(_words(digest, first)) + suffix
+
     sessions = [
-        " ".join(_words(base, first_offset=s)) + f" #{cell}.{repetition}.{s}" for s in range(users)
+        nonce(f":session:{s}", offset + s, f" #{cell}.{repetition}.{s}") for s in range(users)
     ]
-    run = None
-    if mode == "run":
-        run_digest = hashlib.sha256(base + b":run").digest()
-        run = " ".join(_words(run_digest)) + f" #{cell}.{repetition}"
+    run = nonce(":run", base[1], f" #{cell}.{repetition}") if mode == "run" else None
     return Nonces(run=run, sessions=sessions)
 
 
@@ -90,7 +115,7 @@ def probe_nonce(nonces: Nonces) -> str:
     """A nonce that differs from every session's from its first word on: the stand-in
     "other session" for measuring the shared prefix when there is only one user."""
     first = {s.split()[0] for s in nonces.sessions}
-    word = next(w for w in NONCE_WORDS if w not in first) if len(first) < len(NONCE_WORDS) else "x"
+    word = next((w for w in NONCE_WORDS if w not in first), "x")
     return " ".join([word, *nonces.sessions[0].split()[1:-1]]) + " #probe"
 
 
@@ -120,12 +145,14 @@ class Conversation:
         the nonce lines. ``nonce`` replaces the session nonce (to measure the shared part)."""
         assert self._system is not None and self._user is not None
         session_line = f"{nonce or self.nonce}\n"
+        # Cuts never end in whitespace: templates that trim messages (Llama 3's) would drop
+        # it, and the count would stall for a step and then jump.
         if self.run_nonce is None:
-            system = session_line + self._system.take(n_system)
-            user = self._user.take(n_user)
+            system = session_line + self._system.take(n_system).rstrip()
+            user = self._user.take(n_user).rstrip()
         else:
-            system = f"{self.run_nonce}\n" + self._system.take(n_system)
-            user = session_line + self._user.take(n_user)
+            system = f"{self.run_nonce}\n" + self._system.take(n_system).rstrip()
+            user = session_line + self._user.take(n_user).rstrip()
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
     def set_opening(self, messages: list[Message]) -> None:
@@ -134,24 +161,25 @@ class Conversation:
 
     # --- turns -------------------------------------------------------------------------
 
-    def content(self, turn: int, n: int) -> str:
-        """Turn ``turn``'s new content cut at ``n`` tiktoken tokens; when there is no opening,
+    def content(self, turn: int, n: int, pad: str = "") -> str:
+        """Turn ``turn``'s new content cut at ``n`` tiktoken tokens, then ``pad`` (a few
+        characters that fine-tune the count by a token or two); when there is no opening,
         turn 1's content starts with the session nonce."""
         stream = self._turns.get(turn)
         if stream is None:
             stream = self._turns[turn] = self.corpus.turn_stream(
                 self.style, self.seed, self.session, turn
             )
-        text = stream.take(n)
+        text = stream.take(n).rstrip() + pad
         if turn == 1 and not self.messages:
             text = f"{self.nonce}\n{text}"
         return text
 
-    def with_turn(self, turn: int, n: int) -> list[Message]:
-        """The messages turn ``turn`` would send with ``n`` tokens of new content. Pure:
-        the history is unchanged until :meth:`commit`."""
+    def with_turn(self, turn: int, n: int, pad: str = "") -> list[Message]:
+        """The messages turn ``turn`` would send with ``n`` tokens of new content (and
+        ``pad``). Pure: the history is unchanged until :meth:`commit`."""
         messages = copy.deepcopy(self.messages)
-        new = self.content(turn, n)
+        new = self.content(turn, n, pad)
         if messages and messages[-1]["role"] == "user":
             head = messages[-1]["content"]
             messages[-1]["content"] = f"{head}\n\n{new}" if head else new

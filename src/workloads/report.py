@@ -10,7 +10,15 @@ from rich.text import Text
 from workloads.aggregate import BandSummary, TurnSummary
 from workloads.results import RunResult
 
-__all__ = ["coordinates_line", "render", "run_line", "turn_table"]
+__all__ = [
+    "coordinates_line",
+    "render",
+    "run_line",
+    "sizing_line",
+    "sweep_line",
+    "sweep_table",
+    "turn_table",
+]
 
 NOT_REPORTED = "not reported"
 
@@ -50,6 +58,7 @@ def turn_table(result: RunResult) -> Table:
         ("TTFT s", "right"),
         ("prefill tok/s", "right"),
         ("uncached tok/s", "right"),
+        ("configured", "right"),
         ("prompt tok", "right"),
         ("cached tok", "right"),
         ("cache eff.", "right"),
@@ -64,6 +73,7 @@ def turn_table(result: RunResult) -> Table:
             _band(t.ttft_s, 2),
             _band(t.prefill_rate, 0),
             _band(t.uncached_prefill_rate, 0, missing=NOT_REPORTED),
+            _num(t.configured_prompt_tokens, 0),
             _band(t.prompt_tokens, 0),
             _band(t.cached_tokens, 0, missing=NOT_REPORTED),
             _effectiveness(t),
@@ -102,6 +112,80 @@ def run_line(result: RunResult) -> str:
     )
 
 
+def sweep_table(result: RunResult) -> Table:
+    """One row per cell, shaped like seed 000's throughput rows: configured prior-token
+    target, actual prompt tokens (server count), median generation rate and its range."""
+    table = Table(
+        title="Per cell — turn-1 prompt; generation rate over every valid measured turn",
+        title_justify="left",
+        header_style="bold",
+    )
+    for name in (
+        "C",
+        "configured prior target",
+        "configured prompt",
+        "actual prompt tokens",
+        "median gen tok/s",
+        "range",
+        "aggregate tok/s",
+        "TTFT s",
+        "valid",
+    ):
+        table.add_column(name, justify="right")
+    for cell in result.cells or []:
+        first = cell.summary.turns[0] if cell.summary.turns else None
+        rate = cell.generation_rate
+        run = cell.summary.run
+        table.add_row(
+            str(cell.concurrency),
+            f"{cell.prior_tokens:,}",
+            f"{cell.configured_prompt_tokens:,}",
+            _span(first.prompt_tokens if first else None),
+            _num(rate.median if rate else None),
+            f"{_num(rate.low)}–{_num(rate.high)}" if rate else "—",
+            _num(run.aggregate_rate),
+            _band(run.ttft_s, 2),
+            f"{run.valid}/{run.records}",
+        )
+    return table
+
+
+def _span(b: BandSummary | None) -> str:
+    if b is None:
+        return "—"
+    if b.low == b.high:
+        return f"{b.low:,.0f}"
+    return f"{b.low:,.0f}–{b.high:,.0f}"
+
+
+def sweep_line(result: RunResult) -> str:
+    """Where a sweep sits: its axes and what every cell shares."""
+    s = result.scenario
+    cells = result.cells or []
+    cs = sorted({c.concurrency for c in cells})
+    ps = sorted({c.prior_tokens for c in cells})
+    measured = max((c.summary.run.measured_repetitions for c in cells), default=0)
+    return (
+        f"sweep of {len(cells)} cells: C {', '.join(map(str, cs))} × prior "
+        f"{', '.join(f'{p:,}' for p in ps)} tokens · {s.turn_tokens:,} new per turn · "
+        f"{s.output_tokens} generated per turn · {s.turns} turns × {measured} measured "
+        f"repetitions per cell (+{s.repetitions.warmup} warm-up)"
+    )
+
+
+def sizing_line(result: RunResult) -> str | None:
+    """How depths were sized, and what the tokenizer calls cost the target."""
+    z = result.sizing
+    if z is None:
+        return None
+    if z.exact:
+        return (
+            f"depths and shareable prefixes sized with the target's {z.tokenizer} (exact): "
+            f"{z.calls:,} calls, {z.seconds:.1f} s, none between a request and its first token"
+        )
+    return f"depths sized with {z.tokenizer}; shareable prefixes are estimates (~)"
+
+
 def render(result: RunResult) -> Group:
     """Everything the console shows after a run."""
     target = result.target
@@ -111,8 +195,14 @@ def render(result: RunResult) -> Group:
         f" → {target.model} @ {where}",
         (f"  [{result.label}]" if result.label else ""),
     )
-    parts: list[object] = [header, Text(coordinates_line(result)), turn_table(result)]
-    parts.append(Text(run_line(result), style="bold"))
+    parts: list[object] = [header]
+    if result.cells is not None:
+        parts += [Text(sweep_line(result)), sweep_table(result)]
+    else:
+        parts += [Text(coordinates_line(result)), turn_table(result)]
+        parts.append(Text(run_line(result), style="bold"))
+    if (line := sizing_line(result)) is not None:
+        parts.append(Text(line))
     for warning in result.warnings:
         parts.append(Text(f"warning: {warning}", style="yellow"))
     if not result.complete:

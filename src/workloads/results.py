@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workloads import __version__
-from workloads.aggregate import Summary
+from workloads.aggregate import BandSummary, Summary
 from workloads.errors import ResultFormatError
 from workloads.records import TurnRecord, read_records
 from workloads.scenario import Scenario
@@ -73,6 +73,9 @@ class CellSummary(_Model):
     prior_tokens: int  # configured context before turn 1's new content
     configured_prompt_tokens: int  # turn 1: prior_tokens + turn_tokens
     window: Window
+    # Post-first streaming rate of every valid measured turn: median with min-max (at C1 and
+    # one turn, the seed records' "median generation tokens per second" and its range).
+    generation_rate: BandSummary | None = None
     summary: Summary
 
 

@@ -357,6 +357,9 @@ class _Run:
                         prior_tokens=cell.prior_tokens,
                         configured_prompt_tokens=cs.configured_prompt_tokens(1),
                         window=self.windows.get(cell.index, Window()),
+                        generation_rate=aggregate.BandSummary.of(
+                            r.decode_tokens_per_s for r in mine if r.valid and not r.warmup
+                        ),
                         summary=aggregate.summarize(mine, users=cell.concurrency),
                     )
                 )

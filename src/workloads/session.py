@@ -68,8 +68,7 @@ def record_from_response(
     rate = None
     first, last = response.first_content_ns, response.last_content_ns
     if completion is not None and completion > 1 and first is not None and last is not None:
-        if last > first:
-            rate = (completion - 1) / ((last - first) / 1e9)
+        rate = (completion - 1) / ((last - first) / 1e9) if last > first else None
     status: Status = "ok" if response.ok else "error"
     valid = status == "ok" and completion is not None
     if exact_output:
@@ -147,7 +146,8 @@ class Session:
         # repetition also send (nonce = "run"); set by the runner once all have opened.
         self.peer_shared: int | None = 0
         self.peer_shared_exact = True
-        self.observations: list[tuple[int, int, int]] = []  # (turn, actual added, estimated)
+        # (session, turn, actual added tokens, estimated added), for the warm-up correction
+        self.observations: list[tuple[int, int, int, int]] = []
         self.last_response: ChatResponse | None = None
         self._previous: TurnRecord | None = None
         self._prev_ids: list[int] = []
@@ -249,7 +249,8 @@ class Session:
         # The server's real reply goes into the history, even a partial one; a turn with no
         # reply at all keeps the roles alternating with a marker.
         self._reply = response.text
-        self.conversation.add_reply(response.text or f"(no reply: {response.error_kind or 'empty'})")
+        marker = f"(no reply: {response.error_kind or 'empty'})"
+        self.conversation.add_reply(response.text or marker)
         self._previous = record
         self._prev_ids = prepared.ids
         self._prev_exact = prepared.exact
@@ -258,7 +259,7 @@ class Session:
         return record
 
     def _observe(self, turn: int, prepared: PreparedTurn, record: TurnRecord) -> None:
-        """Keep (turn, actual added tokens, estimated added) for the warm-up correction."""
+        """Keep what the target counted against what was estimated, for the correction."""
         if prepared.exact or record.prompt_tokens is None:
             return
         estimated = len(prepared.ids) - (0 if turn == 1 else prepared.base)
@@ -268,7 +269,8 @@ class Session:
             if prev is None or prev.prompt_tokens is None or prev.completion_tokens is None:
                 return
             seen = prev.prompt_tokens + prev.completion_tokens
-        self.observations.append((turn, record.prompt_tokens - seen, estimated))
+        session = self.conversation.session
+        self.observations.append((session, turn, record.prompt_tokens - seen, estimated))
 
     async def turn(self, turn: int) -> TurnRecord:
         """Prepare and send turn ``turn``."""

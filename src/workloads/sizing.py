@@ -7,7 +7,7 @@ What is made exact (with a target ``/tokenize``), per session and repetition:
   (``continue_final_message``: up to the end of the opening user text);
 * every turn's prompt — turn 1: ``opening_tokens + turn_tokens``; turn k > 1: the previous
   prompt + the previous completion + ``turn_tokens``. So with exact-length replies, turn k's
-  prompt is exactly ``opening_tokens + k·turn_tokens + (k−1)·output_tokens``, and the turn's
+  prompt is exactly ``opening_tokens + k·turn_tokens + (k-1)·output_tokens``, and the turn's
   new content absorbs the template's framing;
 * with ``nonce = "run"`` and ``shared_prefix_tokens``: the prefix common to the sessions.
 
@@ -17,15 +17,20 @@ render of the whole chat; sizes learned on one repetition seed the next (the tex
 only the nonces differ, and nonce words have a stable token count), so after the first
 repetition a turn usually costs one full render and two small encodes.
 
+A cut can miss by a token: one tiktoken token may be two of the target's, so some counts
+fall between two cuts. A short pad ("." or "..", after a slightly shorter cut) closes the
+gap; it is chosen with the same cheap encodes.
+
 Without a target ``/tokenize`` the same search runs on tiktoken estimates; the warm-up's
-``usage.prompt_tokens`` then gives, per turn, the ratio of the target's tokens to estimated
-ones, and measured repetitions are sized with it (:meth:`CellSizing.learn`).
+``usage.prompt_tokens`` then gives, per session and turn, the ratio of the target's tokens to
+estimated ones (the warm-up sends the same text, only the nonces differ), and measured
+repetitions are sized with it (:meth:`CellSizing.learn`).
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from workloads import tokens
@@ -39,6 +44,11 @@ __all__ = ["CellSizing", "PreparedTurn", "SessionMemo"]
 # end-of-message and generation prompt when appended to the opening's user message; role
 # markers on both sides when it is a new message (ChatML, Llama 3: 5 + 5).
 _FRAMING_GUESS = {"append": 6, "message": 10}
+# Suffixes that add one to four tokens in common tokenizers, tried after cuts up to four
+# tokens short of the target: a cut can land in a plateau (a run of indentation is trimmed
+# away) followed by a jump of several tokens. Several spellings per length, because a
+# punctuation mark can merge with the character before it.
+_PADS = (".", ";", " ok.", " ok;", " ok ok.", " ok ok;", " ok ok ok.", "\n.", " .")
 
 
 @dataclass
@@ -47,7 +57,7 @@ class SessionMemo:
 
     n_user: int | None = None
     n_system: int | None = None  # when the opening is too small for the whole system text
-    content: dict[int, int] = field(default_factory=dict)  # turn -> tiktoken tokens
+    content: dict[int, tuple[int, str]] = field(default_factory=dict)  # turn -> (n, pad)
     framing: dict[str, int] = field(default_factory=dict)  # "append" | "message" -> tokens
 
 
@@ -70,7 +80,10 @@ class CellSizing:
     tokenizer: TargetTokenizer
     estimate: EstimateTokenizer = field(default_factory=EstimateTokenizer)
     memos: dict[int, SessionMemo] = field(default_factory=dict)
-    scale: dict[int, float] = field(default_factory=dict)  # turn -> target/estimated tokens
+    # Estimate mode: target tokens per estimated token, per turn (median over sessions) and
+    # per (session, turn), learned from the warm-up.
+    scale: dict[int, float] = field(default_factory=dict)
+    session_scale: dict[tuple[int, int], float] = field(default_factory=dict)
     shared_n_system: int | None = None
     fallbacks: int = 0  # turns sized by estimate because a /tokenize call failed
 
@@ -81,11 +94,12 @@ class CellSizing:
     def memo(self, session: int) -> SessionMemo:
         return self.memos.setdefault(session, SessionMemo())
 
-    def _units(self, target_tokens: int, turn: int, tok: TargetTokenizer) -> int:
-        """Target tokens → the units ``tok`` counts in (estimates are scaled)."""
+    def _units(self, target_tokens: int, turn: int, tok: TargetTokenizer, session: int) -> int:
+        """Target tokens -> the units ``tok`` counts in (estimates are scaled)."""
         if tok.exact:
             return target_tokens
-        return round(target_tokens / self.scale.get(turn, 1.0))
+        ratio = self.session_scale.get((session, turn), self.scale.get(turn, 1.0))
+        return round(target_tokens / ratio)
 
     # --- the shared prefix (nonce = "run") -------------------------------------------------
 
@@ -104,9 +118,15 @@ class CellSizing:
             b = await tok.render(conversation.opening(n, 0, nonce=probe), "continue")
             return tokens.common_prefix_length(a, b)
 
-        target = self._units(s.shared_prefix_tokens, 1, tok)
+        target = s.shared_prefix_tokens
+        if not tok.exact:
+            target = round(target / self.scale.get(1, 1.0))
         guess = self.shared_n_system if self.shared_n_system is not None else target - 30
-        found = await tokens.fit(common, target, guess=guess, max_calls=8)
+        try:
+            found = await tokens.fit(common, target, guess=guess, max_calls=8)
+        except TokenizeError:
+            self.fallbacks += 1
+            return guess
         self.shared_n_system = found.n
         return found.n
 
@@ -116,8 +136,7 @@ class CellSizing:
         self, conversation: Conversation, n_system: int
     ) -> tuple[list[Message], list[int], bool]:
         """The opening messages, their ids (continue rendering) and whether exact."""
-        s = self.scenario
-        if s.opening_tokens == 0:
+        if self.scenario.opening_tokens == 0:
             return [], [], True
         try:
             return await self._fit_opening(conversation, n_system, self.tokenizer)
@@ -130,7 +149,7 @@ class CellSizing:
     ) -> tuple[list[Message], list[int], bool]:
         s = self.scenario
         memo = self.memo(conversation.session)
-        target = self._units(s.opening_tokens, 1, tok)
+        target = self._units(s.opening_tokens, 1, tok, conversation.session)
         pinned = s.shared_prefix_tokens is not None
         renders: dict[tuple[int, int], list[int]] = {}
 
@@ -145,7 +164,7 @@ class CellSizing:
         async def by_system(n: int) -> int:
             return await measure(n, 0)
 
-        key: tuple[int, int]
+        key = (n_system, 0)
         if memo.n_system is None:
             guess = memo.n_user if memo.n_user is not None else target - n_system - 40
             found = await tokens.fit(by_user, target, guess=guess, max_calls=8)
@@ -179,12 +198,12 @@ class CellSizing:
             self.fallbacks += 1
             return await self._fit_turn(conversation, turn, None, self.estimate)
 
-    def turn_target(self, turn: int, base: int, tok: TargetTokenizer) -> int:
+    def turn_target(self, turn: int, base: int, tok: TargetTokenizer, session: int = 0) -> int:
         """Turn 1: the configured prompt. Later: what was seen + ``turn_tokens``."""
         s = self.scenario
         if turn == 1:
-            return self._units(s.configured_prompt_tokens(1), 1, tok)
-        return base + self._units(s.turn_tokens, turn, tok)
+            return self._units(s.configured_prompt_tokens(1), 1, tok, session)
+        return base + self._units(s.turn_tokens, turn, tok, session)
 
     async def _fit_turn(
         self, conversation: Conversation, turn: int, base: int | None, tok: TargetTokenizer
@@ -194,48 +213,69 @@ class CellSizing:
         if base is None:
             history = conversation.messages
             base = len(await tok.render(history, "continue")) if history else 0
-        target = self.turn_target(turn, base, tok)
-        renders: dict[int, list[int]] = {}
+        target = self.turn_target(turn, base, tok, conversation.session)
+        renders: dict[tuple[int, str], list[int]] = {}
+        counts: dict[tuple[int, str], int] = {}
 
-        async def full(n: int) -> int:
-            ids = await tok.render(conversation.with_turn(turn, n), "generate")
-            renders[n] = ids
+        async def full(n: int, pad: str = "") -> int:
+            ids = await tok.render(conversation.with_turn(turn, n, pad), "generate")
+            renders[(n, pad)] = ids
             return len(ids)
 
-        async def content(n: int) -> int:
-            return len(await tok.encode(conversation.content(turn, n)))
+        async def content(n: int, pad: str = "") -> int:
+            if (n, pad) not in counts:
+                counts[(n, pad)] = len(await tok.encode(conversation.content(turn, n, pad)))
+            return counts[(n, pad)]
 
         framing = memo.framing.get(kind, _FRAMING_GUESS[kind])
-        guess = memo.content.get(turn)
-        n = 0
+        guess, pad = memo.content.get(turn, (None, ""))
+        key = (0, "")
         for _ in range(3):  # fit the content alone with small encodes; one full render checks
             want = max(0, target - base - framing)
-            small = await tokens.fit(
-                content, want, guess=want if guess is None else guess, max_calls=5
-            )
-            n = small.n
-            value = await full(n)
-            framing = value - base - small.value
+            if guess is not None and await content(guess, pad) == want:
+                n = guess  # what worked last repetition still does: one small call
+            else:
+                n = (await tokens.fit(content, want, guess=want if guess is None else guess,
+                                      max_calls=5)).n
+                pad = ""
+                if counts[(n, "")] != want:
+                    n, pad = await _padded(content, n, want)
+            key = (n, pad)
+            value = await full(n, pad)
+            framing = value - base - counts[key]
             if value == target or (n == 0 and value > target):
                 break
-            guess = n + (target - value)
+            guess = n
         else:  # a merge at the boundary the content-only count cannot see: search whole renders
-            n = (await tokens.fit(full, target, guess=n, max_calls=4)).n
-        memo.content[turn] = n
+            key = ((await tokens.fit(full, target, guess=key[0], max_calls=4)).n, "")
+        memo.content[turn] = key
         memo.framing[kind] = framing
         return PreparedTurn(
-            messages=conversation.with_turn(turn, n), ids=renders[n], exact=tok.exact,
+            messages=conversation.with_turn(turn, *key), ids=renders[key], exact=tok.exact,
             target=target, base=base,
         )
 
     # --- warm-up correction (estimate mode) ------------------------------------------------
 
-    def learn(self, observations: Sequence[tuple[int, int, int]]) -> None:
-        """Learn per-turn scales from ``(turn, actual added tokens, estimated added)``
+    def learn(self, observations: Sequence[tuple[int, int, int, int]]) -> None:
+        """Learn scales from ``(session, turn, actual added tokens, estimated added)``
         observations of a warm-up repetition; only used when sizing by estimate."""
         by_turn: dict[int, list[float]] = {}
-        for turn, actual, estimated in observations:
+        for session, turn, actual, estimated in observations:
             if actual > 0 and estimated > 0:
                 by_turn.setdefault(turn, []).append(actual / estimated)
+                self.session_scale[(session, turn)] = actual / estimated
         for turn, ratios in by_turn.items():
             self.scale[turn] = statistics.median(ratios)
+
+
+async def _padded(
+    count: Callable[[int, str], Awaitable[int]], n: int, want: int
+) -> tuple[int, str]:
+    """A cut at most four tokens shorter than ``n`` plus a pad, counting ``want`` exactly;
+    else ``(n, "")``."""
+    for cut in range(n, max(-1, n - 5), -1):
+        for pad in _PADS:
+            if await count(cut, pad) == want:
+                return cut, pad
+    return n, ""
