@@ -29,15 +29,20 @@ class FakeChatClient:
     """``handler(body) -> (prompt_tokens, text)``; every turn completes at exactly
     ``max_tokens`` tokens, with times 1 ms apart."""
 
-    def __init__(self, handler: Callable[[dict[str, Any]], tuple[int, str]]) -> None:
+    def __init__(
+        self,
+        handler: Callable[[dict[str, Any]], tuple[int, str]],
+        delay: Callable[[dict[str, Any]], float] = lambda body: 0.0,
+    ) -> None:
         self.handler = handler
+        self.delay = delay
         self.bodies: list[dict[str, Any]] = []
         self.sent_at: list[float] = []
 
     async def stream_chat(self, body: dict[str, Any]) -> ChatResponse:
         self.bodies.append(body)
         self.sent_at.append(time.perf_counter())
-        await asyncio.sleep(0)
+        await asyncio.sleep(self.delay(body))
         prompt_tokens, text = self.handler(body)
         n = body["max_tokens"]
         now = time.perf_counter_ns()
@@ -86,7 +91,8 @@ class WordTokenizer:
                 ids.append(_SPECIALS[part])
                 continue
             for t in enc.encode_ordinary(part):
-                ids += [t + 10, t + 200_010] if len(enc.decode_single_token_bytes(t)) > 6 else [t + 10]
+                long = len(enc.decode_single_token_bytes(t)) > 6
+                ids += [t + 10, t + 200_010] if long else [t + 10]
         return ids
 
     @staticmethod
@@ -188,3 +194,33 @@ class LlamaCppLikeServer:
         assert self._loop is not None and self._thread is not None
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+
+
+class LocalTokenizer:
+    """A TargetTokenizer over :class:`WordTokenizer` and its template, without HTTP: sizing
+    logic tested against a tokenizer that is not the estimate's."""
+
+    description = "local word tokenizer"
+    exact = True
+
+    def __init__(self, kind: str = "words") -> None:
+        self.tokenizer = WordTokenizer(kind)
+        self.calls = 0
+        self.seconds = 0.0
+
+    async def render(self, messages: list[dict[str, Any]], mode: str) -> list[int]:
+        self.calls += 1
+        prompt = self.tokenizer.template(messages)
+        if mode == "continue" and messages:
+            # Up to the end of the last message's (trimmed) content, as vLLM's
+            # continue_final_message cuts the rendered chat.
+            end = prompt.rfind(END)
+            prompt = prompt[:end]
+        return self.tokenizer.encode(prompt, add_special=True)
+
+    async def encode(self, text: str) -> list[int]:
+        self.calls += 1
+        return self.tokenizer.encode(text)
+
+    def count_prompt(self, messages: list[dict[str, Any]]) -> int:
+        return len(self.tokenizer.encode(self.tokenizer.template(messages), add_special=True))

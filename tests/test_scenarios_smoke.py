@@ -54,3 +54,12 @@ def test_scenario_survives_a_one_turn_run_at_its_exact_first_turn_depth(name, si
     for r in result.records:
         assert r.prompt_tokens == r.configured_prompt_tokens == r.tokenized_prompt_tokens
     assert (result.cells is not None) == scenario.swept
+
+
+def test_the_deepest_depth_sweep_cell_is_exact_too(simulated_server):
+    scenario = workloads.load_scenario("depth-sweep").with_overrides(
+        ["prior_tokens=[115404]", "output_tokens=8", "repetitions.warmup=0",
+         "repetitions.measured=1"]
+    )
+    (record,) = workloads.run(scenario, simulated_server.target).records
+    assert record.prompt_tokens == record.configured_prompt_tokens == 115_404 + 2_048

@@ -115,38 +115,34 @@ def run_line(result: RunResult) -> str:
 def sweep_table(result: RunResult) -> Table:
     """One row per cell, shaped like seed 000's throughput rows: configured prior-token
     target, actual prompt tokens (server count), median generation rate and its range."""
+    cells = result.cells or []
+    concurrent = any(c.concurrency > 1 for c in cells)
     table = Table(
-        title="Per cell — turn-1 prompt; generation rate over every valid measured turn",
+        title="Per cell — turn-1 prompt tokens; generation rate over valid measured turns",
         title_justify="left",
         header_style="bold",
     )
-    for name in (
-        "C",
-        "configured prior target",
-        "configured prompt",
-        "actual prompt tokens",
-        "median gen tok/s",
-        "range",
-        "aggregate tok/s",
-        "TTFT s",
-        "valid",
-    ):
-        table.add_column(name, justify="right")
-    for cell in result.cells or []:
+    names = ["C", "prior\ntarget", "configured\nprompt", "actual\nprompt", "median\ntok/s",
+             "range"]
+    names += ["aggregate\ntok/s"] if concurrent else []
+    names += ["TTFT s", "valid"]
+    for name in names:  # "range" must not be cut: it is half of the seed's figure
+        table.add_column(name, justify="right", no_wrap=name == "range", min_width=5)
+    for cell in cells:
         first = cell.summary.turns[0] if cell.summary.turns else None
         rate = cell.generation_rate
         run = cell.summary.run
-        table.add_row(
+        row = [
             str(cell.concurrency),
             f"{cell.prior_tokens:,}",
             f"{cell.configured_prompt_tokens:,}",
             _span(first.prompt_tokens if first else None),
             _num(rate.median if rate else None),
             f"{_num(rate.low)}–{_num(rate.high)}" if rate else "—",
-            _num(run.aggregate_rate),
-            _band(run.ttft_s, 2),
-            f"{run.valid}/{run.records}",
-        )
+        ]
+        row += [_num(run.aggregate_rate)] if concurrent else []
+        row += [_num(run.ttft_s.median if run.ttft_s else None, 2), f"{run.valid}/{run.records}"]
+        table.add_row(*row)
     return table
 
 
@@ -168,9 +164,13 @@ def sweep_line(result: RunResult) -> str:
     return (
         f"sweep of {len(cells)} cells: C {', '.join(map(str, cs))} × prior "
         f"{', '.join(f'{p:,}' for p in ps)} tokens · {s.turn_tokens:,} new per turn · "
-        f"{s.output_tokens} generated per turn · {s.turns} turns × {measured} measured "
-        f"repetitions per cell (+{s.repetitions.warmup} warm-up)"
+        f"{s.output_tokens} generated per turn · {_plural(s.turns, 'turn')} × {measured} "
+        f"measured (+{s.repetitions.warmup} warm-up) per cell"
     )
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def sizing_line(result: RunResult) -> str | None:
@@ -180,7 +180,7 @@ def sizing_line(result: RunResult) -> str | None:
         return None
     if z.exact:
         return (
-            f"depths and shareable prefixes sized with the target's {z.tokenizer} (exact): "
+            f"depths and shareable prefixes exact, from the target's {z.tokenizer}: "
             f"{z.calls:,} calls, {z.seconds:.1f} s, none between a request and its first token"
         )
     return f"depths sized with {z.tokenizer}; shareable prefixes are estimates (~)"
