@@ -63,7 +63,8 @@ def test_agent_replies_are_mostly_tool_calls():
 
 def test_a_user_directory_is_a_corpus_with_a_content_fingerprint(tmp_path):
     (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "main.go").write_text("package main\n\n" + "func f() int { return 1 }\n" * 20)
+    go = "package main\n\n" + "func f() int { return 1 }\n" * 20
+    (tmp_path / "src" / "main.go").write_text(go)
     (tmp_path / "lib.rs").write_text("pub fn g() -> u32 {\n    2\n}\n" * 20)
     (tmp_path / ".hidden").mkdir()
     (tmp_path / ".hidden" / "secret.py").write_text("x = 1\n" * 100)

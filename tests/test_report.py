@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import re
 
-from fakes import FakeChatClient
 from rich.console import Console
 
 import workloads
+from fakes import FakeChatClient
 from workloads import report
 from workloads.cli import main
 

@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 import pytest
-from fakes import FakeChatClient, LlamaCppLikeServer, LocalTokenizer
 
 import workloads
+from fakes import FakeChatClient, LlamaCppLikeServer, LocalTokenizer
 
 
 def small(*overrides: str) -> workloads.Scenario:

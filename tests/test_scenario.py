@@ -35,7 +35,9 @@ def test_typo_names_file_and_field(tmp_path: Path):
 
 def test_out_of_range_value_names_the_field(tmp_path: Path):
     bad = tmp_path / "zero.toml"
-    bad.write_text("users = 0\nturns = 1\nopening_tokens = 10\nturn_tokens = 1\noutput_tokens = 4\n")
+    bad.write_text(
+        "users = 0\nturns = 1\nopening_tokens = 10\nturn_tokens = 1\noutput_tokens = 4\n"
+    )
     with pytest.raises(workloads.ScenarioError, match=r"zero\.toml: field 'users'.*got 0"):
         workloads.load_scenario(bad)
 

@@ -1,10 +1,10 @@
 from __future__ import annotations
 
 import asyncio
-
-from fakes import FakeChatClient
+import contextlib
 
 import workloads
+from fakes import FakeChatClient
 from workloads.client import ChatResponse, Usage
 from workloads.content import load_corpus
 from workloads.conversation import Conversation, make_nonces
@@ -101,10 +101,8 @@ def test_a_turn_cut_off_by_the_end_of_the_run_is_recorded_as_incomplete():
         task = asyncio.create_task(session.send(1))
         await asyncio.sleep(0.01)
         task.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await task
-        except asyncio.CancelledError:
-            pass
 
     asyncio.run(go())
     assert len(records) == 1 and records[0].status == "incomplete"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fakes import LocalTokenizer
 
 import workloads
+from fakes import LocalTokenizer
 from workloads.content import load_corpus
 from workloads.conversation import Conversation, make_nonces, probe_nonce
 from workloads.sizing import CellSizing

@@ -3,10 +3,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fakes import LlamaCppLikeServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fakes import LlamaCppLikeServer
 from workloads import tokens
 from workloads.tokens import EstimateTokenizer, LlamaCppTokenizer, VllmTokenizer, fit
 
@@ -121,5 +121,5 @@ def test_a_failing_tokenize_call_is_a_tokenize_error():
         async with VllmTokenizer("http://127.0.0.1:9", "m", timeout_s=2) as tok:
             await tok.encode("x")
 
-    with pytest.raises(tokens.TokenizeError, match="127.0.0.1:9/tokenize"):
+    with pytest.raises(tokens.TokenizeError, match=r"127\.0\.0\.1:9/tokenize"):
         asyncio.run(call())

@@ -46,7 +46,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         target = workloads.Target(args.target, args.model, api_key_env=args.api_key_env)
     elif args.model:
         console.print("--model is only used with --target; ignoring it for the simulated server")
-    out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-{stamp}"
     reps = scenario.repetitions.warmup + scenario.repetitions.measured
     total = scenario.total_turns()
     with Progress(
