@@ -32,35 +32,27 @@ __all__ = ["NONCE_WORDS", "Conversation", "Nonces", "make_nonces", "probe_nonce"
 
 Message = dict[str, str]
 
-# Words that are one token after a space in cl100k and, being plain English, in the other
-# common tokenizers too: a nonce made of them has a stable token count whatever the entropy,
-# so sizing done on one repetition still holds on the next. Random hex would not be (its
-# token count changes with the digits).
+# Short common words, one token after a space in cl100k and, being plain English of at most
+# four letters, in the other common tokenizers too (even 32K-entry vocabularies): a nonce
+# made of them has a stable token count whatever the entropy, so sizing done on one
+# repetition still holds on the next. Random hex would not (its count changes with the
+# digits), nor would long words (a smaller vocabulary splits "squirrel").
 NONCE_WORDS = (
-    "amber", "anchor", "apple", "arrow", "atlas", "autumn", "badge", "baker", "bamboo", "banner",
-    "barley", "basin", "beacon", "berry", "bishop", "blade", "blanket", "bloom", "border",
-    "bottle", "branch", "brass", "bread", "breeze", "brick", "bridge", "bright", "brush", "bubble",
-    "bucket", "buffalo", "butter", "button", "cabin", "cable", "camel", "canal", "candle", "canoe",
-    "carbon", "cargo", "carpet", "castle", "cedar", "cellar", "cement", "chalk", "channel",
-    "chapel", "cherry", "chess", "cider", "circle", "citrus", "clay", "cliff", "clock", "cloud",
-    "coast", "cocoa", "coffee", "comet", "copper", "coral", "cotton", "crane", "crater", "crystal",
-    "cup", "curtain", "dawn", "delta", "desert", "diamond", "dragon", "drum", "eagle", "earth",
-    "echo", "elbow", "ember", "engine", "feather", "fern", "ferry", "fiber", "field", "fig",
-    "flame", "flower", "forest", "fossil", "fountain", "fox", "frost", "garden", "garlic",
-    "ginger", "glacier", "glass", "globe", "gold", "granite", "grape", "gravel", "harbor",
-    "harvest", "hawk", "hill", "honey", "horizon", "iris", "island", "ivory", "jade", "jasmine",
-    "jungle", "kettle", "kite", "ladder", "lake", "lantern", "lemon", "linen", "lion", "magnet",
-    "mango", "maple", "marble", "mercury", "meteor", "mint", "mirror", "moon", "moss", "mountain",
-    "needle", "oak", "oasis", "ocean", "olive", "onion", "orbit", "owl", "paddle", "palm", "paper",
-    "peach", "pearl", "pepper", "piano", "pilot", "pine", "planet", "plum", "pond", "prism",
-    "quartz", "rabbit", "radar", "rain", "reef", "ribbon", "river", "robin", "rocket", "rose",
-    "ruby", "saddle", "salmon", "sand", "satin", "shadow", "shell", "silver", "sky", "slate",
-    "snow", "socket", "solar", "spark", "spice", "spider", "squirrel", "star", "stone", "storm",
-    "straw", "summit", "sunset", "thunder", "tiger", "timber", "torch", "tower", "trail", "turtle",
-    "valley", "velvet", "violet", "walnut", "wave", "whale", "wheat", "window", "winter", "wolf",
-    "wool", "yarn", "zinc", "almond", "basil", "bear", "bolt", "cricket", "crow",
+    "ash", "bay", "bean", "bee", "bell", "bird", "boat", "bone", "book", "bowl", "box", "bush",
+    "cake", "calf", "cane", "cap", "card", "cart", "cat", "cave", "clay", "coat", "coin", "cone",
+    "cord", "corn", "cow", "crab", "crow", "cup", "dart", "dawn", "deer", "desk", "dew", "dish",
+    "dog", "door", "dove", "drum", "duck", "dust", "echo", "egg", "elm", "fan", "farm", "fern",
+    "fig", "fish", "flag", "fog", "foot", "fork", "fox", "frog", "gate", "gem", "goat", "gold",
+    "gown", "hat", "hay", "hen", "hill", "hive", "horn", "ink", "iris", "iron", "jade", "jam",
+    "jar", "jet", "key", "kite", "lake", "lamb", "lamp", "leaf", "lime", "lion", "lock", "map",
+    "mast", "mint", "mole", "moon", "moss", "moth", "nest", "net", "nut", "oak", "owl", "ox",
+    "palm", "pan", "pea", "pear", "pen", "pig", "pine", "pipe", "plum", "pond", "pot", "rail",
+    "rain", "ram", "reef", "ring", "road", "rock", "roof", "rope", "rose", "ruby", "rug", "sail",
+    "salt", "sand", "seal", "seed", "ship", "shoe", "silk", "sky", "snow", "sock", "soup", "star",
+    "stem", "sun", "tea", "tent", "tide", "tree", "vase", "vine", "wall", "wave", "well", "wind",
+    "wing", "wolf", "wood", "wool", "yak", "yarn", "zinc",
 )
-_WORDS_PER_NONCE = 6  # 216^6: about 46 bits of entropy per nonce
+_WORDS_PER_NONCE = 7  # 151^7: about 50 bits of entropy per nonce
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,19 +132,22 @@ class Conversation:
 
     # --- the opening -------------------------------------------------------------------
 
-    def opening(self, n_system: int, n_user: int, *, nonce: str | None = None) -> list[Message]:
+    def opening(
+        self, n_system: int, n_user: int, pad: str = "", *, nonce: str | None = None
+    ) -> list[Message]:
         """The opening context with ``n_system`` / ``n_user`` tiktoken tokens of text after
-        the nonce lines. ``nonce`` replaces the session nonce (to measure the shared part)."""
+        the nonce lines, the user text ending in ``pad``. ``nonce`` replaces the session
+        nonce (to measure the shared part)."""
         assert self._system is not None and self._user is not None
         session_line = f"{nonce or self.nonce}\n"
         # Cuts never end in whitespace: templates that trim messages (Llama 3's) would drop
         # it, and the count would stall for a step and then jump.
         if self.run_nonce is None:
             system = session_line + self._system.take(n_system).rstrip()
-            user = self._user.take(n_user).rstrip()
+            user = self._user.take(n_user).rstrip() + pad
         else:
             system = f"{self.run_nonce}\n" + self._system.take(n_system).rstrip()
-            user = session_line + self._user.take(n_user).rstrip()
+            user = session_line + self._user.take(n_user).rstrip() + pad
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
     def set_opening(self, messages: list[Message]) -> None:

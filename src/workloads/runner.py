@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -255,12 +256,12 @@ class _Run:
                 cell_start: float | None = None
                 for repetition in range(s.repetitions.warmup + s.repetitions.measured):
                     warmup = repetition < s.repetitions.warmup
-                    if not warmup and cell_start is None:
+                    if not warmup and cell_start is None:  # the cell's window starts
                         cell_start = time.time()
                         if self.window_start is None:
                             self.window_start = cell_start
                     await self._repetition(cell, repetition, warmup)
-                self.window_end = time.time()
+                self.window_end = time.time()  # the cell's window ends
                 self.windows[cell.index] = _window(cell_start, self.window_end)
             complete = True
         finally:
@@ -433,7 +434,9 @@ async def _send_at(session: Session, turn: int, due: float) -> None:
     await session.send(turn)
 
 
-async def _free_running(session: Session, scenario: Scenario, start: float, rng: Any) -> None:
+async def _free_running(
+    session: Session, scenario: Scenario, start: float, rng: random.Random
+) -> None:
     since = start
     for turn in range(1, scenario.turns + 1):
         due = turn_deadline(since, scenario.pacing, turn, rng)
@@ -441,6 +444,10 @@ async def _free_running(session: Session, scenario: Scenario, start: float, rng:
         await sleep_until(due)
         await session.send(turn)
         since = time.perf_counter()
+
+
+def _miss(record: TurnRecord) -> int:
+    return (record.prompt_tokens or 0) - (record.configured_prompt_tokens or 0)
 
 
 def _sizing_warnings(records: list[TurnRecord], sizing: Sizing, scenario: Scenario) -> list[str]:
@@ -474,6 +481,29 @@ def _sizing_warnings(records: list[TurnRecord], sizing: Sizing, scenario: Scenar
             "are estimates (the target has no /tokenize of a known shape, or tokenizer = "
             "\"tiktoken\")"
         )
+        ratios = [v for cell in sizing.scale.values() for v in cell.values()]
+        far = max((abs(v - 1) for v in ratios), default=0.0)
+        if far > 0.1 and scenario.repetitions.warmup == 1:
+            out.append(
+                f"the target counts up to {far:.0%} more or fewer tokens than tiktoken: one "
+                "warm-up corrects that to a few percent; repetitions.warmup = 2 refines it "
+                "(the second warm-up is sized with the first one's correction)"
+            )
+    else:
+        off = [
+            r for r in measured
+            if r.configured_prompt_tokens is not None
+            and r.prompt_tokens != r.configured_prompt_tokens
+            and (r.turn == 1 or scenario.exact_output)
+        ]
+        if off:
+            r = max(off, key=lambda r: abs(_miss(r)))
+            out.append(
+                f"{len(off)} measured turns missed their configured prompt (worst: turn "
+                f"{r.turn}, {r.prompt_tokens} for {r.configured_prompt_tokens}): is turn_tokens "
+                "smaller than the chat template's framing, or opening_tokens smaller than the "
+                "system prompt and nonce?"
+            )
     if sizing.fallbacks:
         out.append(
             f"{sizing.fallbacks} openings or turns were sized by estimate because a /tokenize "

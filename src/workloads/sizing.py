@@ -56,6 +56,7 @@ class SessionMemo:
     """What sizing learned about one session's text; kept across a cell's repetitions."""
 
     n_user: int | None = None
+    user_pad: str = ""
     n_system: int | None = None  # when the opening is too small for the whole system text
     content: dict[int, tuple[int, str]] = field(default_factory=dict)  # turn -> (n, pad)
     framing: dict[str, int] = field(default_factory=dict)  # "append" | "message" -> tokens
@@ -151,34 +152,69 @@ class CellSizing:
         memo = self.memo(conversation.session)
         target = self._units(s.opening_tokens, 1, tok, conversation.session)
         pinned = s.shared_prefix_tokens is not None
-        renders: dict[tuple[int, int], list[int]] = {}
+        renders: dict[tuple[int, int, str], list[int]] = {}
 
-        async def measure(n_sys: int, n_user: int) -> int:
-            ids = await tok.render(conversation.opening(n_sys, n_user), "continue")
-            renders[(n_sys, n_user)] = ids
+        async def by_pad(n_sys: int, n_user: int, pad: str) -> int:
+            ids = await tok.render(conversation.opening(n_sys, n_user, pad), "continue")
+            renders[(n_sys, n_user, pad)] = ids
             return len(ids)
 
         async def by_user(n: int) -> int:
-            return await measure(n_system, n)
+            return await by_pad(n_system, n, "")
 
         async def by_system(n: int) -> int:
-            return await measure(n, 0)
+            return await by_pad(n, 0, "")
 
-        key = (n_system, 0)
+        key = (n_system, 0, "")
         if memo.n_system is None:
             guess = memo.n_user if memo.n_user is not None else target - n_system - 40
+            last = (n_system, guess, memo.user_pad)
+            if memo.n_user is not None and await by_pad(*last) == target:
+                return conversation.opening(*last), renders[last], tok.exact  # as last time
             found = await tokens.fit(by_user, target, guess=guess, max_calls=8)
-            key = (n_system, found.n)
-            memo.n_user = found.n
+            key = (n_system, found.n, "")
+            if found.value != target and found.n > 0:
+                key = await self._pad_opening(conversation, tok, n_system, found, target, by_pad)
+            memo.n_user, memo.user_pad = key[1], key[2]
             if found.value > target and found.n == 0 and not pinned:
                 memo.n_system = target - 30  # smaller than the system prompt: cut that instead
-        if memo.n_system is not None:
+        if memo.n_system is not None:  # a short opening: cheap to render, pad directly
             found = await tokens.fit(by_system, target, guess=memo.n_system, max_calls=8)
-            key = (found.n, 0)
-            memo.n_system = found.n
-        messages = conversation.opening(*key)
-        ids = renders.get(key) or await tok.render(messages, "continue")
-        return messages, ids, tok.exact
+            key = (found.n, 0, "")
+            if found.value != target:
+
+                async def system_pad(n: int, pad: str) -> int:
+                    return await by_pad(n, 0, pad)
+
+                n_sys, pad = await _padded(system_pad, found.n, target)
+                key = (n_sys, 0, pad)
+            memo.n_system = key[0]
+        ids = renders.get(key) or await tok.render(conversation.opening(*key), "continue")
+        return conversation.opening(*key), ids, tok.exact
+
+    async def _pad_opening(
+        self,
+        conversation: Conversation,
+        tok: TargetTokenizer,
+        n_system: int,
+        found: tokens.Fit,
+        target: int,
+        measure: Callable[[int, int, str], Awaitable[int]],
+    ) -> tuple[int, int, str]:
+        """A cut a few tokens shorter plus a pad, found with encodes of the text's tail (a
+        pad only changes the end), checked with one render; else the closest cut."""
+        texts = {n: conversation.opening(n_system, n)[1]["content"] for n in
+                 range(max(0, found.n - 4), found.n + 1)}
+        start = max(0, len(texts[min(texts)]) - 400)  # the cuts share everything before
+        base = found.value - len(await tok.encode(texts[found.n][start:]))
+
+        async def predicted(n: int, pad: str) -> int:
+            return base + len(await tok.encode(texts[n][start:] + pad))
+
+        n, pad = await _padded(predicted, found.n, target)
+        if pad and await measure(n_system, n, pad) == target:
+            return (n_system, n, pad)
+        return (n_system, found.n, "")
 
     # --- a turn ----------------------------------------------------------------------------
 
