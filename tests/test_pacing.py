@@ -103,3 +103,10 @@ def test_free_running_sessions_wait_their_own_think_and_tool_time():
     for times in sends.values():
         assert times[0] - start >= 0.04
         assert all(b - a >= 0.07 for a, b in itertools.pairwise(times))
+
+
+def test_every_paced_turn_records_how_late_it_was_sent():
+    result = workloads.run(small(), client=fake())
+    lags = [r.pacing_lag_ns for r in result.records]
+    assert all(lag is not None and lag >= 0 for lag in lags)
+    assert not any("sent more than 100 ms after" in w for w in result.warnings)

@@ -45,6 +45,7 @@ class TurnRecord(BaseModel):
     configured_prompt_tokens: int | None = None  # configured prompt: prior + turn_tokens
     tokenized_prompt_tokens: int | None = None  # the target's /tokenize count before sending
     cell: int = 0  # index into the scenario's cells (sweeps); 0 for a run without sweep axes
+    pacing_lag_ns: int | None = None  # sent this late after its due time (pacing), if paced
     ttft_ns: int | None = None
     decode_tokens_per_s: float | None = None  # post-first streaming rate
     started_ns: int  # the client began the request (before any connection wait)

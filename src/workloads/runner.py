@@ -430,8 +430,8 @@ def _share_openings(sessions: list[Session], sizing: CellSizing) -> None:
 
 
 async def _send_at(session: Session, turn: int, due: float) -> None:
-    await sleep_until(due)
-    await session.send(turn)
+    late = await sleep_until(due)
+    await session.send(turn, lag_ns=round(late * 1e9))
 
 
 async def _free_running(
@@ -441,8 +441,8 @@ async def _free_running(
     for turn in range(1, scenario.turns + 1):
         due = turn_deadline(since, scenario.pacing, turn, rng)
         await session.prepare(turn)  # sizing happens inside the think/tool time
-        await sleep_until(due)
-        await session.send(turn)
+        late = await sleep_until(due)
+        await session.send(turn, lag_ns=round(late * 1e9))
         since = time.perf_counter()
 
 
@@ -504,6 +504,14 @@ def _sizing_warnings(records: list[TurnRecord], sizing: Sizing, scenario: Scenar
                 "smaller than the chat template's framing, or opening_tokens smaller than the "
                 "system prompt and nonce?"
             )
+    lags = [r.pacing_lag_ns for r in measured if r.pacing_lag_ns is not None]
+    late = [lag for lag in lags if lag > 100_000_000]
+    if late:
+        out.append(
+            f"{len(late)} measured turns were sent more than 100 ms after they were due "
+            f"(worst {max(late) / 1e9:.2f} s): sizing them took longer than their think and "
+            "tool time, so pauses ran long (pacing_lag_ns in records.jsonl)"
+        )
     if sizing.fallbacks:
         out.append(
             f"{sizing.fallbacks} openings or turns were sized by estimate because a /tokenize "

@@ -58,6 +58,7 @@ def record_from_response(
     configured_prompt_tokens: int | None = None,
     tokenized_prompt_tokens: int | None = None,
     cell: int = 0,
+    pacing_lag_ns: int | None = None,
 ) -> TurnRecord:
     """Derive a TurnRecord from a ChatResponse. Pure."""
     usage = response.usage
@@ -96,6 +97,7 @@ def record_from_response(
         configured_prompt_tokens=configured_prompt_tokens,
         tokenized_prompt_tokens=tokenized_prompt_tokens,
         cell=cell,
+        pacing_lag_ns=pacing_lag_ns,
         ttft_ns=ttft,
         decode_tokens_per_s=rate,
         started_ns=response.started_ns,
@@ -203,8 +205,9 @@ class Session:
         shareable, shareable_exact = await self._shareable(turn, prepared)
         self._prepared = (prepared, shareable, shareable_exact)
 
-    async def send(self, turn: int) -> TurnRecord:
-        """Stream the prepared turn ``turn`` and record it."""
+    async def send(self, turn: int, *, lag_ns: int | None = None) -> TurnRecord:
+        """Stream the prepared turn ``turn`` and record it; ``lag_ns``: how late after its
+        due time it is being sent."""
         if self._prepared is None:
             await self.prepare(turn)
         assert self._prepared is not None
@@ -221,6 +224,7 @@ class Session:
             configured_prompt_tokens=self.scenario.configured_prompt_tokens(turn),
             tokenized_prompt_tokens=len(prepared.ids) if prepared.exact else None,
             cell=self.cell,
+            pacing_lag_ns=lag_ns,
         )
         started = time.perf_counter_ns()
         try:

@@ -215,7 +215,7 @@ class _HttpTokenizer:
         model: str,
         *,
         headers: dict[str, str] | None = None,
-        concurrency: int = 4,  # keeps sizing from queueing many long renders at once
+        concurrency: int = 8,  # at most this many renders queue at the target at once
         timeout_s: float = 120.0,
         template_kwargs: dict[str, Any] | None = None,
     ) -> None:
