@@ -99,3 +99,18 @@ def test_tiktoken_mode_against_a_different_tokenizer_lands_within_three_percent(
     for r in result.records:
         if not r.warmup and r.turn == 1:
             assert abs(r.prompt_tokens / r.configured_prompt_tokens - 1) < 0.03
+
+
+def test_a_run_sends_one_byte_identical_system_message_per_repetition_with_nonce_run():
+    client = FakeChatClient(lambda body: (100, "ok"))
+    result = workloads.run(small("users=3", "turns=1", "nonce=run"), client=client)
+    systems: dict[int, set[str]] = {}
+    for body in client.bodies:
+        user = body["messages"][1]["content"]
+        repetition = int(user.split("\n", 1)[0].rsplit("#", 1)[1].split(".")[1])
+        systems.setdefault(repetition, set()).add(body["messages"][0]["content"])
+    assert [len(s) for s in systems.values()] == [1, 1, 1]  # warm-up + 2 measured
+    assert len(set.union(*systems.values())) == 3
+    for rep in result.nonces:  # recorded: one run nonce and 3 session nonces per repetition
+        assert rep.run_nonce is not None and rep.run_nonce not in rep.sessions
+        assert len(set(rep.sessions)) == 3

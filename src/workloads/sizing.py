@@ -105,10 +105,15 @@ class CellSizing:
     # --- the shared prefix (nonce = "run") -------------------------------------------------
 
     async def fit_shared(self, conversation: Conversation, probe: str) -> int:
-        """``n_system`` that makes the sessions' common prefix ``shared_prefix_tokens``."""
+        """``n_system``: the system text every session of the repetition sends.
+
+        With ``nonce = "run"`` it is shared, so it is fitted here, once, not per session:
+        to make the sessions' common prefix ``shared_prefix_tokens``, or, without that, the
+        natural system prompt, cut only if the opening cannot hold it.
+        """
         s = self.scenario
         natural = conversation.corpus.natural_system_tokens(s.content.style)
-        if s.shared_prefix_tokens is None:
+        if s.nonce != "run":
             return natural
         tok = self.tokenizer
 
@@ -119,15 +124,24 @@ class CellSizing:
             b = await tok.render(conversation.opening(n, 0, nonce=probe), "continue")
             return tokens.common_prefix_length(a, b)
 
-        target = s.shared_prefix_tokens
-        if not tok.exact:
-            target = round(target / self.scale.get(1, 1.0))
-        guess = self.shared_n_system if self.shared_n_system is not None else target - 30
+        async def whole(n: int) -> int:
+            return len(await tok.render(conversation.opening(n, 0), "continue"))
+
         try:
-            found = await tokens.fit(common, target, guess=guess, max_calls=8)
+            if s.shared_prefix_tokens is None:
+                opening = self._units(s.opening_tokens, 1, tok, conversation.session)
+                if await whole(natural) <= opening:
+                    return natural
+                measure, target = whole, opening - 2  # room for another session's nonce
+            else:
+                measure, target = common, s.shared_prefix_tokens
+                if not tok.exact:
+                    target = round(target / self.scale.get(1, 1.0))
+            guess = self.shared_n_system if self.shared_n_system is not None else target - 30
+            found = await tokens.fit(measure, target, guess=guess, max_calls=8)
         except TokenizeError:
             self.fallbacks += 1
-            return guess
+            return self.shared_n_system if self.shared_n_system is not None else natural
         self.shared_n_system = found.n
         return found.n
 
@@ -151,7 +165,7 @@ class CellSizing:
         s = self.scenario
         memo = self.memo(conversation.session)
         target = self._units(s.opening_tokens, 1, tok, conversation.session)
-        pinned = s.shared_prefix_tokens is not None
+        pinned = s.nonce == "run"  # the system text is shared: fit_shared chose it
         renders: dict[tuple[int, int, str], list[int]] = {}
 
         async def by_pad(n_sys: int, n_user: int, pad: str) -> int:
