@@ -35,10 +35,12 @@ from dataclasses import dataclass, field
 
 from workloads import tokens
 from workloads.conversation import Conversation, Message
+from workloads.records import TurnRecord
+from workloads.results import Sizing
 from workloads.scenario import Scenario
 from workloads.tokens import EstimateTokenizer, TargetTokenizer, TokenizeError
 
-__all__ = ["CellSizing", "PreparedTurn", "SessionMemo"]
+__all__ = ["CellSizing", "PreparedTurn", "SessionMemo", "sizing_warnings"]
 
 # Template tokens a turn adds around its content before anything is measured: "\n\n" plus
 # end-of-message and generation prompt when appended to the opening's user message; role
@@ -329,3 +331,80 @@ async def _padded(
             if await count(cut, pad) == want:
                 return cut, pad
     return n, ""
+
+
+def _miss(record: TurnRecord) -> int:
+    return (record.prompt_tokens or 0) - (record.configured_prompt_tokens or 0)
+
+
+def sizing_warnings(
+    records: Sequence[TurnRecord], sizing: Sizing, scenario: Scenario
+) -> list[str]:
+    """What the result should say about how prompts were sized. Pure."""
+    out: list[str] = []
+    measured = [r for r in records if not r.warmup and r.prompt_tokens is not None]
+    mismatched = [
+        r for r in measured
+        if r.tokenized_prompt_tokens is not None and r.tokenized_prompt_tokens != r.prompt_tokens
+    ]
+    if mismatched:
+        r = mismatched[0]
+        out.append(
+            f"{len(mismatched)} measured turns: the target's /tokenize counted a different "
+            f"prompt than its usage reports (first: {r.tokenized_prompt_tokens} vs "
+            f"{r.prompt_tokens}); its /tokenize does not render chats as its chat endpoint "
+            "does, so depths and shareable prefixes are not exact"
+        )
+    if not sizing.exact:
+        first = [
+            abs(r.prompt_tokens - r.configured_prompt_tokens) / r.configured_prompt_tokens
+            for r in measured
+            if r.turn == 1 and r.prompt_tokens is not None and r.configured_prompt_tokens
+        ]
+        worst = f"; first-turn prompts within {max(first):.1%} of configured" if first else ""
+        if scenario.repetitions.warmup == 0:
+            how = "with no warm-up to correct them from: set repetitions.warmup = 1"
+        else:
+            how = "corrected from the warm-up's usage.prompt_tokens"
+        out.append(
+            f"prompts were sized with tiktoken estimates, {how}{worst}; shareable prefixes "
+            "are estimates (the target has no /tokenize of a known shape, or tokenizer = "
+            "\"tiktoken\")"
+        )
+        ratios = [v for cell in sizing.scale.values() for v in cell.values()]
+        far = max((abs(v - 1) for v in ratios), default=0.0)
+        if far > 0.1 and scenario.repetitions.warmup == 1:
+            out.append(
+                f"the target counts up to {far:.0%} more or fewer tokens than tiktoken: one "
+                "warm-up corrects that to a few percent; repetitions.warmup = 2 refines it "
+                "(the second warm-up is sized with the first one's correction)"
+            )
+    else:
+        off = [
+            r for r in measured
+            if r.configured_prompt_tokens is not None
+            and r.prompt_tokens != r.configured_prompt_tokens
+            and (r.turn == 1 or scenario.exact_output)
+        ]
+        if off:
+            r = max(off, key=lambda r: abs(_miss(r)))
+            out.append(
+                f"{len(off)} measured turns missed their configured prompt (worst: turn "
+                f"{r.turn}, {r.prompt_tokens} for {r.configured_prompt_tokens}): is turn_tokens "
+                "smaller than the chat template's framing, or opening_tokens smaller than the "
+                "system prompt and nonce?"
+            )
+    lags = [r.pacing_lag_ns for r in measured if r.pacing_lag_ns is not None]
+    late = [lag for lag in lags if lag > 100_000_000]
+    if late:
+        out.append(
+            f"{len(late)} measured turns were sent more than 100 ms after they were due "
+            f"(worst {max(late) / 1e9:.2f} s): sizing them took longer than their think and "
+            "tool time, so pauses ran long (pacing_lag_ns in records.jsonl)"
+        )
+    if sizing.fallbacks:
+        out.append(
+            f"{sizing.fallbacks} openings or turns were sized by estimate because a /tokenize "
+            "call failed"
+        )
+    return out
