@@ -49,6 +49,7 @@ class TurnSummary(_Model):
 
     turn: int
     configured_prior_tokens: int
+    configured_prompt_tokens: int | None = None  # prior + turn_tokens; None in old results
     records: int
     valid: int
     invalid: int  # finished but not valid (wrong length or finish reason)
@@ -138,6 +139,7 @@ def _turn_summary(turn: int, records: Sequence[TurnRecord]) -> TurnSummary:
     return TurnSummary(
         turn=turn,
         configured_prior_tokens=records[0].configured_prior_tokens,
+        configured_prompt_tokens=records[0].configured_prompt_tokens,
         records=len(records),
         valid=len(valid),
         invalid=len(finished) - len(valid),

@@ -65,7 +65,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-{stamp}"
     reps = scenario.repetitions.warmup + scenario.repetitions.measured
-    total = reps * scenario.users * scenario.turns
+    total = scenario.total_turns()
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -82,10 +82,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
             nonlocal failed
             failed += record.status != "ok"
             phase = "warm-up" if record.warmup else "measured"
+            where = f"cell {record.cell + 1}/{len(scenario.cells())} " if scenario.swept else ""
             progress.update(
                 task,
                 advance=1,
-                status=f"rep {record.repetition + 1}/{reps} ({phase}) turn {record.turn}"
+                status=f"{where}rep {record.repetition + 1}/{reps} ({phase}) turn {record.turn}"
                 + (f" · {failed} failed" if failed else ""),
             )
 
@@ -127,14 +128,20 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
 
     import workloads
 
+    def axis(values: set[int]) -> str:  # a sweep axis as "low–high" (the table is narrow)
+        low, high = min(values), max(values)
+        return f"{low:,}" if low == high else f"{low:,}–{high:,}"
+
     table = Table("name", "users", "turns", "opening", "new/turn", "output", "description")
+    table.columns[0].no_wrap = True
     for name in sorted(workloads.list_scenarios()):
         s = workloads.load_scenario(name)
+        cells = s.cells()
         table.add_row(
             name,
-            str(s.users),
+            axis({c.concurrency for c in cells}),
             str(s.turns),
-            f"{s.opening_tokens:,}",
+            axis({c.prior_tokens for c in cells}),
             f"{s.turn_tokens:,}",
             str(s.output_tokens),
             s.description,

@@ -1,11 +1,16 @@
-"""Text that looks like what a coding agent sends: system prompt, tool schema, repository
-files, tool results (file reads, grep hits, test logs, diffs) and user follow-ups.
+"""Text that looks like what a coding agent (or a person at a chat box) sends: system prompt,
+tool schema, repository files, tool results (file reads, grep hits, test logs, diffs), user
+follow-ups and questions, and agent-like replies for the simulated server.
 
 Real text matters: tokenization and speculative-decoding acceptance both depend on it being
 real code and prose, not random tokens. The default corpus is the running Python's
-standard-library sources (real code, present offline). Everything is deterministic for a
-given (seed, session) so a run can be repeated; freshness between runs comes from nonces,
-not from different text.
+standard-library sources (real code, present offline). Everything here is deterministic for
+a given (seed, session, turn), so a run can be repeated; freshness between runs comes from
+nonces (``conversation.py``), not from different text.
+
+Each piece of a conversation is a :class:`TextStream`: endless text that is cut at a token
+count on demand, so the depth fitting in ``session.py`` can ask for "this stream, n tokens"
+as often as it needs and always get a prefix of the same text.
 """
 
 from __future__ import annotations
@@ -16,15 +21,26 @@ import json
 import os
 import random
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 from workloads import tokens
 from workloads.errors import ScenarioError
 
-__all__ = ["SYSTEM_PROMPT", "TOOLS", "Corpus", "load_corpus"]
+__all__ = [
+    "CHAT_SYSTEM_PROMPT",
+    "SYSTEM_PROMPT",
+    "TOOLS",
+    "Corpus",
+    "SourceFile",
+    "TextStream",
+    "load_corpus",
+]
+
+Style = Literal["agent", "chat"]
 
 SYSTEM_PROMPT = """\
 You are a careful software engineering agent working inside a user's repository. You can read
@@ -37,6 +53,17 @@ assertion and reason about it instead of guessing. Keep public interfaces stable
 user asks otherwise, and mention any behaviour change explicitly. Never invent file contents:
 if you have not read a file, read it. When you are done, summarise what changed, why, and how
 you verified it, in at most five bullet points.
+
+To call a tool, reply with one short sentence saying why, then a fenced block:
+```tool_call
+{"name": "<tool name>", "arguments": {<arguments as JSON>}}
+```
+Call one tool per reply. The tool's output comes back in the next user message.
+"""
+
+CHAT_SYSTEM_PROMPT = """\
+You are a helpful programming assistant. Answer clearly and concisely, show code when it
+helps, and say so when you are not sure.
 """
 
 TOOLS = [
@@ -118,15 +145,64 @@ _TASKS = [
     "A flaky test touches this code. Read it, explain the race, and make it deterministic.",
 ]
 
+_QUESTIONS = [
+    "What does this function do, and is there a bug in it?",
+    "How would I write a unit test for this?",
+    "Can you make this faster without changing what it returns?",
+    "Why does this raise an exception when the input is empty?",
+    "Could you rewrite this to be easier to read?",
+    "Is this thread-safe? If not, what would you change?",
+]
+
+_CHAT_FOLLOW_UPS = [
+    "Thanks. What about this part?",
+    "That helps. One more question about the same file:",
+    "I tried that and it still fails. Here is the code again:",
+    "Makes sense. And how does this piece fit in?",
+]
+
 
 @dataclass(frozen=True)
 class SourceFile:
+    """One file of a corpus: a path relative to the corpus root and its text."""
+
     path: str
     text: str
 
 
+class TextStream:
+    """Endless deterministic text, cut at a token count on demand.
+
+    The pieces are encoded with tiktoken as they are needed; :meth:`take` returns the text of
+    the first ``n`` of those tokens, so ``take(n + k)`` always extends ``take(n)``. Token
+    counts here are tiktoken's; the target's own count is measured by the caller.
+    """
+
+    def __init__(self, pieces: Iterator[str]) -> None:
+        self._pieces = pieces
+        self._ids: list[int] = []
+
+    def _extend_to(self, n_tokens: int) -> None:
+        for _ in range(1_000_000):  # bounded: every piece adds at least one token in practice
+            if len(self._ids) >= n_tokens:
+                return
+            self._ids += tokens.encoding().encode_ordinary(next(self._pieces))
+
+    def take(self, n_tokens: int) -> str:
+        """The text of the first ``n_tokens`` tokens, never ending inside a character."""
+        if n_tokens <= 0:
+            return ""
+        self._extend_to(n_tokens)
+        raw = tokens.encoding().decode_bytes(self._ids[:n_tokens])
+        return raw.decode("utf-8", "ignore")  # a cut inside a multi-byte character drops it
+
+
 class Corpus:
-    """A deterministic pool of source files to draw context and tool results from."""
+    """A deterministic pool of source files to draw context, tool results and replies from.
+
+    ``fingerprint`` identifies the exact files (paths and contents); it is recorded in every
+    RunResult so two runs can be checked for identical text.
+    """
 
     def __init__(self, name: str, files: list[SourceFile]) -> None:
         if not files:
@@ -139,43 +215,57 @@ class Corpus:
             digest.update(hashlib.sha256(f.text.encode()).digest())
         self.fingerprint = digest.hexdigest()[:16]
 
-    def rng(self, seed: int, *stream: int) -> random.Random:
+    def rng(self, seed: int, *stream: int | str) -> random.Random:
         """One RNG per (seed, stream...): sessions never share random state."""
         key = ":".join(str(x) for x in (seed, *stream))
         return random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big"))
 
-    # --- pieces -----------------------------------------------------------------------------
+    # --- the streams a conversation is made of ------------------------------------------
 
-    def system_text(self) -> str:
-        """System prompt with the tool schema, identical for every session."""
-        schema = json.dumps(TOOLS, indent=2)
-        return f"{SYSTEM_PROMPT}\n# Tools\n\nYou may call these functions:\n{schema}\n"
+    def system_stream(self, style: Style, seed: int) -> TextStream:
+        """The system message after its nonce line: prompt (and tool schema, for agents),
+        then shared repository files for as long as asked. Identical for every session."""
+        rng = self.rng(seed, "system")
+        head = _system_head(style)
+        if style == "agent":
+            return TextStream(_chain([head, "\n# Project context\n"], self._file_dumps(rng)))
+        return TextStream(_chain([head, "\nReference code:\n"], self._files(rng)))
 
-    def task_text(self, rng: random.Random) -> str:
-        return rng.choice(_TASKS)
+    def natural_system_tokens(self, style: Style) -> int:
+        """tiktoken tokens of the system prompt (and tool schema) without shared files."""
+        return tokens.count(_system_head(style))
 
-    def repository_context(self, rng: random.Random, n_tokens: int) -> str:
-        """Repository files, each with a header, cut to exactly ``n_tokens`` (tiktoken)."""
-        return _fit(self._file_dumps(rng), n_tokens)
+    def user_stream(self, style: Style, seed: int, session: int) -> TextStream:
+        """The session's first user message: its task and the files it starts with."""
+        rng = self.rng(seed, "user", session)
+        if style == "agent":
+            head = [rng.choice(_TASKS), "\n\nRelevant files:\n"]
+            return TextStream(_chain(head, self._file_dumps(rng)))
+        return TextStream(_chain(["I'm working on this code:\n"], self._files(rng)))
 
-    def tool_result(self, rng: random.Random, turn: int, n_tokens: int) -> str:
-        """A tool result of ``n_tokens`` (tiktoken): a file read, grep hits, a test log or a
-        diff, preceded by a short user follow-up."""
-        kind = ("read_file", "grep", "run_tests", "apply_patch")[(turn + rng.randrange(4)) % 4]
-        pieces = {
+    def turn_stream(self, style: Style, seed: int, session: int, turn: int) -> TextStream:
+        """Turn ``turn``'s new content: a follow-up and a tool result (file read, grep hits,
+        test log or diff) for agents; a question about a piece of code for chat."""
+        rng = self.rng(seed, "turn", session, turn)
+        if style == "chat":
+            lead = rng.choice(_QUESTIONS) if turn == 1 else rng.choice(_CHAT_FOLLOW_UPS)
+            return TextStream(_chain([lead, "\n\n"], self._snippets(rng)))
+        kinds: dict[str, Callable[[random.Random], Iterator[str]]] = {
             "read_file": self._file_dumps,
             "grep": self._grep_hits,
             "run_tests": self._test_log,
             "apply_patch": self._diffs,
-        }[kind](rng)
-        header = f"{rng.choice(_FOLLOW_UPS)}\n\n[tool: {kind}]\n"
-        return header + _fit(pieces, max(0, n_tokens - tokens.count(header)))
+        }
+        kind = list(kinds)[(turn + rng.randrange(4)) % 4]
+        header = f"{rng.choice(_FOLLOW_UPS)}\n\n[tool result: {kind}]\n"
+        return TextStream(_chain([header], kinds[kind](rng)))
 
     def reply_text(self, rng: random.Random, n_tokens: int) -> str:
-        """An agent-like reply (prose then code), used by the simulated server."""
-        return _fit(self._replies(rng), n_tokens)
+        """An agent-like reply of ``n_tokens`` (tiktoken): mostly a sentence and a tool call,
+        sometimes a proposed patch. The simulated server answers with these."""
+        return TextStream(self._replies(rng)).take(n_tokens)
 
-    # --- generators of endless text ---------------------------------------------------------
+    # --- generators of endless text -----------------------------------------------------
 
     def _pick(self, rng: random.Random) -> SourceFile:
         return self.files[rng.randrange(len(self.files))]
@@ -184,6 +274,19 @@ class Corpus:
         while True:
             f = self._pick(rng)
             yield f"\n=== {f.path} ===\n{f.text}\n"
+
+    def _files(self, rng: random.Random) -> Iterator[str]:
+        while True:
+            f = self._pick(rng)
+            yield f"\n```{_fence_language(f.path)}\n# {f.path}\n{f.text}\n```\n"
+
+    def _snippets(self, rng: random.Random) -> Iterator[str]:
+        while True:
+            f = self._pick(rng)
+            lines = f.text.splitlines()
+            start = rng.randrange(max(1, len(lines) - 30))
+            body = "\n".join(lines[start : start + rng.randrange(8, 30)])
+            yield f"```{_fence_language(f.path)}\n{body}\n```\n"
 
     def _grep_hits(self, rng: random.Random) -> Iterator[str]:
         while True:
@@ -223,35 +326,63 @@ class Corpus:
             f = self._pick(rng)
             lines = f.text.splitlines()
             start = rng.randrange(max(1, len(lines) - 20))
-            snippet = "\n".join(lines[start : start + rng.randrange(6, 20)])
-            yield (
-                f"I read `{f.path}` around line {start + 1}. The logic there is what we need to "
-                f"change; here is the relevant part and my proposed edit.\n\n```python\n"
-                f"{snippet}\n```\n\n"
-            )
+            roll = rng.random()
+            if roll < 0.45:
+                call = {"name": "read_file", "arguments": {
+                    "path": f.path, "start_line": start + 1, "end_line": start + 60}}
+                why = f"I need to see how `{f.path}` handles this before changing anything."
+            elif roll < 0.65:
+                word = next((w for w in lines[start].split() if w.isidentifier()), "main")
+                call = {"name": "grep", "arguments": {"pattern": rf"\b{word}\b", "glob": "*.py"}}
+                why = f"Let me find every use of `{word}` first."
+            elif roll < 0.8:
+                call = {"name": "run_tests", "arguments": {
+                    "selector": f"tests/test_{Path(f.path).stem}.py"}}
+                why = "The change is in place; running the narrowest test that covers it."
+            else:
+                old = lines[start : start + 6]
+                new = [ln.rstrip() + "  # checked" if i == 2 else ln for i, ln in enumerate(old)]
+                diff = "\n".join(difflib.unified_diff(old, new, f"a/{f.path}", f"b/{f.path}",
+                                                      lineterm=""))
+                call = {"name": "apply_patch", "arguments": {"diff": diff}}
+                why = f"The root cause is in `{f.path}` near line {start + 1}; here is the fix."
+            yield f"{why}\n```tool_call\n{json.dumps(call)}\n```\n"
 
 
-def _fit(pieces: Iterator[str], n_tokens: int) -> str:
-    """Concatenate pieces until there are at least ``n_tokens`` tokens, then cut exactly."""
-    if n_tokens <= 0:
-        return ""
-    parts: list[str] = []
-    have = 0
-    for _ in range(100_000):  # bounded: each piece adds at least one token in practice
-        piece = next(pieces)
-        parts.append(piece)
-        have += tokens.count(piece)
-        if have >= n_tokens:
-            break
-    return tokens.truncate("".join(parts), n_tokens)
+def _system_head(style: Style) -> str:
+    if style == "agent":
+        schema = json.dumps(TOOLS, indent=2)
+        return f"{SYSTEM_PROMPT}\n# Tools\n\nYou may call these functions:\n{schema}\n"
+    return CHAT_SYSTEM_PROMPT
 
 
-def _read_sources(root: Path, limit: int = 400) -> list[SourceFile]:
-    skip = {"test", "tests", "idlelib", "site-packages", "lib2to3", "__pycache__", "ensurepip"}
+def _chain(head: list[str], rest: Iterator[str]) -> Iterator[str]:
+    yield from head
+    yield from rest
+
+
+def _fence_language(path: str) -> str:
+    return {".py": "python", ".js": "javascript", ".ts": "typescript", ".go": "go",
+            ".rs": "rust", ".c": "c", ".h": "c", ".java": "java"}.get(Path(path).suffix, "")
+
+
+# Source files a user's repository may hold; anything else (binaries, data) is skipped.
+_SOURCE_SUFFIXES = {
+    ".py", ".pyi", ".js", ".jsx", ".ts", ".tsx", ".go", ".rs", ".c", ".h", ".cc", ".cpp",
+    ".hpp", ".java", ".kt", ".rb", ".php", ".cs", ".swift", ".scala", ".sh", ".sql", ".md",
+    ".rst", ".toml", ".yaml", ".yml", ".cfg", ".ini", ".html", ".css",
+}
+_SKIP_DIRS = {
+    "test", "tests", "idlelib", "site-packages", "lib2to3", "__pycache__", "ensurepip",
+    "node_modules", "venv", ".venv", "build", "dist", "target", "vendor",
+}
+
+
+def _read_sources(root: Path, suffixes: set[str], limit: int) -> list[SourceFile]:
     paths: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in skip and not d.startswith("."))
-        paths.extend(Path(dirpath, name) for name in filenames if name.endswith(".py"))
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+        paths.extend(Path(dirpath, name) for name in filenames if Path(name).suffix in suffixes)
     paths.sort()
     files: list[SourceFile] = []
     # Spread the pick over the whole tree, deterministically, rather than the first N names.
@@ -261,8 +392,8 @@ def _read_sources(root: Path, limit: int = 400) -> list[SourceFile]:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             continue
-        if 200 < len(text) < 200_000:
-            files.append(SourceFile(str(path.relative_to(root)), text))
+        if 200 < len(text) < 200_000 and "\x00" not in text:
+            files.append(SourceFile(path.relative_to(root).as_posix(), text))
     return files
 
 
@@ -286,9 +417,16 @@ def _synthetic_files(count: int = 64) -> list[SourceFile]:
 
 @cache
 def load_corpus(name: str) -> Corpus:
-    """``"stdlib"``, ``"synthetic"``, or a directory of the user's own code."""
+    """``"stdlib"``, ``"synthetic"``, or a directory of the user's own code.
+
+    ``"stdlib"`` falls back to synthetic text (and says so in its name) when this Python was
+    installed without its sources.
+    """
     if name == "stdlib":
-        return Corpus("stdlib", _read_sources(Path(sysconfig.get_paths()["stdlib"])))
+        files = _read_sources(Path(sysconfig.get_paths()["stdlib"]), {".py"}, limit=400)
+        if not files:
+            return Corpus("synthetic (no stdlib sources found)", _synthetic_files())
+        return Corpus("stdlib", files)
     if name == "synthetic":
         return Corpus("synthetic", _synthetic_files())
     root = Path(name).expanduser()
@@ -296,4 +434,4 @@ def load_corpus(name: str) -> Corpus:
         raise ScenarioError(
             f"content.corpus: {name!r} is not 'stdlib', 'synthetic' or an existing directory"
         )
-    return Corpus(str(root), _read_sources(root, limit=2000))
+    return Corpus(str(root), _read_sources(root, _SOURCE_SUFFIXES, limit=2000))

@@ -1,8 +1,12 @@
 """When turns start: draws of think and tool time, and waits on absolute deadlines.
 
-Deadlines are absolute (``perf_counter`` seconds) and computed from when the previous turn
-ended, so a slow wake-up does not push every later turn back (a chain of relative sleeps
-drifts; trio's ``sleep_until`` is the model).
+Two pacings (``Pacing.mode``): ``lockstep`` — a barrier per turn: every session prepares
+turn k, then all send it (each after its own think/tool time, if any); ``free`` — each
+session on its own clock. Either way the wait before a turn is an absolute deadline
+(``perf_counter`` seconds) fixed when the previous turn ended (or when the repetition or
+barrier began), and the work done meanwhile — sizing the next prompt with the target's
+tokenizer — comes out of that wait instead of adding to it. A chain of relative sleeps
+drifts; trio's ``sleep_until`` is the model.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import time
 
 from workloads.scenario import Distribution, Pacing
 
-__all__ = ["draw", "pause_before_turn", "sleep_until"]
+__all__ = ["draw", "pause_before_turn", "sleep_until", "turn_deadline"]
 
 
 def draw(dist: Distribution, rng: random.Random) -> float:
@@ -37,6 +41,12 @@ def pause_before_turn(pacing: Pacing, turn: int, rng: random.Random) -> float:
     if turn > 1:
         pause += draw(pacing.tool_time, rng)
     return pause
+
+
+def turn_deadline(since: float, pacing: Pacing, turn: int, rng: random.Random) -> float:
+    """The absolute time (``perf_counter`` seconds) turn ``turn`` is due: ``since`` (the end
+    of the previous turn, or the start of the repetition or barrier) plus its pause. Pure."""
+    return since + pause_before_turn(pacing, turn, rng)
 
 
 async def sleep_until(deadline: float) -> float:

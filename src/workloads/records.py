@@ -26,7 +26,7 @@ class TurnRecord(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    repetition: int  # 0-based over all repetitions, warm-ups first
+    repetition: int  # 0-based over the cell's repetitions, warm-ups first
     warmup: bool
     session: int  # 0-based
     turn: int  # 1-based
@@ -42,6 +42,10 @@ class TurnRecord(BaseModel):
     shareable_tokens: int | None = None  # prompt tokens equal to a prefix the server has seen
     shareable_exact: bool = False  # from the server's tokenizer, not an estimate
     configured_prior_tokens: int  # configured context before this turn's new content
+    configured_prompt_tokens: int | None = None  # configured prompt: prior + turn_tokens
+    tokenized_prompt_tokens: int | None = None  # the target's /tokenize count before sending
+    cell: int = 0  # index into the scenario's cells (sweeps); 0 for a run without sweep axes
+    pacing_lag_ns: int | None = None  # sent this late after its due time (pacing), if paced
     ttft_ns: int | None = None
     decode_tokens_per_s: float | None = None  # post-first streaming rate
     started_ns: int  # the client began the request (before any connection wait)

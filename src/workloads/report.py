@@ -17,7 +17,17 @@ from workloads.telemetry.figures import EnergyFigures, Reconciliation, ServerTel
 from workloads.telemetry.reconcile import UsageSums
 from workloads.telemetry.servers import server_names
 
-__all__ = ["cache_table", "coordinates_line", "render", "run_line", "turn_table", "window_lines"]
+__all__ = [
+    "cache_table",
+    "coordinates_line",
+    "render",
+    "run_line",
+    "sizing_line",
+    "sweep_line",
+    "sweep_table",
+    "turn_table",
+    "window_lines",
+]
 
 NOT_REPORTED = "not reported"
 
@@ -80,12 +90,12 @@ def cache_table(result: RunResult) -> Table:
     table = _table(
         "Per turn — tokens (median, min–max); cache effectiveness = cached / shareable prefix"
         " (~ estimated)",
-        ["turn", "configured prior", "prompt (server)", "shareable", "cached", "cache eff."],
+        ["turn", "configured prompt", "prompt (server)", "shareable", "cached", "cache eff."],
     )
     for t in result.summary.turns:
         table.add_row(
             str(t.turn),
-            f"{t.configured_prior_tokens:,}",
+            _num(t.configured_prompt_tokens, 0),
             _band(t.prompt_tokens, 0),
             _band(t.shareable_tokens, 0),
             _band(t.cached_tokens, 0, missing=NOT_REPORTED),
@@ -330,6 +340,80 @@ def window_section(result: RunResult) -> Group:
     return Group(*parts)  # type: ignore[arg-type]
 
 
+def sweep_table(result: RunResult) -> Table:
+    """One row per cell, shaped like seed 000's throughput rows: configured prior-token
+    target, actual prompt tokens (server count), median generation rate and its range."""
+    cells = result.cells or []
+    concurrent = any(c.concurrency > 1 for c in cells)
+    table = Table(
+        title="Per cell — turn-1 prompt tokens; generation rate over valid measured turns",
+        title_justify="left",
+        header_style="bold",
+    )
+    names = ["C", "prior\ntarget", "configured\nprompt", "actual\nprompt", "median\ntok/s",
+             "range"]
+    names += ["aggregate\ntok/s"] if concurrent else []
+    names += ["TTFT s", "valid"]
+    for name in names:  # "range" must not be cut: it is half of the seed's figure
+        table.add_column(name, justify="right", no_wrap=name == "range", min_width=5)
+    for cell in cells:
+        first = cell.summary.turns[0] if cell.summary.turns else None
+        rate = cell.generation_rate
+        run = cell.summary.run
+        row = [
+            str(cell.concurrency),
+            f"{cell.prior_tokens:,}",
+            f"{cell.configured_prompt_tokens:,}",
+            _span(first.prompt_tokens if first else None),
+            _num(rate.median if rate else None),
+            f"{_num(rate.low)}–{_num(rate.high)}" if rate else "—",
+        ]
+        row += [_num(run.aggregate_rate)] if concurrent else []
+        row += [_num(run.ttft_s.median if run.ttft_s else None, 2), f"{run.valid}/{run.records}"]
+        table.add_row(*row)
+    return table
+
+
+def _span(b: BandSummary | None) -> str:
+    if b is None:
+        return "—"
+    if b.low == b.high:
+        return f"{b.low:,.0f}"
+    return f"{b.low:,.0f}–{b.high:,.0f}"
+
+
+def sweep_line(result: RunResult) -> str:
+    """Where a sweep sits: its axes and what every cell shares."""
+    s = result.scenario
+    cells = result.cells or []
+    cs = sorted({c.concurrency for c in cells})
+    ps = sorted({c.prior_tokens for c in cells})
+    measured = max((c.summary.run.measured_repetitions for c in cells), default=0)
+    return (
+        f"sweep of {len(cells)} cells: C {', '.join(map(str, cs))} × prior "
+        f"{', '.join(f'{p:,}' for p in ps)} tokens · {s.turn_tokens:,} new per turn · "
+        f"{s.output_tokens} generated per turn · {_plural(s.turns, 'turn')} × {measured} "
+        f"measured (+{s.repetitions.warmup} warm-up) per cell"
+    )
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def sizing_line(result: RunResult) -> str | None:
+    """How depths were sized, and what the tokenizer calls cost the target."""
+    z = result.sizing
+    if z is None:
+        return None
+    if z.exact:
+        return (
+            f"depths and shareable prefixes exact, from the target's {z.tokenizer}: "
+            f"{z.calls:,} calls, {z.seconds:.1f} s, none between a request and its first token"
+        )
+    return f"depths sized with {z.tokenizer}; shareable prefixes are estimates (~)"
+
+
 def render(result: RunResult) -> Group:
     """Everything the console shows after a run."""
     target = result.target
@@ -339,11 +423,16 @@ def render(result: RunResult) -> Group:
         f" → {target.model} @ {where}",
         (f"  [{result.label}]" if result.label else ""),
     )
-    parts: list[object] = [
-        header, Text(coordinates_line(result)), turn_table(result), cache_table(result)
-    ]
-    parts.append(Text(run_line(result), style="bold"))
-    parts.append(window_section(result))
+    parts: list[object] = [header]
+    if result.cells is not None:
+        parts += [Text(sweep_line(result)), sweep_table(result)]
+    else:
+        parts += [Text(coordinates_line(result)), turn_table(result), cache_table(result)]
+        parts.append(Text(run_line(result), style="bold"))
+    if (line := sizing_line(result)) is not None:
+        parts.append(Text(line))
+    if result.cells is None:
+        parts.append(window_section(result))
     for warning in result.warnings:
         parts.append(Text(f"warning: {warning}", style="yellow"))
     if not result.complete:

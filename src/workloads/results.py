@@ -17,13 +17,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workloads import __version__
-from workloads.aggregate import Summary
+from workloads.aggregate import BandSummary, Summary
 from workloads.errors import ResultFormatError
 from workloads.records import TurnRecord, read_records
 from workloads.scenario import Scenario
 from workloads.telemetry.figures import EnergyFigures, ServerTelemetry
 
-__all__ = ["FORMAT_VERSION", "RunResult", "load_result"]
+__all__ = ["FORMAT_VERSION", "CellSummary", "RunResult", "Sizing", "load_result"]
 
 FORMAT_VERSION = 1
 RESULT_FILE = "result.json"
@@ -49,6 +49,7 @@ class TargetInfo(_Model):
 
 
 class RepetitionNonces(_Model):
+    cell: int = 0
     repetition: int
     warmup: bool
     run_nonce: str | None  # shared by this repetition's sessions (nonce = "run")
@@ -70,6 +71,34 @@ class Window(_Model):
     energy: EnergyFigures | None = None
 
 
+class CellSummary(_Model):
+    """One coordinate of a sweep: its concurrency and prior depth, its measured window, and
+    the summary of its measured turns."""
+
+    cell: int
+    concurrency: int
+    prior_tokens: int  # configured context before turn 1's new content
+    configured_prompt_tokens: int  # turn 1: prior_tokens + turn_tokens
+    window: Window
+    # Post-first streaming rate of every valid measured turn: median with min-max (at C1 and
+    # one turn, the seed records' "median generation tokens per second" and its range).
+    generation_rate: BandSummary | None = None
+    summary: Summary
+
+
+class Sizing(_Model):
+    """How prompts were sized to their configured depths, and what that cost the target."""
+
+    tokenizer: str  # e.g. "vLLM-shaped /tokenize (messages)" or "tiktoken ... (estimate)"
+    exact: bool  # the target's own tokenizer (depths and shareable prefixes are exact)
+    calls: int  # tokenizer HTTP calls made to the target (0 for estimates)
+    seconds: float  # their total duration; none was on a turn's timed path
+    fallbacks: int = 0  # turns or openings sized by estimate because a call failed
+    # Estimate mode: target tokens per estimated token, learned from each cell's warm-up,
+    # per cell and turn ({"0": {"1": 1.02}}).
+    scale: dict[str, dict[str, float]] = Field(default_factory=dict)
+
+
 class RunResult(_Model):
     """Everything a run produced. Save with :meth:`save`, read back with :func:`load_result`.
 
@@ -89,7 +118,9 @@ class RunResult(_Model):
     corpus: dict[str, str]
     nonces: list[RepetitionNonces]
     window: Window
-    summary: Summary
+    summary: Summary  # a sweep pools every cell here; read ``cells`` instead
+    cells: list[CellSummary] | None = None  # one per coordinate, for a sweep
+    sizing: Sizing | None = None
     warnings: list[str] = Field(default_factory=list)
     environment: dict[str, str] = Field(default_factory=dict)
     records: list[TurnRecord] = Field(default_factory=list, exclude=True, repr=False)
@@ -122,8 +153,9 @@ def environment() -> dict[str, str]:
 
 
 # format_version history (keep loading every version listed here):
-#   1 — 2026-11-30: first version. Early files carry "window.telemetry": null, which the
-#       typed window.server / window.energy replaced the same day; it is dropped on load.
+#   1 — 2026-11-30: first version (later additive, optional: cells, sizing, nonces' cell).
+#       Early files carry "window.telemetry": null, which the typed window.server /
+#       window.energy replaced the same day; it is dropped on load.
 def load_result(path: str | Path) -> RunResult:
     """Load a RunResult from ``DIR`` or ``DIR/result.json``, with its records."""
     p = Path(path)

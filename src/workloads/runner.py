@@ -1,4 +1,7 @@
-"""run(): warm-up and measured repetitions, the measured window, and the RunResult.
+"""run(): cells, warm-up and measured repetitions, the measured window, and the RunResult.
+
+A run has one cell per sweep coordinate (concurrency × prior depth; one cell without sweep
+axes). Each cell runs its own warm-up and measured repetitions and has its own window.
 
     result = workloads.run("five-user-coding")                       # simulated server
     result = workloads.run("five-user-coding", target=Target("http://gpu:8000/v1", "m"))
@@ -10,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import random
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -20,26 +24,30 @@ from typing import Any
 
 import aiohttp
 
-from workloads import aggregate
+from workloads import aggregate, tokens
 from workloads.client import AiohttpChatClient, ChatClient
 from workloads.content import load_corpus
-from workloads.conversation import open_conversation
+from workloads.conversation import Conversation, make_nonces, probe_nonce
 from workloads.errors import TargetError
-from workloads.pacing import pause_before_turn, sleep_until
+from workloads.pacing import sleep_until, turn_deadline
 from workloads.records import RecordWriter, TurnRecord
 from workloads.results import (
     RECORDS_FILE,
+    CellSummary,
     RepetitionNonces,
     RunResult,
     ServerIdentity,
+    Sizing,
     TargetInfo,
     Window,
     environment,
 )
-from workloads.scenario import Scenario, load_scenario
+from workloads.scenario import Cell, Scenario, load_scenario
 from workloads.session import Session
+from workloads.sizing import CellSizing, sizing_warnings
 from workloads.telemetry import TelemetryOptions, WindowTelemetry, energy_for_target
 from workloads.telemetry.figures import EnergyFigures, ServerTelemetry
+from workloads.tokens import EstimateTokenizer, TargetTokenizer
 
 __all__ = ["Target", "run", "run_async"]
 
@@ -123,9 +131,10 @@ async def run_async(
 
     ``out_dir`` receives ``records.jsonl`` (appended as turns finish) and ``result.json``.
     ``on_record`` is called with every TurnRecord as it is made (for progress displays).
-    ``client`` replaces the HTTP client (tests use a function-backed fake; telemetry is then
-    off unless ``telemetry`` asks for it). ``telemetry`` says what to read over the measured
-    window: the server's /metrics and this machine's energy (:class:`TelemetryOptions`).
+    ``client`` replaces the HTTP client (tests use a function-backed fake): prompts are then
+    sized by tiktoken estimate, as no target tokenizer is asked, and telemetry is off unless
+    ``telemetry`` asks for it. ``telemetry`` says what to read over each measured window: the
+    server's /metrics and this machine's energy (:class:`TelemetryOptions`).
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
@@ -142,18 +151,29 @@ async def run_async(
         assert target is not None
         chosen = target
         model: str
+        tokenizer: TargetTokenizer = EstimateTokenizer()
         if client is None:
             model, identity = await _identify(chosen, scenario.timeouts.connect_s + 20)
             client = await stack.enter_async_context(
                 AiohttpChatClient(
                     chosen.base_url,
-                    connections=max(scenario.users, 1),
+                    connections=max(c.concurrency for c in scenario.cells()),
                     api_key=chosen.api_key(),
                     connect_timeout_s=scenario.timeouts.connect_s,
                     read_gap_timeout_s=scenario.timeouts.read_gap_s,
                     request_timeout_s=scenario.timeouts.turn_s,
                 )
             )
+            if scenario.tokenizer == "auto":
+                key = target.api_key()
+                found = await tokens.probe_tokenizer(
+                    target.root_url,
+                    model,
+                    headers={"Authorization": f"Bearer {key}"} if key else None,
+                    template_kwargs=scenario.extra_body.get("chat_template_kwargs"),
+                )
+                if found is not None:
+                    tokenizer = await stack.enter_async_context(found)
         else:
             model, identity = chosen.model or "fake", ServerIdentity()
             if telemetry is None:
@@ -167,6 +187,7 @@ async def run_async(
             scenario=scenario,
             client=client,
             model=model,
+            tokenizer=tokenizer,
             target_info=TargetInfo(
                 base_url=chosen.base_url,
                 model=model,
@@ -215,6 +236,7 @@ class _Run:
         scenario: Scenario,
         client: ChatClient,
         model: str,
+        tokenizer: TargetTokenizer,
         target_info: TargetInfo,
         writer: RecordWriter | None,
         on_record: Callable[[TurnRecord], None] | None,
@@ -226,6 +248,7 @@ class _Run:
         self.scenario = scenario
         self.client = client
         self.model = model
+        self.tokenizer = tokenizer
         self.target_info = target_info
         self.writer = writer
         self.callback = on_record
@@ -235,12 +258,16 @@ class _Run:
         self.records: list[TurnRecord] = []
         self.nonces: list[RepetitionNonces] = []
         self.corpus = load_corpus(scenario.content.corpus)
+        self.entropy = secrets.token_bytes(16)  # this run's freshness: every nonce derives from it
+        self.cells = scenario.cells()
+        self.sizings = {
+            cell.index: CellSizing(scenario.for_cell(cell), tokenizer) for cell in self.cells
+        }
+        self.windows: dict[int, Window] = {}
         self.window_start: float | None = None
         self.window_end: float | None = None
         self.fingerprint: str | None = None
-        self.telemetry = telemetry
-        self.server_telemetry: ServerTelemetry | None = None
-        self.energy: EnergyFigures | None = None
+        self.telemetry = telemetry  # started and finished once per cell: one window each
 
     def _record(self, record: TurnRecord) -> None:
         self.records.append(record)
@@ -255,15 +282,20 @@ class _Run:
         s = self.scenario
         complete = False
         try:
-            for repetition in range(s.repetitions.warmup + s.repetitions.measured):
-                warmup = repetition < s.repetitions.warmup
-                if not warmup and self.window_start is None:
-                    await self.telemetry.start()  # right before the first measured request
-                    self.window_start = time.time()
-                await self._repetition(repetition, warmup)
-            self.window_end = time.time()  # every measured response has ended
-            measured = [r for r in self.records if not r.warmup]
-            self.server_telemetry, self.energy = await self.telemetry.finish(measured)
+            for cell in self.cells:
+                cell_start: float | None = None
+                for repetition in range(s.repetitions.warmup + s.repetitions.measured):
+                    warmup = repetition < s.repetitions.warmup
+                    if not warmup and cell_start is None:  # the cell's window starts
+                        await self.telemetry.start()  # right before its first measured request
+                        cell_start = time.time()
+                        if self.window_start is None:
+                            self.window_start = cell_start
+                    await self._repetition(cell, repetition, warmup)
+                self.window_end = time.time()  # every measured response of the cell has ended
+                measured = [r for r in self.records if not r.warmup and r.cell == cell.index]
+                server, energy = await self.telemetry.finish(measured)
+                self.windows[cell.index] = _window(cell_start, self.window_end, server, energy)
             complete = True
         finally:
             # Also on Ctrl-C or a crash: the result says what was measured, and that it stopped.
@@ -272,69 +304,118 @@ class _Run:
                 result.save(self.out, overwrite=not complete)
         return result
 
-    async def _repetition(self, repetition: int, warmup: bool) -> None:
-        s = self.scenario
-        run_nonce = secrets.token_hex(8) if s.nonce == "run" else None
-        session_nonces = [secrets.token_hex(8) for _ in range(s.users)]
+    async def _repetition(self, cell: Cell, repetition: int, warmup: bool) -> None:
+        sizing = self.sizings[cell.index]
+        s = sizing.scenario
+        nonces = make_nonces(
+            self.entropy, cell=cell.index, repetition=repetition, users=s.users, mode=s.nonce
+        )
         self.nonces.append(
             RepetitionNonces(
-                repetition=repetition, warmup=warmup, run_nonce=run_nonce, sessions=session_nonces
+                cell=cell.index,
+                repetition=repetition,
+                warmup=warmup,
+                run_nonce=nonces.run,
+                sessions=nonces.sessions,
             )
         )
+        conversations = [
+            Conversation(
+                corpus=self.corpus,
+                style=s.content.style,
+                seed=s.content.seed,
+                session=i,
+                nonce=nonces.sessions[i],
+                run_nonce=nonces.run,
+            )
+            for i in range(s.users)
+        ]
+        n_system = 0
+        if s.opening_tokens > 0:
+            n_system = await sizing.fit_shared(conversations[0], probe_nonce(nonces))
         sessions = [
             Session(
                 client=self.client,
                 scenario=s,
                 model=self.model,
-                conversation=open_conversation(
-                    corpus=self.corpus,
-                    session=i,
-                    nonce=session_nonces[i],
-                    run_nonce=run_nonce,
-                    seed=s.content.seed,
-                    opening_tokens=s.opening_tokens,
-                    turn_tokens=s.turn_tokens,
-                ),
+                conversation=conversation,
+                sizing=sizing,
                 repetition=repetition,
                 warmup=warmup,
                 on_record=self._record,
+                cell=cell.index,
             )
+            for conversation in conversations
+        ]
+        async with asyncio.TaskGroup() as tg:
+            for session in sessions:
+                tg.create_task(session.open(n_system))
+        _share_openings(sessions, sizing)
+        rngs = [
+            self.corpus.rng(s.content.seed, "pacing", cell.index, repetition, i)
             for i in range(s.users)
         ]
         if s.pacing.mode == "lockstep":
             for turn in range(1, s.turns + 1):
-                async with asyncio.TaskGroup() as tg:  # the barrier: all of turn k, then k+1
+                async with asyncio.TaskGroup() as tg:  # every session sized before any sends
                     for session in sessions:
-                        tg.create_task(session.turn(turn))
+                        tg.create_task(session.prepare(turn))
+                barrier = time.perf_counter()
+                async with asyncio.TaskGroup() as tg:  # the barrier: all of turn k, then k+1
+                    for session, rng in zip(sessions, rngs, strict=True):
+                        due = turn_deadline(barrier, s.pacing, turn, rng)
+                        tg.create_task(_send_at(session, turn, due))
         else:
+            start = time.perf_counter()
             async with asyncio.TaskGroup() as tg:
-                for session in sessions:
-                    tg.create_task(self._free_running(session, repetition))
-
-    async def _free_running(self, session: Session, repetition: int) -> None:
-        rng = self.corpus.rng(self.scenario.content.seed, repetition, session.conversation.session)
-        for turn in range(1, self.scenario.turns + 1):
-            pause = pause_before_turn(self.scenario.pacing, turn, rng)
-            await sleep_until(time.perf_counter() + pause)
-            await session.turn(turn)
+                for session, rng in zip(sessions, rngs, strict=True):
+                    tg.create_task(_free_running(session, s, start, rng))
+        if warmup and not sizing.exact:
+            sizing.learn([o for session in sessions for o in session.observations])
 
     def _result(self, complete: bool) -> RunResult:
         s = self.scenario
         summary = aggregate.summarize(self.records, users=s.users)
+        cells = None
+        if s.swept:
+            cells = []
+            for cell in self.cells:
+                cs = self.sizings[cell.index].scenario
+                mine = [r for r in self.records if r.cell == cell.index]
+                if not mine:
+                    continue
+                cells.append(
+                    CellSummary(
+                        cell=cell.index,
+                        concurrency=cell.concurrency,
+                        prior_tokens=cell.prior_tokens,
+                        configured_prompt_tokens=cs.configured_prompt_tokens(1),
+                        window=self.windows.get(cell.index, Window()),
+                        generation_rate=aggregate.BandSummary.of(
+                            r.decode_tokens_per_s for r in mine if r.valid and not r.warmup
+                        ),
+                        summary=aggregate.summarize(mine, users=cell.concurrency),
+                    )
+                )
+        sizing = Sizing(
+            tokenizer=self.tokenizer.description,
+            exact=self.tokenizer.exact,
+            calls=self.tokenizer.calls,
+            seconds=round(self.tokenizer.seconds, 3),
+            fallbacks=sum(z.fallbacks for z in self.sizings.values()),
+            scale={
+                str(i): {str(t): round(v, 4) for t, v in z.scale.items()}
+                for i, z in self.sizings.items()
+                if z.scale
+            },
+        )
         warnings = [*_warnings(summary, complete), *self.telemetry.warnings]
+        warnings += sizing_warnings(self.records, sizing, s)
         identity = self.target_info.server.model_copy(
             update={"system_fingerprint": self.fingerprint}
         )
-        window = Window(
-            start_unix=self.window_start,
-            end_unix=self.window_end,
-            duration_s=(
-                self.window_end - self.window_start
-                if self.window_end is not None and self.window_start is not None
-                else None
-            ),
-            server=self.server_telemetry,
-            energy=self.energy,
+        window = self.windows.get(0, Window()) if not s.swept else _window(
+            self.window_start, self.window_end
         )
         return RunResult(
             created_unix=time.time(),
@@ -343,14 +424,66 @@ class _Run:
             note=self.note,
             scenario=s,
             target=self.target_info.model_copy(update={"server": identity}),
-            corpus={"name": self.corpus.name, "fingerprint": self.corpus.fingerprint},
+            corpus={
+                "name": self.corpus.name,
+                "fingerprint": self.corpus.fingerprint,
+                "files": str(len(self.corpus.files)),
+            },
             nonces=self.nonces,
             window=window,
             summary=summary,
+            cells=cells,
+            sizing=sizing,
             warnings=warnings,
             environment=environment(),
             records=self.records,
         )
+
+
+def _window(
+    start: float | None,
+    end: float | None,
+    server: ServerTelemetry | None = None,
+    energy: EnergyFigures | None = None,
+) -> Window:
+    return Window(
+        start_unix=start,
+        end_unix=end,
+        duration_s=end - start if end is not None and start is not None else None,
+        server=server,
+        energy=energy,
+    )
+
+
+def _share_openings(sessions: list[Session], sizing: CellSizing) -> None:
+    """Turn 1's shareable prefix: with nonce = "run", the part of its opening this session
+    has in common with another session of the repetition (0 alone, or with nonce = "session").
+    """
+    if sizing.scenario.nonce != "run" or len(sessions) < 2:
+        return
+    scale = 1.0 if sizing.exact else sizing.scale.get(1, 1.0)
+    for i, session in enumerate(sessions):
+        other = sessions[(i + 1) % len(sessions)]
+        common = tokens.common_prefix_length(session.opening_ids, other.opening_ids)
+        session.peer_shared = round(common * scale)
+        session.peer_shared_exact = session.opening_exact and other.opening_exact
+
+
+async def _send_at(session: Session, turn: int, due: float) -> None:
+    late = await sleep_until(due)
+    await session.send(turn, lag_ns=round(late * 1e9))
+
+
+async def _free_running(
+    session: Session, scenario: Scenario, start: float, rng: random.Random
+) -> None:
+    since = start
+    for turn in range(1, scenario.turns + 1):
+        due = turn_deadline(since, scenario.pacing, turn, rng)
+        await session.prepare(turn)  # sizing happens inside the think/tool time
+        late = await sleep_until(due)
+        await session.send(turn, lag_ns=round(late * 1e9))
+        since = time.perf_counter()
 
 
 def _warnings(summary: aggregate.Summary, complete: bool) -> list[str]:

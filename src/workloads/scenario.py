@@ -10,15 +10,17 @@ from __future__ import annotations
 import copy
 import tomllib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from workloads.errors import ScenarioError
 
 __all__ = [
+    "Cell",
     "Content",
     "Distribution",
     "Pacing",
@@ -39,8 +41,8 @@ class _Frozen(BaseModel):
 class Repetitions(_Frozen):
     """How many passes over all sessions: warm-ups are run and discarded."""
 
-    warmup: int = Field(1, ge=0, le=100)
-    measured: int = Field(3, ge=1, le=1000)
+    warmup: int = Field(default=1, ge=0, le=100)
+    measured: int = Field(default=3, ge=1, le=1000)
 
 
 class Distribution(_Frozen):
@@ -52,17 +54,20 @@ class Distribution(_Frozen):
     """
 
     kind: Literal["constant", "lognormal", "exponential"] = "constant"
-    median: float = Field(0.0, ge=0.0)
-    sigma: float = Field(1.0, gt=0.0)
-    max_s: float = Field(600.0, gt=0.0)
+    median: float = Field(default=0.0, ge=0.0)
+    sigma: float = Field(default=1.0, gt=0.0)
+    max_s: float = Field(default=600.0, gt=0.0)
 
 
 class Pacing(_Frozen):
     """When turns start.
 
     ``lockstep``: turn k of every session starts together (a barrier per turn), the way the
-    seed records were made. ``free``: each session runs on its own clock, waiting
-    ``think_time`` (+ ``tool_time`` for turns after the first) between its turns.
+    seed records were made; a session with think or tool time waits that long after the
+    barrier. ``free``: each session runs on its own clock. Either way a session waits
+    ``think_time`` before every turn (before turn 1 it staggers the arrivals) and also
+    ``tool_time`` before turns after the first (the tool ran on the previous reply), counted
+    from the end of its previous turn as an absolute deadline.
     """
 
     mode: Literal["lockstep", "free"] = "lockstep"
@@ -71,23 +76,28 @@ class Pacing(_Frozen):
 
 
 class Content(_Frozen):
-    """Where context text comes from.
+    """Where context text comes from, and what kind of user it imitates.
 
     ``corpus``: ``"stdlib"`` (the running Python's standard-library sources: real code,
-    present offline), ``"synthetic"`` (generated code-like text), or a directory path of the
-    user's own repository.
+    present offline; generated code-like text if this Python has no sources),
+    ``"synthetic"`` (generated code-like text), or a directory path of the user's own
+    repository. ``style``: ``"agent"`` (system prompt and tool schema, repository files,
+    tool results each turn) or ``"chat"`` (a person asking short questions about code).
+    ``seed`` makes the text reproducible: the same seed gives the same text, run after run;
+    what keeps runs from warming each other's cache is the nonces, not the text.
     """
 
     corpus: str = "stdlib"
+    style: Literal["agent", "chat"] = "agent"
     seed: int = 0
 
 
 class Sampling(_Frozen):
     """Sampling parameters sent with every request. ``None`` leaves the server's default."""
 
-    temperature: float | None = Field(None, ge=0.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
-    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    temperature: float | None = Field(default=None, ge=0.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     seed: int | None = None
 
 
@@ -95,9 +105,20 @@ class Timeouts(_Frozen):
     """Per-request limits. There is no total limit on a stream; a long answer is fine as long
     as bytes keep coming, so the read-gap timeout is what catches a stalled server."""
 
-    connect_s: float = Field(10.0, gt=0.0)
-    read_gap_s: float = Field(120.0, gt=0.0)  # longest silence before the first or next chunk
-    turn_s: float = Field(1800.0, gt=0.0)  # hard cap for one request, prefill included
+    connect_s: float = Field(default=10.0, gt=0.0)
+    # the longest silence before the first or next chunk
+    read_gap_s: float = Field(default=120.0, gt=0.0)
+    turn_s: float = Field(default=1800.0, gt=0.0)  # hard cap for one request, prefill included
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One coordinate of a run: its concurrency and its prior depth. A scenario without sweep
+    axes has exactly one cell, ``(users, opening_tokens)``."""
+
+    index: int
+    concurrency: int
+    prior_tokens: int
 
 
 class Scenario(_Frozen):
@@ -107,19 +128,43 @@ class Scenario(_Frozen):
 
         scenario = workloads.load_scenario("five-user-coding")
         smaller = scenario.with_overrides(["users=2", "repetitions.measured=1"])
+
+    Depths are counted in the *target's* tokens, chat template included. ``opening_tokens``
+    is the rendered chat before turn 1's new content (system prompt, tool schema, task,
+    repository files). ``turn_tokens`` is what each turn adds to the prompt beyond what the
+    server has already seen (the opening, or the previous prompt and its reply): the tool
+    result or question and its template framing. So turn k's prompt is configured as
+    ``opening_tokens + k × turn_tokens + (k − 1) × output_tokens``.
+
+    A sweep lists its axes: ``concurrency`` replaces ``users`` and ``prior_tokens`` replaces
+    ``opening_tokens``, cell by cell; every cell runs its own warm-up and measured
+    repetitions, and the result has one summary per cell.
     """
 
     name: str
     description: str = ""
     users: int = Field(ge=1, le=4096)
     turns: int = Field(ge=1, le=1000)
-    opening_tokens: int = Field(ge=0, le=2_000_000)  # context before turn 1's new content
+    opening_tokens: int = Field(default=0, ge=0, le=2_000_000)  # context before turn 1's content
     turn_tokens: int = Field(ge=0, le=2_000_000)  # new tokens each turn (a tool result)
     output_tokens: int = Field(ge=1, le=1_000_000)
     exact_output: bool = True  # send ignore_eos + min_tokens; a turn is valid only at length
     repetitions: Repetitions = Repetitions()
     pacing: Pacing = Pacing()
     nonce: Literal["session", "run"] = "session"
+    # nonce = "run" only: tokens of the byte-identical system message every session of a
+    # repetition shares (prompt, tool schema, then shared repository files). None: the
+    # system prompt and tool schema as they are.
+    shared_prefix_tokens: int | None = Field(default=None, ge=1, le=2_000_000)
+    # Whose tokens size the prompts: "auto" = the target's /tokenize when it has one (exact),
+    # else tiktoken corrected from the warm-up's usage; "tiktoken" = never call /tokenize.
+    tokenizer: Literal["auto", "tiktoken"] = "auto"
+    concurrency: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(
+        default=None, min_length=1
+    )
+    prior_tokens: list[Annotated[int, Field(ge=0, le=2_000_000)]] | None = Field(
+        default=None, min_length=1
+    )
     content: Content = Content()
     sampling: Sampling = Sampling()
     timeouts: Timeouts = Timeouts()
@@ -131,6 +176,59 @@ class Scenario(_Frozen):
         if reserved:
             raise ValueError(f"extra_body may not set {sorted(reserved)}; the client owns them")
         return self
+
+    @model_validator(mode="after")
+    def _shared_prefix_fits(self) -> Scenario:
+        if self.shared_prefix_tokens is None:
+            return self
+        if self.nonce != "run":
+            raise ValueError(
+                "shared_prefix_tokens needs nonce = \"run\" (with nonce = \"session\" "
+                "sessions share nothing)"
+            )
+        smallest = min(self.prior_tokens or [self.opening_tokens])
+        if self.shared_prefix_tokens > smallest:
+            raise ValueError(
+                f"shared_prefix_tokens ({self.shared_prefix_tokens}) must fit in the opening "
+                f"context ({smallest} tokens); raise opening_tokens or lower it"
+            )
+        return self
+
+    @property
+    def swept(self) -> bool:
+        """True when the scenario lists a sweep axis (even with a single value)."""
+        return self.concurrency is not None or self.prior_tokens is not None
+
+    def cells(self) -> list[Cell]:
+        """The run's coordinates, concurrency outer, prior depth inner, in file order."""
+        cs = self.concurrency or [self.users]
+        ps = self.prior_tokens or [self.opening_tokens]
+        coords = [(c, p) for c in cs for p in ps]
+        return [Cell(i, c, p) for i, (c, p) in enumerate(coords)]
+
+    def for_cell(self, cell: Cell) -> Scenario:
+        """This scenario at one cell: ``users`` and ``opening_tokens`` set, no sweep axes."""
+        return self.model_copy(
+            update={
+                "users": cell.concurrency,
+                "opening_tokens": cell.prior_tokens,
+                "concurrency": None,
+                "prior_tokens": None,
+            }
+        )
+
+    def configured_prompt_tokens(self, turn: int) -> int:
+        """Turn ``turn``'s configured prompt: prior context plus this turn's new tokens."""
+        return self.configured_prior_tokens(turn) + self.turn_tokens
+
+    def configured_prior_tokens(self, turn: int) -> int:
+        """Configured context before turn ``turn``'s new content."""
+        return self.opening_tokens + (turn - 1) * (self.turn_tokens + self.output_tokens)
+
+    def total_turns(self) -> int:
+        """Requests the whole run sends, warm-ups and every cell included."""
+        reps = self.repetitions.warmup + self.repetitions.measured
+        return sum(reps * cell.concurrency * self.turns for cell in self.cells())
 
     def with_overrides(self, assignments: Iterable[str]) -> Scenario:
         """Return a copy with ``FIELD=VALUE`` assignments applied (dotted paths)."""

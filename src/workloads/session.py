@@ -1,5 +1,10 @@
-"""One simulated user: renders each turn, streams it, and turns the response into a
-TurnRecord. A failed request is a record, never an exception; the session goes on.
+"""One simulated user: opens its conversation at the configured depth, prepares each turn
+(sizing and shareable prefix, with the target's /tokenize where it has one), streams it, and
+turns the response into a TurnRecord. A failed request is a record, never an exception; the
+session goes on.
+
+Preparing and sending are separate steps so that the tokenizer calls of :meth:`prepare` are
+never on a turn's timed path: in lock-step every session prepares turn k before any sends it.
 """
 
 from __future__ import annotations
@@ -9,10 +14,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from workloads import tokens
 from workloads.client import ChatClient, ChatResponse
 from workloads.conversation import Conversation
 from workloads.records import Status, TurnRecord
 from workloads.scenario import Scenario
+from workloads.sizing import CellSizing, PreparedTurn
+from workloads.tokens import TokenizeError
 
 __all__ = ["Session", "build_body", "record_from_response"]
 
@@ -47,6 +55,10 @@ def record_from_response(
     exact_output: bool,
     shareable_tokens: int | None,
     shareable_exact: bool,
+    configured_prompt_tokens: int | None = None,
+    tokenized_prompt_tokens: int | None = None,
+    cell: int = 0,
+    pacing_lag_ns: int | None = None,
 ) -> TurnRecord:
     """Derive a TurnRecord from a ChatResponse. Pure."""
     usage = response.usage
@@ -56,14 +68,8 @@ def record_from_response(
         ttft = response.first_content_ns - response.sent_ns
     rate = None
     first, last = response.first_content_ns, response.last_content_ns
-    if (
-        completion is not None
-        and completion > 1
-        and first is not None
-        and last is not None
-        and last > first
-    ):
-        rate = (completion - 1) / ((last - first) / 1e9)
+    if completion is not None and completion > 1 and first is not None and last is not None:
+        rate = (completion - 1) / ((last - first) / 1e9) if last > first else None
     status: Status = "ok" if response.ok else "error"
     valid = status == "ok" and completion is not None
     if exact_output:
@@ -88,6 +94,10 @@ def record_from_response(
         shareable_tokens=shareable_tokens,
         shareable_exact=shareable_exact,
         configured_prior_tokens=configured_prior_tokens,
+        configured_prompt_tokens=configured_prompt_tokens,
+        tokenized_prompt_tokens=tokenized_prompt_tokens,
+        cell=cell,
+        pacing_lag_ns=pacing_lag_ns,
         ttft_ns=ttft,
         decode_tokens_per_s=rate,
         started_ns=response.started_ns,
@@ -104,7 +114,11 @@ def record_from_response(
 
 
 class Session:
-    """One user's turn loop in one repetition. Call :meth:`turn` for turns 1, 2, ... in order."""
+    """One user's conversation in one repetition.
+
+    Call :meth:`open` once, then for turns 1, 2, ... in order :meth:`prepare` and
+    :meth:`send` (or :meth:`turn`, which does both).
+    """
 
     def __init__(
         self,
@@ -113,44 +127,104 @@ class Session:
         scenario: Scenario,
         model: str,
         conversation: Conversation,
+        sizing: CellSizing,
         repetition: int,
         warmup: bool,
         on_record: Callable[[TurnRecord], None],
+        cell: int = 0,
     ) -> None:
         self.client = client
         self.scenario = scenario
         self.model = model
         self.conversation = conversation
+        self.sizing = sizing
         self.repetition = repetition
         self.warmup = warmup
         self.on_record = on_record
-        self._previous: TurnRecord | None = None
+        self.cell = cell
+        self.opening_ids: list[int] = []
+        self.opening_exact = sizing.exact
+        # Turn 1's shareable prefix: the part of the opening other sessions of this
+        # repetition also send (nonce = "run"); set by the runner once all have opened.
+        self.peer_shared: int | None = 0
+        self.peer_shared_exact = True
+        # (session, turn, actual added tokens, estimated added), for the warm-up correction
+        self.observations: list[tuple[int, int, int, int]] = []
         self.last_response: ChatResponse | None = None
+        self._previous: TurnRecord | None = None
+        self._prev_ids: list[int] = []
+        self._prev_exact = False
+        self._reply = ""
+        self._prepared: tuple[PreparedTurn, int | None, bool] | None = None
 
     def configured_prior_tokens(self, turn: int) -> int:
-        s = self.scenario
-        return s.opening_tokens + (turn - 1) * (s.turn_tokens + s.output_tokens)
+        return self.scenario.configured_prior_tokens(turn)
 
-    def _shareable_estimate(self, turn: int) -> int | None:
-        """What of this turn's prompt the server has already seen, from its own usage counts:
-        the previous turn's prompt + completion (an estimate: the chat template may render
-        the reply differently from the generated tokens)."""
+    async def open(self, n_system: int) -> None:
+        """Build the opening context at ``opening_tokens`` of the target's tokens."""
+        messages, ids, exact = await self.sizing.fit_opening(self.conversation, n_system)
+        self.conversation.set_opening(messages)
+        self.opening_ids, self.opening_exact = ids, exact
+
+    async def _shareable(self, turn: int, prepared: PreparedTurn) -> tuple[int | None, bool]:
+        """What of this turn's prompt the server has already seen, and whether that is exact.
+
+        Exact: the longest common prefix of this prompt's ids and the previous prompt's ids
+        followed by the reply's ids (what the server computed KV for). Estimated: the previous
+        turn's usage prompt + completion tokens.
+        """
         if turn == 1:
-            return 0 if self.conversation.run_nonce is None else None
+            return self.peer_shared, self.peer_shared_exact and prepared.exact
         prev = self._previous
+        if prepared.exact and self._prev_exact:
+            try:
+                reply_ids = await self.sizing.tokenizer.encode(self._reply)
+            except TokenizeError:
+                pass
+            else:
+                seen = self._prev_ids + reply_ids
+                return tokens.common_prefix_length(prepared.ids, seen), True
         if prev is None or prev.prompt_tokens is None or prev.completion_tokens is None:
-            return None
-        return prev.prompt_tokens + prev.completion_tokens
+            return None, False
+        return prev.prompt_tokens + prev.completion_tokens, False
 
-    async def turn(self, turn: int) -> TurnRecord:
-        messages = self.conversation.begin_turn(turn)
-        body = build_body(self.scenario, self.model, messages)
+    async def prepare(self, turn: int) -> None:
+        """Size turn ``turn`` and work out its shareable prefix (tokenizer calls, untimed)."""
+        prev = self._previous
+        base: int | None = None  # None: units changed (a /tokenize call failed), measure it
+        if turn == 1:
+            exact = self.opening_exact
+            base = len(self.opening_ids)
+        else:
+            exact = self.sizing.exact and self._prev_exact
+            if exact and prev is not None and prev.completion_tokens is not None:
+                base = len(self._prev_ids) + prev.completion_tokens
+            elif not exact and not self._prev_exact:
+                base = len(self._prev_ids) + tokens.count(self._reply)
+        prepared = await self.sizing.fit_turn(self.conversation, turn, base, exact=exact)
+        shareable, shareable_exact = await self._shareable(turn, prepared)
+        self._prepared = (prepared, shareable, shareable_exact)
+
+    async def send(self, turn: int, *, lag_ns: int | None = None) -> TurnRecord:
+        """Stream the prepared turn ``turn`` and record it; ``lag_ns``: how late after its
+        due time it is being sent."""
+        if self._prepared is None:
+            await self.prepare(turn)
+        assert self._prepared is not None
+        prepared, shareable, shareable_exact = self._prepared
+        self._prepared = None
+        self.conversation.commit(prepared.messages)
+        body = build_body(self.scenario, self.model, prepared.messages)
         common = dict(
             repetition=self.repetition,
             warmup=self.warmup,
             session=self.conversation.session,
             turn=turn,
-            configured_prior_tokens=self.configured_prior_tokens(turn),
+            configured_prior_tokens=self.scenario.configured_prior_tokens(turn),
+            configured_prompt_tokens=self.scenario.configured_prompt_tokens(turn),
+            tokenized_prompt_tokens=len(prepared.ids) if prepared.exact else None,
+            cell=self.cell,
+            pacing_lag_ns=lag_ns,
         )
         started = time.perf_counter_ns()
         try:
@@ -172,14 +246,37 @@ class Session:
             **common,  # type: ignore[arg-type]
             output_tokens=self.scenario.output_tokens,
             exact_output=self.scenario.exact_output,
-            shareable_tokens=self._shareable_estimate(turn),
-            shareable_exact=False,
+            shareable_tokens=shareable,
+            shareable_exact=shareable_exact,
         )
+        self._observe(turn, prepared, record)
         # The server's real reply goes into the history, even a partial one; a turn with no
         # reply at all keeps the roles alternating with a marker.
-        reply = response.text or f"(no reply: {response.error_kind or 'empty'})"
-        self.conversation.add_reply(reply)
+        self._reply = response.text
+        marker = f"(no reply: {response.error_kind or 'empty'})"
+        self.conversation.add_reply(response.text or marker)
         self._previous = record
+        self._prev_ids = prepared.ids
+        self._prev_exact = prepared.exact
         self.last_response = response
         self.on_record(record)
         return record
+
+    def _observe(self, turn: int, prepared: PreparedTurn, record: TurnRecord) -> None:
+        """Keep what the target counted against what was estimated, for the correction."""
+        if prepared.exact or record.prompt_tokens is None:
+            return
+        estimated = len(prepared.ids) - (0 if turn == 1 else prepared.base)
+        seen = 0
+        if turn > 1:
+            prev = self._previous
+            if prev is None or prev.prompt_tokens is None or prev.completion_tokens is None:
+                return
+            seen = prev.prompt_tokens + prev.completion_tokens
+        session = self.conversation.session
+        self.observations.append((session, turn, record.prompt_tokens - seen, estimated))
+
+    async def turn(self, turn: int) -> TurnRecord:
+        """Prepare and send turn ``turn``."""
+        await self.prepare(turn)
+        return await self.send(turn)

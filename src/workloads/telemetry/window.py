@@ -150,7 +150,11 @@ class WindowTelemetry:
     # --- window edges -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the window: scrape, read energy, start sampling. Never raises for telemetry."""
+        """Open the window: scrape, read energy, start sampling. Never raises for telemetry.
+        May be called again after :meth:`finish` for the next window (one per sweep cell)."""
+        self._samples = []
+        self._scrapes = self._failed = 0
+        self._sample_errors = []
         try:
             await self._open()
         except Exception as err:  # odd metrics or a bug here: lose figures, not the run

@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workloads.content import load_corpus
+from workloads.conversation import NONCE_WORDS, Conversation, make_nonces, probe_nonce
+
+CORPUS = load_corpus("stdlib")
+
+
+def conversations(nonces, *, style="agent"):
+    return [
+        Conversation(corpus=CORPUS, style=style, seed=0, session=i, nonce=n, run_nonce=nonces.run)
+        for i, n in enumerate(nonces.sessions)
+    ]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    entropy=st.binary(min_size=16, max_size=16),
+    users=st.integers(1, 40),
+    repetitions=st.integers(1, 4),
+    cells=st.integers(1, 3),
+    mode=st.sampled_from(["session", "run"]),
+)
+def test_nonces_differ_across_cells_repetitions_and_sessions(
+    entropy, users, repetitions, cells, mode
+):
+    every = [
+        make_nonces(entropy, cell=c, repetition=r, users=users, mode=mode)
+        for c in range(cells)
+        for r in range(repetitions)
+    ]
+    sessions = [n for rep in every for n in rep.sessions]
+    assert len(set(sessions)) == len(sessions) == users * repetitions * cells
+    for rep in every:  # within a repetition, prompts diverge on the nonce's first word
+        assert len({n.split()[0] for n in rep.sessions}) == users
+        assert probe_nonce(rep).split()[0] not in {n.split()[0] for n in rep.sessions}
+    runs = [rep.run for rep in every]
+    assert (runs == [None] * len(every)) if mode == "session" else len(set(runs)) == len(every)
+
+
+@given(entropy=st.binary(min_size=16, max_size=16))
+def test_nonces_are_fresh_per_run_but_made_of_stable_words(entropy):
+    a = make_nonces(entropy, cell=0, repetition=0, users=3, mode="run")
+    b = make_nonces(bytes(16) if entropy != bytes(16) else b"x" * 16, cell=0, repetition=0,
+                    users=3, mode="run")
+    assert a.sessions != b.sessions and a.run != b.run
+    assert all(w in NONCE_WORDS for n in a.sessions for w in n.split()[:-1])
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    entropy=st.binary(min_size=16, max_size=16),
+    users=st.integers(2, 6),
+    n_system=st.integers(0, 3000),
+    n_user=st.integers(0, 3000),
+)
+def test_with_nonce_run_the_system_message_is_byte_identical_across_a_repetition(
+    entropy, users, n_system, n_user
+):
+    first, second = (
+        make_nonces(entropy, cell=0, repetition=r, users=users, mode="run") for r in (0, 1)
+    )
+    openings = [c.opening(n_system, n_user) for c in conversations(first)]
+    assert len({o[0]["content"] for o in openings}) == 1  # the shared prefix
+    assert len({o[1]["content"] for o in openings}) == users  # then each session's nonce
+    assert all(o[1]["content"].startswith(n) for o, n in zip(openings, first.sessions, strict=True))
+    later = conversations(second)[0].opening(n_system, n_user)
+    assert later[0]["content"] != openings[0][0]["content"]  # no sharing across repetitions
+
+
+@settings(max_examples=10, deadline=None)
+@given(entropy=st.binary(min_size=16, max_size=16), users=st.integers(2, 6))
+def test_with_nonce_session_nothing_is_shared_from_the_first_character_on(entropy, users):
+    nonces = make_nonces(entropy, cell=0, repetition=0, users=users, mode="session")
+    systems = [c.opening(700, 50)[0]["content"] for c in conversations(nonces)]
+    assert len({s.split()[0] for s in systems}) == users
+
+
+def test_turns_append_to_the_opening_then_alternate_with_real_replies():
+    nonces = make_nonces(b"k" * 16, cell=0, repetition=0, users=1, mode="session")
+    (conv,) = conversations(nonces)
+    conv.set_opening(conv.opening(700, 300))
+    before = [dict(m) for m in conv.messages]
+    first = conv.with_turn(1, 200)
+    assert conv.messages == before  # pure until committed
+    assert [m["role"] for m in first] == ["system", "user"]
+    assert first[1]["content"].startswith(before[1]["content"] + "\n\n")
+    conv.commit(first)
+    conv.add_reply("I'll read it.\n```tool_call\n{}\n```")
+    second = conv.with_turn(2, 100, ".")
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]
+    assert second[-1]["content"].endswith(".") and not second[-1]["content"][:-1].endswith(" ")
+
+
+def test_without_an_opening_turn_one_starts_with_the_session_nonce():
+    nonces = make_nonces(b"c" * 16, cell=0, repetition=0, users=2, mode="session")
+    conv = conversations(nonces, style="chat")[1]
+    conv.set_opening([])
+    messages = conv.with_turn(1, 40)
+    assert len(messages) == 1 and messages[0]["role"] == "user"
+    assert messages[0]["content"].startswith(nonces.sessions[1] + "\n")

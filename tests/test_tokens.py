@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fakes import LlamaCppLikeServer
+from workloads import tokens
+from workloads.tokens import EstimateTokenizer, LlamaCppTokenizer, VllmTokenizer, fit
+
+CHAT = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "def f(x):\n    return x + 1\n\nWhat does f do?"},
+]
+
+
+def naive_lcp(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+@given(st.lists(st.integers(0, 3), max_size=60), st.lists(st.integers(0, 3), max_size=60))
+def test_common_prefix_length_matches_the_naive_loop(a, b):
+    assert tokens.common_prefix_length(a, b) == naive_lcp(a, b)
+    assert tokens.common_prefix_length(a, a + b) == len(a)
+
+
+def measured(f):
+    calls = []
+
+    async def measure(n: int) -> int:
+        calls.append(n)
+        return f(n)
+
+    return measure, calls
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    ratio=st.floats(0.6, 1.8),
+    offset=st.integers(0, 50),
+    target_n=st.integers(0, 5000),
+    guess=st.integers(0, 8000),
+)
+def test_fit_finds_a_hit_of_a_nondecreasing_measure_within_its_call_budget(
+    ratio, offset, target_n, guess
+):
+    f = lambda n: offset + int(ratio * n)  # noqa: E731
+    target = f(target_n)  # reachable by construction
+    measure, calls = measured(f)
+    found = asyncio.run(fit(measure, target, guess=guess, slope=1.0, max_calls=12))
+    assert found.value == target == f(found.n)
+    assert found.calls == len(set(calls)) <= 12
+
+
+@given(target=st.integers(1, 400), guess=st.integers(0, 400))
+def test_fit_settles_on_the_closest_value_when_no_size_hits(target, guess):
+    measure, _ = measured(lambda n: 2 * n)  # every count is even
+    found = asyncio.run(fit(measure, 2 * target + 1, guess=guess, max_calls=12))
+    assert abs(found.value - (2 * target + 1)) == 1
+    assert found.value == 2 * target  # under the target on a tie
+
+
+def test_fit_reports_a_target_below_the_smallest_size():
+    measure, _ = measured(lambda n: 10 + n)
+    found = asyncio.run(fit(measure, 3, guess=50))
+    assert (found.n, found.value) == (0, 10)
+
+
+def test_the_estimate_counts_content_and_a_chatml_sized_allowance():
+    est = EstimateTokenizer()
+    body = sum(tokens.count(m["content"]) for m in CHAT)
+    assert len(asyncio.run(est.render(CHAT, "generate"))) == body + 2 * 5 + 3
+    assert len(asyncio.run(est.render(CHAT, "continue"))) == body + 5 + 4
+    assert not est.exact and est.calls == 0
+
+
+async def _shapes(tokenizer):
+    async with tokenizer:
+        full = await tokenizer.render(CHAT, "generate")
+        prefix = await tokenizer.render(CHAT, "continue")
+        plain = await tokenizer.encode(CHAT[-1]["content"])
+    return full, prefix, plain
+
+
+def test_vllm_shape_on_the_simulated_server(simulated_server):
+    root = simulated_server.base_url.removesuffix("/v1")
+    found = asyncio.run(tokens.probe_tokenizer(root, simulated_server.model))
+    assert isinstance(found, VllmTokenizer)
+    full, prefix, plain = asyncio.run(_shapes(found))
+    # ChatML on cl100k: "continue" stops right after the content, before <|im_end|>.
+    assert full[: len(prefix)] == prefix and len(full) == len(prefix) + 5
+    assert prefix[-len(plain):] == plain
+    assert found.calls == 3 and found.seconds > 0
+
+
+def test_llamacpp_shape_renders_with_apply_template_and_tokenize():
+    with LlamaCppLikeServer() as server:
+        root = server.base_url.removesuffix("/v1")
+        found = asyncio.run(tokens.probe_tokenizer(root, server.model))
+        assert isinstance(found, LlamaCppTokenizer)
+        full, prefix, plain = asyncio.run(_shapes(found))
+        template = server.tokenizer.template(CHAT)
+        assert full == server.tokenizer.encode(template, add_special=True)
+        assert full[0] == 1 and full[: len(prefix)] == prefix  # BOS, then a true prefix
+        assert prefix[-len(plain):] == plain
+
+
+def test_a_target_without_tokenize_has_no_tokenizer():
+    with LlamaCppLikeServer(tokenize=False) as server:
+        root = server.base_url.removesuffix("/v1")
+        assert asyncio.run(tokens.probe_tokenizer(root, server.model)) is None
+
+
+def test_a_failing_tokenize_call_is_a_tokenize_error():
+    async def call():
+        async with VllmTokenizer("http://127.0.0.1:9", "m", timeout_s=2) as tok:
+            await tok.encode("x")
+
+    with pytest.raises(tokens.TokenizeError, match=r"127\.0\.0\.1:9/tokenize"):
+        asyncio.run(call())
