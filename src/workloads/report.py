@@ -87,9 +87,10 @@ def turn_table(result: RunResult) -> Table:
 
 def cache_table(result: RunResult) -> Table:
     """Per-turn tokens: configured depth, what the server counted, and what it cached."""
+    estimated = any(not t.shareable_exact for t in result.summary.turns if t.valid)
     table = _table(
         "Per turn — tokens (median, min–max); cache effectiveness = cached / shareable prefix"
-        " (~ estimated)",
+        + (" (~ estimated)" if estimated else ""),
         ["turn", "configured prompt", "prompt (server)", "shareable", "cached", "cache eff."],
     )
     for t in result.summary.turns:
@@ -328,7 +329,7 @@ def window_section(result: RunResult) -> Group:
         table.add_column(style="bold", no_wrap=True, min_width=17)
         table.add_column()
         for label, text in chunk:
-            table.add_row(label, text)
+            table.add_row(label, Text(text))  # Text: "[nvidia]" in a hint is not markup
         return table
 
     parts.append(grid(rows[:1]))  # which server, where, how many scrapes

@@ -289,6 +289,10 @@ def _reconcile(
     client_value = usage.get(key)
     client = None if client_value is None else float(client_value)
     server = delta.value
+    if client is None and server == 0 and key in ("draft", "accepted"):
+        # llama.cpp sends timings.draft_n only while drafting: no response carrying it and no
+        # drafts counted by the server agree — nothing was drafted in the window.
+        client = 0.0
     tolerance = _resolution(delta.start, names.significant_digits) + _resolution(
         delta.end, names.significant_digits
     )

