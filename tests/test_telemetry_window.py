@@ -148,9 +148,17 @@ async def test_the_sampler_catches_rapl_wraps_inside_the_window(tmp_path):
                                sysfs_root=str(tmp_path))
     async with WindowTelemetry(options, metrics_url=None) as window:
         await window.start()
+        meter = window._meter
+        assert meter is not None
         for value in (100, 800, 200):  # two wraps; edges alone would see 900 → 200 = 300
             (zone / "energy_uj").write_text(f"{value}\n")
-            await asyncio.sleep(0.1)
+            # Wait for the sampler to read this value (not a fixed sleep: a loaded machine
+            # may not run it within any fixed time), bounded at 10 s.
+            reads = meter._reads
+            for _ in range(1000):
+                await asyncio.sleep(0.01)
+                if meter._reads >= reads + 2:
+                    break
         telemetry, energy = await window.finish([record(10)])
     assert telemetry is None  # metrics off
     assert energy.source == "rapl" and energy.joules == pytest.approx(1300e-6)

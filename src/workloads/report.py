@@ -26,6 +26,7 @@ __all__ = [
     "sweep_line",
     "sweep_table",
     "turn_table",
+    "what_if_table",
     "window_lines",
 ]
 
@@ -85,6 +86,18 @@ def turn_table(result: RunResult) -> Table:
     return table
 
 
+def _observed_hit_rates(result: RunResult) -> dict[int, float]:
+    """Σ cached / Σ prompt tokens per turn over valid measured records (vLLM's hit rate)."""
+    sums: dict[int, list[int]] = {}
+    for r in result.records:
+        if r.warmup or not r.valid or r.cached_tokens is None or not r.prompt_tokens:
+            continue
+        row = sums.setdefault(r.turn, [0, 0])
+        row[0] += r.cached_tokens
+        row[1] += r.prompt_tokens
+    return {turn: cached / prompt for turn, (cached, prompt) in sums.items() if prompt}
+
+
 def cache_table(result: RunResult) -> Table:
     """Per-turn tokens: configured depth, what the server counted, and what it cached."""
     estimated = any(not t.shareable_exact for t in result.summary.turns if t.valid)
@@ -101,6 +114,29 @@ def cache_table(result: RunResult) -> Table:
             _band(t.shareable_tokens, 0),
             _band(t.cached_tokens, 0, missing=NOT_REPORTED),
             _effectiveness(t),
+        )
+    return table
+
+
+def what_if_table(result: RunResult) -> Table | None:
+    """Observed prefix-cache hit rate per turn beside what the what-if oracle says a prefix
+    cache would serve with no contention: an LRU of the server's KV capacity, and unlimited.
+    None when the oracle did not run."""
+    if not result.cache_what_if:
+        return None
+    capacity = result.cache_what_if[0].capacity_tokens
+    table = _table(
+        "What-if prefix cache — hit rate, observed vs replayed with no contention",
+        ["turn", "observed", f"LRU of {capacity:,} tokens", "unlimited"],
+    )
+    observed = _observed_hit_rates(result)
+
+    def pct(value: float | None) -> str:
+        return "—" if value is None else f"{value:.0%}"
+
+    for w in result.cache_what_if:
+        table.add_row(
+            str(w.turn), pct(observed.get(w.turn)), pct(w.lru_hit_rate), pct(w.unlimited_hit_rate)
         )
     return table
 
@@ -429,6 +465,8 @@ def render(result: RunResult) -> Group:
         parts += [Text(sweep_line(result)), sweep_table(result)]
     else:
         parts += [Text(coordinates_line(result)), turn_table(result), cache_table(result)]
+        if (oracle := what_if_table(result)) is not None:
+            parts.append(oracle)
         parts.append(Text(run_line(result), style="bold"))
     if (line := sizing_line(result)) is not None:
         parts.append(Text(line))

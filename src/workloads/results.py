@@ -21,6 +21,7 @@ from workloads.aggregate import BandSummary, Summary
 from workloads.errors import ResultFormatError
 from workloads.records import TurnRecord, read_records
 from workloads.scenario import Scenario
+from workloads.simulated_server.oracle import WhatIfTurn
 from workloads.telemetry.figures import EnergyFigures, ServerTelemetry
 
 __all__ = ["FORMAT_VERSION", "CellSummary", "RunResult", "Sizing", "load_result"]
@@ -84,6 +85,7 @@ class CellSummary(_Model):
     # one turn, the seed records' "median generation tokens per second" and its range).
     generation_rate: BandSummary | None = None
     summary: Summary
+    cache_what_if: list[WhatIfTurn] | None = None
 
 
 class Sizing(_Model):
@@ -120,6 +122,9 @@ class RunResult(_Model):
     window: Window
     summary: Summary  # a sweep pools every cell here; read ``cells`` instead
     cells: list[CellSummary] | None = None  # one per coordinate, for a sweep
+    # The what-if cache oracle per turn (no contention; LRU of the server's KV capacity, and
+    # unlimited), when token ids and the capacity are known. None: not computed.
+    cache_what_if: list[WhatIfTurn] | None = None
     sizing: Sizing | None = None
     warnings: list[str] = Field(default_factory=list)
     environment: dict[str, str] = Field(default_factory=dict)

@@ -43,7 +43,8 @@ from workloads.results import (
     environment,
 )
 from workloads.scenario import Cell, Scenario, load_scenario
-from workloads.session import Session
+from workloads.session import Session, TokenTrace
+from workloads.simulated_server.oracle import OracleRequest, WhatIfTurn, what_if
 from workloads.sizing import CellSizing, sizing_warnings
 from workloads.telemetry import TelemetryOptions, WindowTelemetry, energy_for_target
 from workloads.telemetry.figures import EnergyFigures, ServerTelemetry
@@ -268,6 +269,10 @@ class _Run:
         self.window_end: float | None = None
         self.fingerprint: str | None = None
         self.telemetry = telemetry  # started and finished once per cell: one window each
+        self.traces: dict[int, list[TokenTrace]] = {}  # per cell, measured turns only
+        profile = target_info.simulator_profile or {}
+        capacity = profile.get("kv_capacity_tokens")
+        self.kv_capacity_tokens = capacity if isinstance(capacity, int) else None
 
     def _record(self, record: TurnRecord) -> None:
         self.records.append(record)
@@ -372,6 +377,21 @@ class _Run:
                     tg.create_task(_free_running(session, s, start, rng))
         if warmup and not sizing.exact:
             sizing.learn([o for session in sessions for o in session.observations])
+        if not warmup:
+            traces = self.traces.setdefault(cell.index, [])
+            traces.extend(t for session in sessions for t in session.token_log)
+
+    def _what_if(self, cell: int) -> list[WhatIfTurn] | None:
+        """The what-if cache oracle over a cell's measured turns, in arrival order: what an
+        LRU prefix cache of the server's KV capacity would serve with no contention, and
+        what an unlimited one would. Needs exact token ids (a target /tokenize) and a known
+        capacity (today: the simulated server's profile)."""
+        traces = sorted(self.traces.get(cell, []), key=lambda t: t.sent_ns)
+        capacity = self.kv_capacity_tokens
+        if not traces or capacity is None:
+            return None
+        requests = [OracleRequest(t.prompt, t.completion, turn=t.turn) for t in traces]
+        return what_if(requests, capacity_tokens=capacity)
 
     def _result(self, complete: bool) -> RunResult:
         s = self.scenario
@@ -395,6 +415,7 @@ class _Run:
                             r.decode_tokens_per_s for r in mine if r.valid and not r.warmup
                         ),
                         summary=aggregate.summarize(mine, users=cell.concurrency),
+                        cache_what_if=self._what_if(cell.index),
                     )
                 )
         sizing = Sizing(
@@ -433,6 +454,7 @@ class _Run:
             window=window,
             summary=summary,
             cells=cells,
+            cache_what_if=None if s.swept else self._what_if(0),
             sizing=sizing,
             warnings=warnings,
             environment=environment(),

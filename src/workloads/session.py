@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from array import array
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from workloads import tokens
@@ -113,6 +115,16 @@ def record_from_response(
     )
 
 
+@dataclass
+class TokenTrace:
+    """One sent turn in the target's token ids: what the what-if cache oracle replays."""
+
+    sent_ns: int
+    turn: int
+    prompt: array[int]
+    completion: array[int] = field(default_factory=lambda: array("i"))
+
+
 class Session:
     """One user's conversation in one repetition.
 
@@ -156,6 +168,9 @@ class Session:
         self._prev_exact = False
         self._reply = ""
         self._prepared: tuple[PreparedTurn, int | None, bool] | None = None
+        # Exact token ids of the turns sent, in the target's tokenizer, for the what-if cache
+        # oracle; only kept when the target tokenizes (prepared.exact).
+        self.token_log: list[TokenTrace] = []
 
     def configured_prior_tokens(self, turn: int) -> int:
         return self.scenario.configured_prior_tokens(turn)
@@ -182,6 +197,8 @@ class Session:
             except TokenizeError:
                 pass
             else:
+                if self.token_log and self.token_log[-1].turn == turn - 1:
+                    self.token_log[-1].completion = array("i", reply_ids)
                 seen = self._prev_ids + reply_ids
                 return tokens.common_prefix_length(prepared.ids, seen), True
         if prev is None or prev.prompt_tokens is None or prev.completion_tokens is None:
@@ -250,6 +267,8 @@ class Session:
             shareable_exact=shareable_exact,
         )
         self._observe(turn, prepared, record)
+        if prepared.exact and record.sent_ns is not None:
+            self.token_log.append(TokenTrace(record.sent_ns, turn, array("i", prepared.ids)))
         # The server's real reply goes into the history, even a partial one; a turn with no
         # reply at all keeps the roles alternating with a marker.
         self._reply = response.text

@@ -1,0 +1,37 @@
+"""The what-if cache oracle wired into a run against the simulated server."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+import workloads
+from workloads.report import render
+
+SMALL = ["users=4", "turns=3", "opening_tokens=2000", "turn_tokens=300", "output_tokens=16",
+         "repetitions.warmup=0", "repetitions.measured=1"]
+
+
+def run(kv: int) -> workloads.RunResult:
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(SMALL)
+    return workloads.run(scenario, sim={"kv_capacity_tokens": kv})
+
+
+def test_with_ample_kv_the_lru_replay_equals_unlimited_and_the_observation():
+    result = run(4_000_000)
+    rows = {w.turn: w for w in result.cache_what_if or []}
+    assert sorted(rows) == [1, 2, 3]
+    for turn in (2, 3):
+        w = rows[turn]
+        assert w.lru_hit_tokens == w.unlimited_hit_tokens > 0
+        observed = sum(r.cached_tokens or 0 for r in result.records if r.turn == turn)
+        assert observed == w.unlimited_hit_tokens  # no eviction: contention changes nothing
+
+
+def test_a_cache_smaller_than_the_working_set_loses_hits_even_without_contention():
+    result = run(6_000)  # four sessions of ~2.6K tokens do not fit
+    rows = {w.turn: w for w in result.cache_what_if or []}
+    assert rows[2].lru_hit_tokens < rows[2].unlimited_hit_tokens
+    assert rows[2].capacity_tokens == 6_000
+    console = Console(width=140, record=True)
+    console.print(render(result))
+    assert "LRU of 6,000 tokens" in console.export_text()
