@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 from aiohttp import web
@@ -151,7 +152,9 @@ async def test_the_sampler_catches_rapl_wraps_inside_the_window(tmp_path):
         meter = window._meter
         assert meter is not None
         for value in (100, 800, 200):  # two wraps; edges alone would see 900 → 200 = 300
-            (zone / "energy_uj").write_text(f"{value}\n")
+            # Atomically, as sysfs reads are: a truncate-then-write could be read half done.
+            (zone / "energy_uj.tmp").write_text(f"{value}\n")
+            os.replace(zone / "energy_uj.tmp", zone / "energy_uj")
             # Wait for the sampler to read this value (not a fixed sleep: a loaded machine
             # may not run it within any fixed time), bounded at 10 s.
             reads = meter._reads
