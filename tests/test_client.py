@@ -207,3 +207,20 @@ def test_reasoning_and_tool_call_deltas_count_as_content():
     assert parse_chunk('{"choices":[{"delta":{"reasoning_content":"hm"}}]}').has_content
     assert parse_chunk('{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}').has_content
     assert not parse_chunk('{"choices":[{"delta":{"role":"assistant"}}]}').has_content
+
+
+def test_odd_but_valid_json_shapes_do_not_raise():
+    for data in (
+        '{"choices":[{"delta":"x"}]}',
+        '{"choices":{"0":{}}}',
+        '{"choices":[{"delta":{"content":[{"type":"text","text":"hi"}]}}]}',
+        '{"choices":[],"usage":{"prompt_tokens":"n/a","completion_tokens":true}}',
+        '{"choices":[{"delta":{"content":5},"finish_reason":7}],"id":3}',
+    ):
+        chunk = parse_chunk(data)
+        assert chunk.error is None
+    parts = parse_chunk('{"choices":[{"delta":{"content":[{"type":"text","text":"hi"}]}}]}')
+    assert parts.content == "hi" and parts.has_content
+    usage = parse_chunk('{"choices":[],"usage":{"prompt_tokens":"n/a"}}').usage
+    assert usage is not None
+    assert usage.prompt_tokens is None and usage.completion_tokens is None  # unknown, not 0

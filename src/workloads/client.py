@@ -30,10 +30,10 @@ MAX_RESENDS = 2
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token counts as the server reported them. ``cached_tokens`` None = not reported."""
+    """Token counts as the server reported them. None = not reported (never 0)."""
 
-    prompt_tokens: int
-    completion_tokens: int
+    prompt_tokens: int | None
+    completion_tokens: int | None
     cached_tokens: int | None
 
 
@@ -88,13 +88,29 @@ class _Chunk:
     error: str | None = None
 
 
+def _count(value: Any) -> int | None:
+    """A token count, or None when absent or not a number (bool is not a count)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value)
+
+
+def _text(value: Any) -> str:
+    """Delta text: a string, or OpenAI content parts ``[{"type": "text", "text": ...}]``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(p["text"] for p in value if isinstance(p, dict) and isinstance(
+            p.get("text"), str))
+    return ""
+
+
 def _parse_usage(raw: dict[str, Any]) -> Usage:
     details = raw.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
     return Usage(
-        prompt_tokens=int(raw.get("prompt_tokens") or 0),
-        completion_tokens=int(raw.get("completion_tokens") or 0),
-        cached_tokens=int(cached) if isinstance(cached, int | float) else None,
+        prompt_tokens=_count(raw.get("prompt_tokens")),
+        completion_tokens=_count(raw.get("completion_tokens")),
+        cached_tokens=_count(details.get("cached_tokens")) if isinstance(details, dict) else None,
     )
 
 
@@ -113,14 +129,17 @@ def parse_chunk(data: str) -> _Chunk:
     content = reasoning = ""
     has_content = False
     finish_reason = None
-    choices = obj.get("choices") or []
-    if choices and isinstance(choices[0], dict):
+    choices = obj.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         choice = choices[0]
-        delta = choice.get("delta") or {}
-        content = delta.get("content") or ""
-        reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            delta = {}
+        content = _text(delta.get("content"))
+        reasoning = _text(delta.get("reasoning_content")) or _text(delta.get("reasoning"))
         has_content = bool(content or reasoning or delta.get("tool_calls"))
-        finish_reason = choice.get("finish_reason")
+        reason = choice.get("finish_reason")
+        finish_reason = reason if isinstance(reason, str) else None
     raw_usage = obj.get("usage")  # OpenAI and TGI send "usage": null on ordinary chunks
     timings = obj.get("timings")
     return _Chunk(
@@ -130,10 +149,14 @@ def parse_chunk(data: str) -> _Chunk:
         finish_reason=finish_reason,
         usage=_parse_usage(raw_usage) if isinstance(raw_usage, dict) else None,
         timings=timings if isinstance(timings, dict) else None,
-        system_fingerprint=obj.get("system_fingerprint"),
-        model=obj.get("model"),
-        request_id=obj.get("id") or None,
+        system_fingerprint=_str(obj.get("system_fingerprint")),
+        model=_str(obj.get("model")),
+        request_id=_str(obj.get("id")),
     )
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -229,6 +252,11 @@ class AiohttpChatClient:
                 response.error_kind = "timeout"
                 response.error_message = f"request exceeded {self._request_timeout_s:g} s"
                 return response
+            except Exception as err:  # a server's odd stream must cost a record, not the run
+                response.error_kind = "protocol"
+                name = type(err).__name__
+                response.error_message = f"unexpected {name} reading the stream: {err}"
+                return response
 
     async def _stream_once(self, body: dict[str, Any], out: ChatResponse) -> None:
         assert self._session is not None
@@ -251,13 +279,13 @@ class AiohttpChatClient:
                 await self._read_stream(resp, out)
         except RequestError:
             raise
+        except aiohttp.ClientConnectorError as err:  # a ClientOSError: catch it first
+            raise RequestError("connect", f"cannot connect to {self.url}: {err}") from err
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as err:
             never_reached = not got_bytes and trace.get("reused", False)
             kind: ErrorKind = "disconnected" if got_bytes or never_reached else "connect"
             message = f"{type(err).__name__}: {err}"
             raise RequestError(kind, message, sent=not never_reached) from err
-        except aiohttp.ClientConnectorError as err:
-            raise RequestError("connect", f"cannot connect to {self.url}: {err}") from err
         except (aiohttp.ServerTimeoutError, TimeoutError) as err:
             raise RequestError("timeout", f"no data for too long: {err}") from err
         except aiohttp.ClientPayloadError as err:

@@ -36,10 +36,13 @@ GEMMA_ARGS = ("--no-jinja", "--chat-template", "gemma", "--alias", "gemma-3-270m
 
 
 def context_per_slot(scenario: Scenario) -> int:
-    """Tokens one slot needs for a whole session of ``scenario`` (with margin)."""
-    s = scenario
-    depth = s.opening_tokens + s.turns * (s.turn_tokens + s.output_tokens)
-    need = int(depth * TOKENIZER_MARGIN) + 256
+    """Tokens one slot needs for a whole session of ``scenario`` (its deepest sweep cell),
+    with margin."""
+    need = 0
+    for cell in scenario.cells():
+        s = scenario.for_cell(cell)
+        depth = s.opening_tokens + s.turns * (s.turn_tokens + s.output_tokens)
+        need = max(need, int(depth * TOKENIZER_MARGIN) + 256)
     return (need + 255) // 256 * 256
 
 

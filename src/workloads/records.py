@@ -50,10 +50,12 @@ class TurnRecord(BaseModel):
     decode_tokens_per_s: float | None = None  # post-first streaming rate
     started_ns: int  # the client began the request (before any connection wait)
     sent_ns: int | None = None
+    headers_ns: int | None = None  # response headers arrived (llama.cpp sends them at once)
     first_content_ns: int | None = None
     last_content_ns: int | None = None
     done_ns: int | None = None
     content_events: int = 0
+    retry_after_s: float | None = None  # the server's Retry-After on a 429/503
     resends: int = 0  # re-sent on a fresh connection; the first attempt never reached the server
     request_id: str | None = None  # the server's id for the completion
     system_fingerprint: str | None = None

@@ -16,9 +16,9 @@ import os
 import random
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +67,18 @@ class Target:
     base_url: str
     model: str | None = None
     api_key_env: str = DEFAULT_API_KEY_ENV
+    # Set by SimulatedServer.target: the profile of the simulated engine behind this URL, so
+    # a run against it is labelled simulated (no energy reading, the what-if oracle knows the
+    # KV capacity) however it was started.
+    simulator_profile: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) or None
+
+    def headers(self) -> dict[str, str]:
+        """HTTP headers for every request to the target (the API key, when one is set)."""
+        key = self.api_key()
+        return {"Authorization": f"Bearer {key}"} if key else {}
 
     @property
     def root_url(self) -> str:
@@ -80,7 +89,7 @@ class Target:
 
 async def _identify(target: Target, timeout_s: float) -> tuple[str, ServerIdentity]:
     """Check the target answers, pick the model, read what identity it offers."""
-    headers = {"Authorization": f"Bearer {key}"} if (key := target.api_key()) else {}
+    headers = target.headers()
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with aiohttp.ClientSession(timeout=timeout, headers=headers) as http:
         try:
@@ -94,7 +103,14 @@ async def _identify(target: Target, timeout_s: float) -> tuple[str, ServerIdenti
                 listing = await resp.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError) as err:
             raise TargetError(f"cannot reach {target.base_url}/models: {err}") from err
-        models = [m.get("id", "") for m in listing.get("data", []) if isinstance(m, dict)]
+        except ValueError as err:
+            raise TargetError(f"{target.base_url}/models did not answer JSON: {err}") from err
+        data = listing.get("data") if isinstance(listing, dict) else None
+        if not isinstance(data, list):
+            raise TargetError(
+                f"{target.base_url}/models is not an OpenAI model list (no 'data' array)"
+            )
+        models = [str(m.get("id", "")) for m in data if isinstance(m, dict)]
         model = target.model or (models[0] if models else None)
         if model is None:
             raise TargetError(f"{target.base_url}/models lists no model; pass --model")
@@ -140,11 +156,14 @@ async def run_async(
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
     out = Path(out_dir) if out_dir is not None else None
-    if out is not None and (out / "result.json").exists():
-        raise FileExistsError(f"{out / 'result.json'} exists; choose another --out directory")
+    if out is not None:
+        for name in ("result.json", RECORDS_FILE):
+            # records.jsonl alone is what a killed run leaves: appending to it would mix runs.
+            if (out / name).exists():
+                raise FileExistsError(f"{out / name} exists; choose another --out directory")
     async with AsyncExitStack() as stack:
-        simulated = target is None
-        sim_profile = None
+        simulated = target is None or target.simulator_profile is not None
+        sim_profile = None if target is None else target.simulator_profile
         if target is None:
             sim_target, server = await stack.enter_async_context(_simulated_target(sim))
             target = sim_target
@@ -166,11 +185,10 @@ async def run_async(
                 )
             )
             if scenario.tokenizer == "auto":
-                key = target.api_key()
                 found = await tokens.probe_tokenizer(
                     target.root_url,
                     model,
-                    headers={"Authorization": f"Bearer {key}"} if key else None,
+                    headers=target.headers() or None,
                     template_kwargs=scenario.extra_body.get("chat_template_kwargs"),
                 )
                 if found is not None:
@@ -221,11 +239,10 @@ def _window_telemetry(
     options = options or TelemetryOptions()
     energy, note = energy_for_target(options.energy, base_url=target.base_url,
                                      simulated=simulated)
-    key = target.api_key()
     return WindowTelemetry(
         dataclasses.replace(options, energy=energy),
         metrics_url=options.metrics_url or target.root_url + "/metrics",
-        headers={"Authorization": f"Bearer {key}"} if key else None,
+        headers=target.headers() or None,
         energy_note=note,
     )
 
@@ -266,6 +283,7 @@ class _Run:
         }
         self.windows: dict[int, Window] = {}
         self.window_start: float | None = None
+        self.cell_start: float | None = None
         self.window_end: float | None = None
         self.fingerprint: str | None = None
         self.telemetry = telemetry  # started and finished once per cell: one window each
@@ -273,6 +291,8 @@ class _Run:
         profile = target_info.simulator_profile or {}
         capacity = profile.get("kv_capacity_tokens")
         self.kv_capacity_tokens = capacity if isinstance(capacity, int) else None
+        block = profile.get("block_size")
+        self.block_size = block if isinstance(block, int) else 16
 
     def _record(self, record: TurnRecord) -> None:
         self.records.append(record)
@@ -288,19 +308,17 @@ class _Run:
         complete = False
         try:
             for cell in self.cells:
-                cell_start: float | None = None
+                self.cell_start = None
                 for repetition in range(s.repetitions.warmup + s.repetitions.measured):
                     warmup = repetition < s.repetitions.warmup
-                    if not warmup and cell_start is None:  # the cell's window starts
-                        await self.telemetry.start()  # right before its first measured request
-                        cell_start = time.time()
-                        if self.window_start is None:
-                            self.window_start = cell_start
-                    await self._repetition(cell, repetition, warmup)
+                    opening = not warmup and self.cell_start is None
+                    await self._repetition(
+                        cell, repetition, warmup, self._open_window if opening else None
+                    )
                 self.window_end = time.time()  # every measured response of the cell has ended
                 measured = [r for r in self.records if not r.warmup and r.cell == cell.index]
                 server, energy = await self.telemetry.finish(measured)
-                self.windows[cell.index] = _window(cell_start, self.window_end, server, energy)
+                self.windows[cell.index] = _window(self.cell_start, self.window_end, server, energy)
             complete = True
         finally:
             # Also on Ctrl-C or a crash: the result says what was measured, and that it stopped.
@@ -309,7 +327,21 @@ class _Run:
                 result.save(self.out, overwrite=not complete)
         return result
 
-    async def _repetition(self, cell: Cell, repetition: int, warmup: bool) -> None:
+    async def _open_window(self) -> None:
+        """The cell's window starts: after the first measured repetition is sized (its
+        /tokenize calls are not in the window), right before its first request is sent."""
+        await self.telemetry.start()
+        self.cell_start = time.time()
+        if self.window_start is None:
+            self.window_start = self.cell_start
+
+    async def _repetition(
+        self,
+        cell: Cell,
+        repetition: int,
+        warmup: bool,
+        before_first_send: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         sizing = self.sizings[cell.index]
         s = sizing.scenario
         nonces = make_nonces(
@@ -356,15 +388,21 @@ class _Run:
             for session in sessions:
                 tg.create_task(session.open(n_system))
         _share_openings(sessions, sizing)
+        async with asyncio.TaskGroup() as tg:  # turn 1 sized before anything is sent
+            for session in sessions:
+                tg.create_task(session.prepare(1))
+        if before_first_send is not None:
+            await before_first_send()
         rngs = [
             self.corpus.rng(s.content.seed, "pacing", cell.index, repetition, i)
             for i in range(s.users)
         ]
         if s.pacing.mode == "lockstep":
             for turn in range(1, s.turns + 1):
-                async with asyncio.TaskGroup() as tg:  # every session sized before any sends
-                    for session in sessions:
-                        tg.create_task(session.prepare(turn))
+                if turn > 1:
+                    async with asyncio.TaskGroup() as tg:  # every session sized before any sends
+                        for session in sessions:
+                            tg.create_task(session.prepare(turn))
                 barrier = time.perf_counter()
                 async with asyncio.TaskGroup() as tg:  # the barrier: all of turn k, then k+1
                     for session, rng in zip(sessions, rngs, strict=True):
@@ -391,7 +429,7 @@ class _Run:
         if not traces or capacity is None:
             return None
         requests = [OracleRequest(t.prompt, t.completion, turn=t.turn) for t in traces]
-        return what_if(requests, capacity_tokens=capacity)
+        return what_if(requests, capacity_tokens=capacity, block_size=self.block_size)
 
     def _result(self, complete: bool) -> RunResult:
         s = self.scenario
@@ -502,7 +540,8 @@ async def _free_running(
     since = start
     for turn in range(1, scenario.turns + 1):
         due = turn_deadline(since, scenario.pacing, turn, rng)
-        await session.prepare(turn)  # sizing happens inside the think/tool time
+        if turn > 1:  # turn 1 was sized before the repetition started
+            await session.prepare(turn)  # sizing happens inside the think/tool time
         late = await sleep_until(due)
         await session.send(turn, lag_ns=round(late * 1e9))
         since = time.perf_counter()

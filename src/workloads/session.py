@@ -104,6 +104,8 @@ def record_from_response(
         decode_tokens_per_s=rate,
         started_ns=response.started_ns,
         sent_ns=response.sent_ns,
+        headers_ns=response.headers_ns,
+        retry_after_s=response.retry_after_s,
         first_content_ns=response.first_content_ns,
         last_content_ns=response.last_content_ns,
         done_ns=response.done_ns,
@@ -167,6 +169,12 @@ class Session:
         self._prev_ids: list[int] = []
         self._prev_exact = False
         self._reply = ""
+        # What the server has computed KV for: the last prompt that reached it (HTTP 200 and
+        # prefill done) and its reply. A turn rejected with 429/500 or never connected adds
+        # nothing the next turn could reuse.
+        self._seen_ids: list[int] = []
+        self._seen_exact = False
+        self._seen_reply = ""
         self._prepared: tuple[PreparedTurn, int | None, bool] | None = None
         # Exact token ids of the turns sent, in the target's tokenizer, for the what-if cache
         # oracle; only kept when the target tokenizes (prepared.exact).
@@ -191,16 +199,18 @@ class Session:
         if turn == 1:
             return self.peer_shared, self.peer_shared_exact and prepared.exact
         prev = self._previous
-        if prepared.exact and self._prev_exact:
+        if prepared.exact and self._seen_exact:
             try:
-                reply_ids = await self.sizing.tokenizer.encode(self._reply)
+                reply_ids = await self.sizing.tokenizer.encode(self._seen_reply)
             except TokenizeError:
                 pass
             else:
-                if self.token_log and self.token_log[-1].turn == turn - 1:
+                if self.token_log:
                     self.token_log[-1].completion = array("i", reply_ids)
-                seen = self._prev_ids + reply_ids
+                seen = self._seen_ids + reply_ids
                 return tokens.common_prefix_length(prepared.ids, seen), True
+        elif prepared.exact and not self._seen_ids:
+            return 0, True  # nothing of this session reached the server yet
         if prev is None or prev.prompt_tokens is None or prev.completion_tokens is None:
             return None, False
         return prev.prompt_tokens + prev.completion_tokens, False
@@ -267,8 +277,14 @@ class Session:
             shareable_exact=shareable_exact,
         )
         self._observe(turn, prepared, record)
-        if prepared.exact and record.sent_ns is not None:
-            self.token_log.append(TokenTrace(record.sent_ns, turn, array("i", prepared.ids)))
+        reached = response.http_status == 200 and (
+            response.first_content_ns is not None or response.usage is not None
+        )
+        if reached:
+            self._seen_ids, self._seen_exact = prepared.ids, prepared.exact
+            self._seen_reply = response.text
+            if prepared.exact and record.sent_ns is not None:
+                self.token_log.append(TokenTrace(record.sent_ns, turn, array("i", prepared.ids)))
         # The server's real reply goes into the history, even a partial one; a turn with no
         # reply at all keeps the roles alternating with a marker.
         self._reply = response.text

@@ -380,11 +380,17 @@ def sizing_warnings(
                 "(the second warm-up is sized with the first one's correction)"
             )
     else:
+        # A turn after an invalid one (failed, cut short) has a history of another length
+        # than configured: that is the earlier turn's story, not a sizing miss.
+        invalid = {(r.cell, r.repetition, r.session, r.turn) for r in records if not r.valid}
         off = [
             r for r in measured
             if r.configured_prompt_tokens is not None
             and r.prompt_tokens != r.configured_prompt_tokens
             and (r.turn == 1 or scenario.exact_output)
+            and not any(
+                (r.cell, r.repetition, r.session, t) in invalid for t in range(1, r.turn)
+            )
         ]
         if off:
             r = max(off, key=lambda r: abs(_miss(r)))

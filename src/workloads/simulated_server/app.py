@@ -174,6 +174,9 @@ class _Handlers:
             if body.get("stream"):
                 return await self._stream(request, body, seq, fault)
             return await self._whole(request, seq, fault)
+        except ConnectionResetError:  # aiohttp's ClientConnectionResetError is one
+            # The client went away (Ctrl-C, a timeout): what a real server logs and forgets.
+            raise web.HTTPException() from None  # closes the request without a traceback
         finally:
             self.engine.abort(seq)  # no-op when finished; frees the blocks on disconnect
 
@@ -236,6 +239,21 @@ class _Handlers:
     ) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        try:
+            return await self._stream_events(resp, request, body, seq, fault)
+        except ConnectionResetError:  # aiohttp's ClientConnectionResetError is one
+            # The client went away mid-stream (Ctrl-C, a timeout): a real server logs this
+            # quietly and frees the slot (the caller aborts the sequence).
+            return resp
+
+    async def _stream_events(
+        self,
+        resp: web.StreamResponse,
+        request: web.Request,
+        body: dict[str, Any],
+        seq: Sequence,
+        fault: str | None,
+    ) -> web.StreamResponse:
         options = body.get("stream_options") or {}
         continuous = bool(options.get("include_usage") and options.get("continuous_usage_stats"))
 

@@ -71,7 +71,9 @@ class SimulatedServer:
         """A :class:`workloads.Target` for this server."""
         from workloads.runner import Target
 
-        return Target(base_url=self.base_url, model=self.model)
+        return Target(
+            base_url=self.base_url, model=self.model, simulator_profile=self.profile.model_dump()
+        )
 
     def truths(self) -> list[RequestTruth]:
         """Ground truth for every request so far (a snapshot copy), in arrival order."""

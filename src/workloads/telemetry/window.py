@@ -155,6 +155,7 @@ class WindowTelemetry:
         self._samples = []
         self._scrapes = self._failed = 0
         self._sample_errors = []
+        self._start = self._names = None  # never compare against an earlier window's start
         try:
             await self._open()
         except Exception as err:  # odd metrics or a bug here: lose figures, not the run
@@ -224,6 +225,7 @@ class WindowTelemetry:
         await asyncio.to_thread(self._meter.sample)
         figures = self._meter.figures(generated)
         self.warnings.extend(self._meter.warnings)
+        self._meter.warnings.clear()  # the next window (sweep cell) reports only its own
         return figures
 
     async def _finish_server(self, usage: UsageSums) -> ServerTelemetry | None:
