@@ -29,7 +29,7 @@ def test_a_rejected_turn_adds_nothing_to_the_next_turns_shareable_prefix():
 
 def test_a_new_run_refuses_a_directory_a_killed_run_left(tmp_path):
     (tmp_path / "records.jsonl").write_text("")
-    with pytest.raises(FileExistsError, match="records.jsonl"):
+    with pytest.raises(FileExistsError, match=r"records\.jsonl"):
         workloads.run("five-user-coding", out_dir=tmp_path)
     assert main(["run", "five-user-coding", "--out", str(tmp_path), "--quiet"]) == 2
 
