@@ -1,4 +1,4 @@
-"""Command line: ``python -m workloads run|scenarios|show|serve``.
+"""Command line: ``python -m workloads run|scenarios|show|compare|serve``.
 
 The library never prints or exits; this module does. ``main(argv) -> int`` returns the exit
 code so tests call it in process.
