@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import workloads
+from workloads.aggregate import summarize
 from workloads.cli import main
 from workloads.compare import compare
 
@@ -152,3 +153,37 @@ def test_compare_uses_the_reports_aggregate_users_times_per_user_median():
     assert aggregate.a.n == per_user.a.n == 3
     names = {m.name for m in result.metrics}
     assert "wall aggregate" in names and "TTFT median" in names
+
+
+def test_a_sweep_is_compared_cell_by_cell():
+    sweep = load("v1-sweep")
+    result = compare(sweep, sweep)
+    names = [m.name for m in result.metrics]
+    assert "C1 · prior 300 · aggregate" in names and "C2 · prior 300 · aggregate" in names
+    assert "C2 · prior 300 · turn 2 aggregate" in names
+    by_name = {m.name: m for m in result.metrics}
+    c2, c2_user = by_name["C2 · prior 300 · aggregate"], by_name["C2 · prior 300 · per-user median"]
+    assert c2.a is not None and c2_user.a is not None
+    assert c2.a.median == pytest.approx(2 * c2_user.a.median)  # the cell's own users
+
+
+def test_sweeps_with_different_cells_are_refused_unless_forced():
+    sweep = load("v1-sweep")
+    c1 = [r for r in sweep.records if r.cell == 0]
+    fewer = sweep.model_copy(update={
+        "scenario": sweep.scenario.with_overrides(["concurrency=[1]"]), "records": c1})
+    with pytest.raises(workloads.IncomparableError, match="different cells"):
+        compare(sweep, fewer)
+    forced = compare(sweep, fewer, force=True)
+    assert {m.name.split(" · ")[0] for m in forced.metrics} == {"C1"}
+
+
+def test_stored_sweep_cells_are_summarized_apart():
+    sweep = load("v1-sweep")
+    assert sweep.cells is not None
+    pooled = summarize(sweep.records, users=sweep.scenario.users)
+    assert pooled.turns[0].aggregate_rate is None  # pooled over C1 and C2: no Σ
+    c1, c2 = (summarize([r for r in sweep.records if r.cell == c.cell], users=c.concurrency)
+              .turns[0].aggregate_rate for c in sweep.cells)
+    assert c1 is not None and c2 is not None and c2.median > c1.median
+    assert c1.n == c2.n == 2

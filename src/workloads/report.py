@@ -102,10 +102,10 @@ def turn_table(result: RunResult) -> Table:
         summed = format_band(t.aggregate_rate, missing=missing)
         if t.partial_repetitions:
             summed += " *"
-            streams = f"{format_band(t.streams, 0)}" if t.streams else "0"
             notes.append(
-                f"turn {t.turn}: {_plural(t.partial_repetitions, 'repetition')} summed fewer "
-                f"valid streams than the {users} users ({streams} per repetition)"
+                f"turn {t.turn}: {_plural(t.partial_repetitions, 'repetition')} of "
+                f"{t.streams.n if t.streams else 0} summed fewer valid streams than the "
+                f"{users} users ({_span(t.streams)} streams per repetition)"
             )
         table.add_row(
             str(t.turn),
