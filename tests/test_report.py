@@ -62,14 +62,14 @@ def test_the_turn_table_shows_configured_next_to_actual_prompt_tokens():
 DATA = Path(__file__).parent / "data"
 
 
-def small(**changes: object) -> workloads.RunResult:
-    """The stored two-user result, its records edited by ``changes`` per (rep, session, turn)
-    key or for every record (key None), summaries recomputed."""
+def small(**changes: dict[str, object]) -> workloads.RunResult:
+    """The stored two-user result with its records edited, summaries recomputed. Keys of
+    ``changes``: "REP,SESSION,TURN" for one record, "all" for every record."""
     a = workloads.load_result(DATA / "v1-small-a")
     records = []
     for r in a.records:
-        update = dict(changes.get("all", {}))  # type: ignore[call-overload]
-        update.update(changes.get(f"{r.repetition},{r.session},{r.turn}", {}))  # type: ignore[call-overload]
+        update = {**changes.get("all", {}),
+                  **changes.get(f"{r.repetition},{r.session},{r.turn}", {})}
         records.append(r.model_copy(update=update))
     return report.recomputed(a.model_copy(update={"records": records}))
 

@@ -200,11 +200,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     name_a = a.label or str(args.a)
     name_b = b.label or str(args.b)
     at = f" at {result.prompt_delta_at}" if result.prompt_delta_at else ""
-    console.print(
-        f"A = {name_a}, B = {name_b} · {result.match} · median prompt tokens per turn differ "
-        f"by at most {result.prompt_delta_tokens:+,.1f} of {result.prompt_tokens_a:,.1f} "
-        f"({result.prompt_delta_fraction:.3%}){at}"
+    delta = (
+        "identical median prompt tokens in every turn" if result.match == "matched" else
+        f"median prompt tokens differ by at most {result.prompt_delta_tokens:+,.1f} of "
+        f"{result.prompt_tokens_a:,.1f} ({result.prompt_delta_fraction:.3%}){at}"
     )
+    console.print(f"A = {name_a}, B = {name_b} · {result.match} · {delta}")
     for problem in result.forced_over:
         console.print(f"forced: {problem}", style="yellow")
     table = Table("figure", "A", "B", "B vs A", title="median over measured repetitions "
