@@ -7,16 +7,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from workloads import stats
-from workloads.aggregate import summarize
+from workloads.aggregate import BandSummary, generation_rate, repetitions, summarize
 from workloads.records import TurnRecord
 
 S = 1_000_000_000  # ns per second
 
 
 def rec(*, rep=1, session=0, turn=1, warmup=False, sent=0, first=S // 2, last=S // 2 + 2 * S,
-        completion=11, prompt=1000, cached=0, shareable=0, valid=True, status="ok"):
+        completion=11, prompt=1000, cached=0, shareable=0, valid=True, status="ok", cell=0):
     return TurnRecord(
-        repetition=rep, warmup=warmup, session=session, turn=turn, status=status,
+        cell=cell, repetition=rep, warmup=warmup, session=session, turn=turn, status=status,
         finish_reason="length" if valid else "stop", valid=valid, prompt_tokens=prompt,
         completion_tokens=completion, cached_tokens=cached, shareable_tokens=shareable,
         configured_prior_tokens=900, ttft_ns=first - sent, started_ns=sent, sent_ns=sent,
@@ -53,7 +53,7 @@ def test_warmup_and_invalid_turns_never_enter_rates():
     ]
     summary = summarize(records, users=3)
     turn = summary.turns[0]
-    assert turn.aggregate_rate is not None and turn.aggregate_rate.median == pytest.approx(5.0)
+    assert turn.per_user_rate is not None and turn.per_user_rate.median == pytest.approx(5.0)
     assert (turn.valid, turn.invalid, turn.errors) == (1, 1, 0)
     assert summary.run.warmup_records == 1 and summary.run.records == 2
 
@@ -90,3 +90,76 @@ def test_percentiles_stay_within_min_and_max(values, q):
 
 def test_empty_is_none_not_zero():
     assert stats.median([]) is None and stats.band([None]) is None
+
+
+def test_cells_of_a_sweep_are_never_summed_together():
+    # Two cells, each numbering its repetitions from 0: 5 tok/s in cell 0, 10 tok/s in cell 1.
+    records = [rec(cell=0, rep=0), rec(cell=1, rep=0, last=S // 2 + S)]
+    one = summarize([r for r in records if r.cell == 1], users=1).turns[0]
+    assert one.aggregate_rate is not None and one.aggregate_rate.median == pytest.approx(10.0)
+    pooled = summarize(records, users=1)
+    turn = pooled.turns[0]
+    # Not 15 (= 5 + 10): a Σ over streams of different cells has no meaning.
+    assert turn.aggregate_rate is None and turn.wall_aggregate_rate is None
+    assert turn.per_user_rate is not None and turn.per_user_rate.n == 2
+    assert pooled.run.aggregate_rate is None and pooled.run.measured_repetitions == 1
+
+
+def test_unknown_aggregate_rate_is_none_and_short_repetitions_are_excluded():
+    # Two users. Rep 1: both streams valid (5 + 10). Rep 2: one failed → only 5 known.
+    records = [
+        rec(rep=1, session=0), rec(rep=1, session=1, last=S // 2 + S),
+        rec(rep=2, session=0), rec(rep=2, session=1, valid=False, status="error"),
+    ]
+    turn = summarize(records, users=2).turns[0]
+    assert turn.aggregate_rate is not None
+    assert (turn.aggregate_rate.median, turn.aggregate_rate.n) == pytest.approx((15.0, 1))
+    assert turn.partial_repetitions == 1
+    assert turn.streams is not None and (turn.streams.low, turn.streams.high) == (1, 2)
+    # No valid stream at all: None, not 0.
+    failed = [rec(session=0, valid=False, status="error")]
+    nothing = summarize(failed, users=1).turns[0]
+    assert nothing.aggregate_rate is None and nothing.partial_repetitions == 1
+
+
+def test_cache_effectiveness_counts_only_records_with_both_known():
+    records = [
+        rec(turn=2, cached=1000, shareable=None),  # type: ignore[arg-type]
+        rec(turn=2, session=1, cached=500, shareable=1000),
+    ]
+    turn = summarize(records, users=2).turns[0]
+    assert turn.cache_effectiveness == pytest.approx(0.5)  # not 1500 / 1000
+    assert summarize(records[:1], users=1).turns[0].cache_effectiveness is None
+
+
+def test_hit_rate_is_cached_over_prompt_per_turn():
+    records = [rec(turn=2, cached=900, prompt=1000),
+               rec(turn=2, session=1, cached=None, prompt=1000),  # type: ignore[arg-type]
+               rec(turn=2, session=2, cached=100, prompt=1000)]
+    assert summarize(records, users=3).turns[0].hit_rate == pytest.approx(0.5)
+    assert summarize(records[1:2], users=1).turns[0].hit_rate is None
+
+
+def test_repetitions_give_the_run_figures_of_each_repetition():
+    records = [rec(rep=r, session=s, last=S // 2 + (s + r) * S)
+               for r in (1, 2) for s in (0, 1)]
+    reps = repetitions(records, users=2)
+    assert [(f.cell, f.repetition) for f in reps] == [(0, 1), (0, 2)]
+    # rep 1: rates 10, 5 → median 7.5 → 2 × 7.5; rep 2: 5, 3.33 → 4.17
+    assert reps[0].per_user_rate == pytest.approx(7.5)
+    assert reps[0].aggregate_rate == pytest.approx(15.0)
+    assert reps[0].wall_aggregate_rate == pytest.approx(22 / 2.5)
+    assert reps[1].per_user_rate == pytest.approx((5 + 10 / 3) / 2)
+    run = summarize(records, users=2).run
+    assert run.wall_aggregate_rate is not None and run.wall_aggregate_rate.n == 2
+
+
+def test_generation_rate_is_every_valid_measured_rate():
+    records = [rec(), rec(session=1, last=S // 2 + S), rec(session=2, warmup=True),
+               rec(session=3, valid=False)]
+    band = generation_rate(records)
+    assert band is not None and (band.low, band.high, band.n) == pytest.approx((5.0, 10.0, 2))
+
+
+def test_band_summary_is_the_one_band_type():
+    assert isinstance(stats.band([1.0, 2.0]), BandSummary)

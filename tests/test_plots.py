@@ -14,3 +14,8 @@ def test_write_plots_makes_three_pngs(tmp_path):
     for path in written:
         data = path.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_a_sweep_is_plotted_per_cell(tmp_path):
+    written = write_plots(workloads.load_result(DATA / "v1-sweep"), tmp_path)
+    assert sorted(p.name for p in written) == ["rates.png", "timeline.png", "ttft.png"]

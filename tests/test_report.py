@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import json
 import re
+import shutil
+from pathlib import Path
 
 from rich.console import Console
 
@@ -11,7 +14,7 @@ from workloads.cli import main
 
 
 def rendered(result: workloads.RunResult) -> str:
-    console = Console(width=120, record=True, color_system=None)
+    console = Console(width=140, record=True, color_system=None)
     console.print(report.render(result))
     return console.export_text()
 
@@ -54,3 +57,96 @@ def test_the_turn_table_shows_configured_next_to_actual_prompt_tokens():
     table = text[text.index("configured prompt"):]
     row = next(line for line in table.splitlines() if re.match(r"\s*2\s", line))
     assert "404" in row.split()[1]  # 300 + 2 × 50 + 4, next to the server's count
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def small(**changes: dict[str, object]) -> workloads.RunResult:
+    """The stored two-user result with its records edited, summaries recomputed. Keys of
+    ``changes``: "REP,SESSION,TURN" for one record, "all" for every record."""
+    a = workloads.load_result(DATA / "v1-small-a")
+    records = []
+    for r in a.records:
+        update = {**changes.get("all", {}),
+                  **changes.get(f"{r.repetition},{r.session},{r.turn}", {})}
+        records.append(r.model_copy(update=update))
+    return report.recomputed(a.model_copy(update={"records": records}))
+
+
+def test_the_turn_table_says_what_each_band_is_over_and_shows_wall_rates():
+    text = rendered(small())
+    assert "rates: median over measured repetitions" in text
+    assert "TTFT and prefill: median over requests" in text
+    assert "wall tok/s" in text
+    row = next(line for line in text.splitlines() if re.match(r"\s*1\s+\d", line))
+    assert row.count("(") >= 4  # aggregate, wall, per-user, TTFT … each with its band
+
+
+def test_a_turn_without_valid_records_says_so_not_not_reported():
+    invalid = {"valid": False, "finish_reason": "stop"}
+    keys = {f"{rep},{s},2": invalid for rep in range(4) for s in range(2)}
+    text = rendered(small(**keys))
+    row = next(line for line in text.splitlines()
+               if re.match(r"\s*2\s", line) and "0/6" in line)
+    assert "— (no valid turns)" in row and "not reported" not in row
+
+
+def test_a_repetition_with_a_missing_stream_is_marked_and_left_out():
+    text = rendered(small(**{"2,1,1": {"valid": False, "status": "error"}}))
+    row = next(line for line in text.splitlines() if re.match(r"\s*1\s+\d", line))
+    assert " *" in row
+    flat = " ".join(text.split())
+    assert "1 repetition of 3 summed fewer valid streams than the 2 users (1–2 streams" in flat
+
+
+def test_free_pacing_run_line_gives_wall_aggregate_not_users_times_per_user():
+    result = small()
+    free = result.model_copy(update={"scenario": result.scenario.with_overrides(
+        ["pacing.mode=free"])})
+    line = report.run_line(free)
+    assert line.startswith("per-user median") and "wall aggregate" in line and "×" not in line
+    assert "Σ streams tok/s" in rendered(free)
+    lockstep = report.run_line(result)
+    assert lockstep.startswith("2 × ") and "wall aggregate" in lockstep
+
+
+def test_numbers_have_thousands_separators_and_counts_are_plural_aware():
+    fast = small(all={"decode_tokens_per_s": 3210.0})
+    assert "2 × 3,210 per-user median = 6,420 aggregate" in report.run_line(fast)
+    one = fast.model_copy(update={
+        "scenario": fast.scenario.with_overrides(["turns=1"]),
+        "records": [r for r in fast.records if r.turn == 1 and r.repetition in (0, 1)],
+    })
+    line = report.coordinates_line(report.recomputed(one))
+    assert "1 turn × 1 measured repetition" in line and "1 turns" not in line
+
+
+def test_format_band_is_public_and_collapses_a_band_that_prints_as_one_value():
+    from workloads.aggregate import BandSummary
+
+    assert report.format_band(BandSummary(median=1197.2, low=1197.0, high=1197.4, n=2)) == "1,197"
+    assert report.format_band(None, missing="x") == "x"
+    assert report.format_band(BandSummary(median=2, low=1, high=3, n=3)) == "2.00 (1.00–3.00)"
+
+
+def test_show_recomputes_each_cell_of_a_sweep_from_its_records(tmp_path, capsys):
+    copy = tmp_path / "sweep"
+    shutil.copytree(DATA / "v1-sweep", copy)
+    data = json.loads((copy / "result.json").read_text())
+    for cell in data["cells"]:
+        cell["summary"]["run"]["valid"] = 0  # a stale cache: show must not print it
+        cell["generation_rate"] = None
+    (copy / "result.json").write_text(json.dumps(data))
+    assert main(["show", str(copy / "result.json"), "--plots"]) == 0
+    out = capsys.readouterr().out
+    assert "4/4" in out and "8/8" in out
+    assert (copy / "plots" / "rates.png").exists()  # next to result.json, not inside it
+
+
+def test_scenarios_piped_is_readable(capsys):
+    assert main(["scenarios"]) == 0
+    out = capsys.readouterr().out
+    assert all(len(line) <= 140 for line in out.splitlines())
+    described = workloads.load_scenario("five-user-coding").description
+    assert any(line.strip(" │").strip() == described for line in out.splitlines())

@@ -146,7 +146,6 @@ def _write_plots(result: Any, directory: Path, console: Any, *, wanted: bool) ->
 
 
 def _cmd_scenarios(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     import workloads
@@ -155,8 +154,8 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
         low, high = min(values), max(values)
         return f"{low:,}" if low == high else f"{low:,}–{high:,}"
 
-    table = Table("name", "users", "turns", "opening", "new/turn", "output", "description")
-    table.columns[0].no_wrap = True
+    # Descriptions are long: each goes on its own line under its row, full width.
+    table = Table("name", "users", "turns", "opening", "new/turn", "output")
     for name in sorted(workloads.list_scenarios()):
         s = workloads.load_scenario(name)
         cells = s.cells()
@@ -167,27 +166,24 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
             axis({c.prior_tokens for c in cells}),
             f"{s.turn_tokens:,}",
             str(s.output_tokens),
-            s.description,
         )
-    Console().print(table)
+        if s.description:
+            table.add_row(f"  {s.description}", style="dim", end_section=True)
+    _console().print(table)
     return 0
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-
     from workloads import report
-    from workloads.aggregate import summarize
     from workloads.results import load_result
 
-    result = load_result(args.result)
-    if result.records:  # recompute from the raw records: the file's summary is a cache
-        result = result.model_copy(
-            update={"summary": summarize(result.records, users=result.scenario.users)}
-        )
+    result = report.recomputed(load_result(args.result))  # the file's summaries are a cache
     console = _console()
     console.print(report.render(result))
     if args.plots:
-        _write_plots(result, Path(args.result) / "plots", console, wanted=True)
+        where = Path(args.result)
+        directory = where if where.is_dir() else where.parent
+        _write_plots(result, directory / "plots", console, wanted=True)
     return 0
 
 
@@ -195,6 +191,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from workloads.compare import compare
+    from workloads.report import format_band
     from workloads.results import load_result
 
     a, b = load_result(args.a), load_result(args.b)
@@ -202,19 +199,20 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     console = _console()
     name_a = a.label or str(args.a)
     name_b = b.label or str(args.b)
-    console.print(
-        f"A = {name_a}, B = {name_b} · {result.match} · mean prompt tokens per turn differ "
-        f"by {result.prompt_delta_tokens:+,.1f} of {result.prompt_tokens_a:,.1f} "
-        f"({result.prompt_delta_fraction:.3%})"
+    at = f" at {result.prompt_delta_at}" if result.prompt_delta_at else ""
+    delta = (
+        "identical median prompt tokens in every turn" if result.match == "matched" else
+        f"median prompt tokens differ by at most {result.prompt_delta_tokens:+,.1f} of "
+        f"{result.prompt_tokens_a:,.1f} ({result.prompt_delta_fraction:.3%}){at}"
     )
+    console.print(f"A = {name_a}, B = {name_b} · {result.match} · {delta}")
     for problem in result.forced_over:
         console.print(f"forced: {problem}", style="yellow")
     table = Table("figure", "A", "B", "B vs A", title="median over measured repetitions "
-                  "(min–max); significant only when the ranges do not overlap")
-    from workloads.report import _band
-
+                  "(min–max); significant only with ≥ 2 repetitions a side whose ranges do "
+                  "not overlap")
     for m in result.metrics:
-        table.add_row(f"{m.name} ({m.unit})", _band(m.a), _band(m.b), m.verdict)
+        table.add_row(f"{m.name} ({m.unit})", format_band(m.a), format_band(m.b), m.verdict)
     console.print(table)
     return 0
 

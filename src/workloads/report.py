@@ -10,6 +10,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from workloads import aggregate
 from workloads.aggregate import BandSummary, TurnSummary
 from workloads.records import TurnRecord
 from workloads.results import RunResult, Window
@@ -20,6 +21,8 @@ from workloads.telemetry.servers import server_names
 __all__ = [
     "cache_table",
     "coordinates_line",
+    "format_band",
+    "recomputed",
     "render",
     "run_line",
     "sizing_line",
@@ -31,26 +34,37 @@ __all__ = [
 ]
 
 NOT_REPORTED = "not reported"
+NO_VALID = "— (no valid turns)"
 
 
-def _num(value: float | None, digits: int | None = None) -> str:
-    """Three significant figures or so: 1236, 247.2, 0.11 — no false precision."""
+def _num(value: float | None, digits: int | None = None, *, compact: bool = False) -> str:
+    """Three significant figures or so: 1,236, 247.2, 0.11 — no false precision.
+    ``compact``: 1,000 and above as thousands, 48.7k, 166k (narrow columns of prefill)."""
     if value is None:
         return "—"
+    if compact and abs(value) >= 1000:
+        return f"{value / 1000:,.{0 if abs(value) >= 100_000 else 1}f}k"
     if digits is None:
         digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
     return f"{value:,.{digits}f}"
 
 
-def _band(b: BandSummary | None, digits: int | None = None, *, missing: str = "—") -> str:
+def format_band(
+    b: BandSummary | None, digits: int | None = None, *, missing: str = "—",
+    compact: bool = False,
+) -> str:
+    """"median (low–high)", or the median alone when the band is one value as printed."""
     if b is None:
         return missing
-    if b.n == 1 or b.low == b.high:
-        return _num(b.median, digits)
-    return f"{_num(b.median, digits)} ({_num(b.low, digits)}–{_num(b.high, digits)})"
+    median, low, high = (_num(v, digits, compact=compact) for v in (b.median, b.low, b.high))
+    if b.n == 1 or low == high:
+        return median
+    return f"{median} ({low}–{high})"
 
 
 def _effectiveness(t: TurnSummary) -> str:
+    if not t.valid:
+        return NO_VALID
     if t.cached_tokens is None:
         return NOT_REPORTED
     if t.cache_effectiveness is None:
@@ -60,42 +74,65 @@ def _effectiveness(t: TurnSummary) -> str:
 
 
 def _table(title: str, columns: list[str]) -> Table:
-    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
+    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
+                  pad_edge=False)
     for i, name in enumerate(columns):
         table.add_column(name, justify="right" if i else "left", no_wrap=True)
     return table
 
 
+def _free(result: RunResult) -> bool:
+    return result.scenario.pacing.mode == "free"
+
+
 def turn_table(result: RunResult) -> Table:
-    """Per-turn rates and latency: medians over measured repetitions (min–max)."""
+    """Per-turn rates and latency. Rates: medians over measured repetitions (min–max); TTFT
+    and prefill: medians over the measured requests (min–max)."""
+    free = _free(result)
+    users = result.summary.run.users
     table = _table(
-        "Per turn — median over measured repetitions (min–max)",
-        ["turn", "aggregate tok/s", "per-user tok/s", "TTFT s", "prefill tok/s",
-         "uncached tok/s", "valid"],
+        "Per turn — rates: median over measured repetitions (min–max); TTFT and prefill: "
+        "median over requests (min–max)",
+        ["turn", "Σ streams tok/s †" if free else "aggregate tok/s", "wall tok/s",
+         "per-user tok/s", "TTFT s", "prefill tok/s", "uncached tok/s", "valid"],
     )
+    notes = []
     for t in result.summary.turns:
+        missing = NO_VALID if not t.valid else "—"
+        summed = format_band(t.aggregate_rate, missing=missing)
+        if t.partial_repetitions:
+            summed += " *"
+            notes.append(
+                f"turn {t.turn}: {_plural(t.partial_repetitions, 'repetition')} of "
+                f"{t.streams.n if t.streams else 0} summed fewer valid streams than the "
+                f"{users} users ({_span(t.streams)} streams per repetition)"
+            )
         table.add_row(
             str(t.turn),
-            _band(t.aggregate_rate),
-            _band(t.per_user_rate),
-            _band(t.ttft_s),
-            _band(t.prefill_rate, 0),
-            _band(t.uncached_prefill_rate, 0, missing=NOT_REPORTED),
+            summed,
+            format_band(t.wall_aggregate_rate, missing=missing),
+            format_band(t.per_user_rate, missing=missing),
+            format_band(t.ttft_s, missing=missing),
+            format_band(t.prefill_rate, 0, missing=missing, compact=True),
+            format_band(t.uncached_prefill_rate, 0, compact=True,
+                        missing=missing if not t.valid else NOT_REPORTED),
             f"{t.valid}/{t.records}",
         )
+    captions = []
+    if free:
+        captions.append(
+            "† free pacing: a turn's streams need not overlap in time, so their Σ overstates "
+            "throughput; wall tok/s = Σ tokens / the turn's span"
+        )
+    if notes:
+        captions.append(
+            "* left out of aggregate and wall tok/s (a Σ over fewer streams is not the same "
+            "figure): " + "; ".join(notes)
+        )
+    if captions:
+        table.caption = "\n".join(captions)
+        table.caption_justify = "left"
     return table
-
-
-def _observed_hit_rates(result: RunResult) -> dict[int, float]:
-    """Σ cached / Σ prompt tokens per turn over valid measured records (vLLM's hit rate)."""
-    sums: dict[int, list[int]] = {}
-    for r in result.records:
-        if r.warmup or not r.valid or r.cached_tokens is None or not r.prompt_tokens:
-            continue
-        row = sums.setdefault(r.turn, [0, 0])
-        row[0] += r.cached_tokens
-        row[1] += r.prompt_tokens
-    return {turn: cached / prompt for turn, (cached, prompt) in sums.items() if prompt}
 
 
 def cache_table(result: RunResult) -> Table:
@@ -110,9 +147,9 @@ def cache_table(result: RunResult) -> Table:
         table.add_row(
             str(t.turn),
             _num(t.configured_prompt_tokens, 0),
-            _band(t.prompt_tokens, 0),
-            _band(t.shareable_tokens, 0),
-            _band(t.cached_tokens, 0, missing=NOT_REPORTED),
+            format_band(t.prompt_tokens, 0, missing=NO_VALID if not t.valid else "—"),
+            format_band(t.shareable_tokens, 0),
+            format_band(t.cached_tokens, 0, missing=NOT_REPORTED if t.valid else NO_VALID),
             _effectiveness(t),
         )
     return table
@@ -129,7 +166,7 @@ def what_if_table(result: RunResult) -> Table | None:
         "What-if prefix cache — hit rate, observed vs replayed with no contention",
         ["turn", "observed", f"LRU of {capacity:,} tokens", "unlimited"],
     )
-    observed = _observed_hit_rates(result)
+    observed = {t.turn: t.hit_rate for t in result.summary.turns}
 
     def pct(value: float | None) -> str:
         return "—" if value is None else f"{value:.0%}"
@@ -154,21 +191,28 @@ def coordinates_line(result: RunResult) -> str:
     return (
         f"C{s.users} · actual prompt tokens {actual} (server count) · "
         f"{s.output_tokens} generated per turn · depth {s.opening_tokens:,} opening + "
-        f"{s.turn_tokens:,} new per turn · {s.turns} turns × "
-        f"{result.summary.run.measured_repetitions} measured repetitions"
+        f"{s.turn_tokens:,} new per turn · {_plural(s.turns, 'turn')} × "
+        f"{_plural(result.summary.run.measured_repetitions, 'measured repetition')}"
     )
 
 
 def run_line(result: RunResult) -> str:
-    """The headline: users × per-user median = aggregate, as in the seed records."""
+    """The headline: users × per-user median = aggregate, as in the seed records; with free
+    pacing the streams need not overlap, so the per-user median and the wall aggregate."""
     r = result.summary.run
-    if r.per_user_rate is None or r.aggregate_rate is None:
+    if r.per_user_rate is None:
         return f"no valid measured turns ({r.errors} failed, {r.invalid} invalid)"
-    ttft = f"TTFT median {r.ttft_s.median:.2f} s" if r.ttft_s else "TTFT —"
-    return (
-        f"{r.users} × {r.per_user_rate:.1f} per-user median = {r.aggregate_rate:.1f} aggregate "
-        f"tok/s · {ttft} · {r.valid}/{r.records} valid turns"
-    )
+    ttft = f"TTFT median {_num(r.ttft_s.median)} s" if r.ttft_s else "TTFT —"
+    wall = f"wall aggregate {format_band(r.wall_aggregate_rate)} tok/s"
+    if _free(result) or r.aggregate_rate is None:
+        head = f"per-user median {_num(r.per_user_rate)} tok/s; {wall}"
+    else:
+        head = (
+            f"{r.users} × {_num(r.per_user_rate)} per-user median = {_num(r.aggregate_rate)} "
+            f"aggregate tok/s · {wall}"
+        )
+    valid = f"{r.valid:,}/{r.records:,} valid {'turn' if r.records == 1 else 'turns'}"
+    return f"{head} · {ttft} · {valid}"
 
 
 _FIGURE_NAMES = {
@@ -449,6 +493,26 @@ def sizing_line(result: RunResult) -> str | None:
             f"{z.calls:,} calls, {z.seconds:.1f} s, none between a request and its first token"
         )
     return f"depths sized with {z.tokenizer}; shareable prefixes are estimates (~)"
+
+
+def recomputed(result: RunResult) -> RunResult:
+    """The result with its summary, and every cell's summary and generation rate, recomputed
+    from its records (the file's summaries are a cache). Unchanged when it has no records."""
+    if not result.records:
+        return result
+    update: dict[str, object] = {
+        "summary": aggregate.summarize(result.records, users=result.scenario.users)
+    }
+    if result.cells is not None:
+        cells = []
+        for cell in result.cells:
+            mine = [r for r in result.records if r.cell == cell.cell]
+            cells.append(cell.model_copy(update={
+                "summary": aggregate.summarize(mine, users=cell.concurrency),
+                "generation_rate": aggregate.generation_rate(mine),
+            }))
+        update["cells"] = cells
+    return result.model_copy(update=update)
 
 
 def render(result: RunResult) -> Group:

@@ -449,9 +449,7 @@ class _Run:
                         prior_tokens=cell.prior_tokens,
                         configured_prompt_tokens=cs.configured_prompt_tokens(1),
                         window=self.windows.get(cell.index, Window()),
-                        generation_rate=aggregate.BandSummary.of(
-                            r.decode_tokens_per_s for r in mine if r.valid and not r.warmup
-                        ),
+                        generation_rate=aggregate.generation_rate(mine),
                         summary=aggregate.summarize(mine, users=cell.concurrency),
                         cache_what_if=self._what_if(cell.index),
                     )

@@ -1,22 +1,32 @@
-"""Small, pure statistics: medians, percentiles and min–max bands. None in, None out."""
+"""Small, pure statistics: medians, percentiles and min–max bands. None in, None out.
+
+:class:`BandSummary` is the one band type: results files store it, and :func:`band` returns it.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
 
-__all__ = ["Band", "band", "median", "percentile"]
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["BandSummary", "band", "median", "percentile"]
 
 
-@dataclass(frozen=True, slots=True)
-class Band:
-    """A median with the min–max range it came from, and how many values it summarises."""
+class BandSummary(BaseModel):
+    """Median with min–max, over ``n`` values."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     median: float
     low: float
     high: float
     n: int
+
+    @classmethod
+    def of(cls, values: Iterable[float | None]) -> BandSummary | None:
+        """The band of the known values (None and NaN dropped); None when there are none."""
+        return band(values)
 
 
 def _clean(values: Iterable[float | None]) -> list[float]:
@@ -40,10 +50,11 @@ def median(values: Iterable[float | None]) -> float | None:
     return percentile(values, 50)
 
 
-def band(values: Sequence[float | None] | Iterable[float | None]) -> Band | None:
+def band(values: Iterable[float | None]) -> BandSummary | None:
+    """Median, min and max of the known values; None when there are none."""
     data = _clean(values)
     if not data:
         return None
     mid = percentile(data, 50)
     assert mid is not None
-    return Band(median=mid, low=data[0], high=data[-1], n=len(data))
+    return BandSummary(median=mid, low=data[0], high=data[-1], n=len(data))
