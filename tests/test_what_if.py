@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 import workloads
-from workloads.report import render
+from workloads.report import render, what_if_table
 
 SMALL = ["users=4", "turns=3", "opening_tokens=2000", "turn_tokens=300", "output_tokens=16",
          "repetitions.warmup=0", "repetitions.measured=1"]
@@ -25,6 +25,7 @@ def test_with_ample_kv_the_lru_replay_equals_unlimited_and_the_observation():
         assert w.lru_hit_tokens == w.unlimited_hit_tokens > 0
         observed = sum(r.cached_tokens or 0 for r in result.records if r.turn == turn)
         assert observed == w.unlimited_hit_tokens  # no eviction: contention changes nothing
+    assert what_if_table(result) is None  # nothing to explain: the report leaves it out
 
 
 def test_a_cache_smaller_than_the_working_set_loses_hits_even_without_contention():

@@ -158,8 +158,17 @@ def cache_table(result: RunResult) -> Table:
 def what_if_table(result: RunResult) -> Table | None:
     """Observed prefix-cache hit rate per turn beside what the what-if oracle says a prefix
     cache would serve with no contention: an LRU of the server's KV capacity, and unlimited.
-    None when the oracle did not run."""
+    None when the oracle did not run, or when every turn got what an unlimited cache would
+    give (nothing to explain)."""
     if not result.cache_what_if:
+        return None
+    observed_rates = {t.turn: t.hit_rate for t in result.summary.turns}
+    gap = 0.0
+    for w in result.cache_what_if:
+        best = w.unlimited_hit_rate or 0.0
+        seen = observed_rates.get(w.turn)
+        gap = max(gap, best - (w.lru_hit_rate or 0.0), best - (seen if seen is not None else best))
+    if gap < 0.01:
         return None
     capacity = result.cache_what_if[0].capacity_tokens
     table = _table(
