@@ -254,6 +254,8 @@ def _cmd_probe(args: argparse.Namespace) -> int:
                           "profile); --target URL probes a real one")
         if args.model and not args.target:
             console.print("--model is only used with --target; ignoring it")
+        if args.sim and (args.target or args.launch):
+            console.print("--sim is only used with the embedded simulator; ignoring it")
         report = asyncio.run(
             probe(target, timeout_s=args.timeout, metrics_url=args.metrics_url)
         )
@@ -353,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--sim", action="append", metavar="FIELD=VALUE",
                     help="override a profile field of the embedded simulator, e.g. "
                     "--sim spec_tokens=2")
-    pr.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+    pr.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                     help="limit for each request (default: %(default)s)")
     pr.add_argument("--json", action="store_true", help="print the report as JSON")
     pr.set_defaults(func=_cmd_probe)
