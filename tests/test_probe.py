@@ -12,7 +12,11 @@ from aiohttp import web
 
 import workloads
 from workloads.cli import main
+from workloads.client import ChatResponse, Usage
+from workloads.conformance import Check, Observations, judge
 from workloads.probe import ProbeReport, probe
+from workloads.results import ServerIdentity
+from workloads.telemetry.prometheus import parse_metrics
 
 ALL_CHECKS = [
     "model", "streaming", "TTFT", "usage in stream", "exact output length", "cached_tokens",
@@ -23,6 +27,75 @@ ALL_CHECKS = [
 
 def statuses(report: ProbeReport) -> dict[str, str]:
     return {c.name: c.status for c in report.checks}
+
+
+# --- the judges alone, on observations built by hand ----------------------------------------
+
+
+def response(**fields: object) -> ChatResponse:
+    base: dict = dict(started_ns=100, sent_ns=110, first_content_ns=120, last_content_ns=200,
+                      done_ns=210, content_events=16, finish_reason="length",
+                      usage=Usage(prompt_tokens=14, completion_tokens=16, cached_tokens=0),
+                      saw_done=True)
+    return ChatResponse(**{**base, **fields})
+
+
+def observations(**fields: object) -> Observations:
+    base: dict = dict(
+        target=workloads.Target("http://127.0.0.1:1/v1"), model="m",
+        identity=ServerIdentity(models=["m"]), short=response(), exact=response(),
+        cache_first=response(),
+        cache_again=response(usage=Usage(prompt_tokens=300, completion_tokens=2,
+                                         cached_tokens=288)),
+        tokenizer=None, tokenized=None, metrics_url="http://127.0.0.1:1/metrics",
+        before=None, after=None, metrics_error="HTTP 404", props=None,
+    )
+    return Observations(**{**base, **fields})
+
+
+def rows(seen: Observations) -> dict[str, Check]:
+    return {c.name: c for c in judge(seen)}
+
+
+def test_chunks_that_arrive_together_are_partial_streaming():
+    buffered = response(first_content_ns=150, last_content_ns=150)
+    row = rows(observations(short=buffered, exact=buffered))["streaming"]
+    assert row.status == "partial"
+    assert "all in one read" in row.evidence and "decode rates not reported" in row.consequence
+
+
+def test_a_reply_shorter_than_asked_fails_exact_length():
+    early = response(usage=Usage(prompt_tokens=14, completion_tokens=7, cached_tokens=0),
+                     finish_reason="stop")
+    row = rows(observations(exact=early))["exact output length"]
+    assert row.status == "no"
+    assert row.evidence == "asked 16 with ignore_eos + min_tokens: got 7, finish_reason stop"
+    assert "exact_output = false" in row.consequence
+
+
+LLAMACPP_SPEC_AT_ZERO = """\
+# TYPE llamacpp:prompt_tokens_total counter
+llamacpp:prompt_tokens_total 40
+# TYPE llamacpp:spec_decode_num_draft_tokens_total counter
+llamacpp:spec_decode_num_draft_tokens_total 0
+# TYPE llamacpp:spec_decode_num_accepted_tokens_total counter
+llamacpp:spec_decode_num_accepted_tokens_total 0
+"""
+
+
+def test_llamacpp_drafts_in_timings_count_before_its_counters_move():
+    metrics = parse_metrics(LLAMACPP_SPEC_AT_ZERO)
+    drafted = response(timings={"prompt_n": 14, "cache_n": 0, "predicted_n": 16,
+                                "draft_n": 12, "draft_n_accepted": 9})
+    seen = observations(exact=drafted, before=metrics, after=metrics, metrics_error=None)
+    row = rows(seen)["spec-decode counters"]
+    assert row.status == "yes"
+    assert row.evidence == "timings: 12 draft tokens, 9 accepted during the probe"
+    quiet = rows(observations(before=metrics, after=metrics, metrics_error=None))
+    assert quiet["spec-decode counters"].status == "no"
+
+
+# --- against real servers -------------------------------------------------------------------
 
 
 async def test_the_simulator_offers_everything_but_timings_and_speculation(simulated_server):

@@ -379,8 +379,22 @@ def _delta(seen: Observations, read: Read) -> float:
 
 def _check_spec(seen: Observations) -> Check:
     name = "spec-decode counters"
+    # llama.cpp adds to its counters when a slot is released, which can be a moment after the
+    # last byte of the response: its per-response timings say whether drafting happened.
+    timed = [r.timings for r in seen.chats if r.timings and "draft_n" in r.timings]
+    timed_drafts = sum(int(t.get("draft_n") or 0) for t in timed)
+    timed_accepted = sum(int(t.get("draft_n_accepted") or 0) for t in timed)
+    from_timings = Check(
+        name=name,
+        status="yes",
+        evidence=f"timings: {timed_drafts:,} draft tokens, {timed_accepted:,} accepted during "
+        "the probe",
+        consequence="acceptance read from timings.draft_n / draft_n_accepted per response",
+    )
     names = seen.names
     if names is None:
+        if timed_drafts:
+            return from_timings
         return _no_family(name, "spec decoding read from llama.cpp timings.draft_n if sent")
     draft = _present(seen, names, "spec_draft_tokens")
     accepted = _present(seen, names, "spec_accepted_tokens")
@@ -394,12 +408,16 @@ def _check_spec(seen: Observations) -> Check:
                 f"({a / d:.0%})",
                 consequence="acceptance rate and mean accepted length reported per window",
             )
+        if timed_drafts:
+            return from_timings
         return Check(
             name=name,
             status="no",
             evidence=f"{draft.name} exported, but no drafts during the probe",
             consequence="speculative decoding is off; runs report it as off",
         )
+    if timed_drafts:
+        return from_timings
     gauge = names.gauges.get("spec_accept_rate")
     if gauge is not None and any(seen.after is not None and seen.after.has(r.name)
                                  for r in gauge.reads):
@@ -460,7 +478,10 @@ def _check_identity(seen: Observations) -> Check:
             evidence="no system_fingerprint, /version or /props",
             consequence="results cannot tell server builds apart: say which in --note",
         )
-    consequence = "fingerprint and version saved in result.json (target.server)"
+    saved = [x for x, have in (("fingerprint", fingerprint), ("version", seen.identity.version))
+             if have]
+    consequence = (f"{' and '.join(saved)} saved in result.json (target.server)" if saved
+                   else "not saved with results: say the build in --note")
     if isinstance(slots, int):
         consequence += f"; users beyond {slots} queue at the server"
     return Check(
