@@ -144,7 +144,8 @@ def _check_ttft(seen: Observations) -> Check:
     return Check(
         name="TTFT",
         status="yes",
-        evidence=f"{ttft / 1e6:,.0f} ms for a {prompt}prompt (best of 2 short requests)",
+        evidence=f"{ttft / 1e6:,.0f} ms for a {prompt}prompt"
+        + (f" (best of {len(measured)} short requests)" if len(measured) > 1 else ""),
         consequence="TTFT counts from request sent to first content; this is the idle floor",
     )
 
@@ -502,8 +503,8 @@ def _check_reuse(seen: Observations) -> Check:
     return Check(
         name="connection reuse",
         status="partial",
-        evidence=f"{resends} of {n} requests found the pooled connection closed by the server "
-        "and were re-sent on a fresh one",
+        evidence=f"{resends} re-send{'s' if resends != 1 else ''} over {n} requests: the "
+        "server had closed the pooled connection before they went out",
         consequence="harmless: re-sent before the server read it, counted as resends, not "
         "errors",
     )
