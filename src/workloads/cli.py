@@ -1,4 +1,4 @@
-"""Command line: ``python -m workloads run|scenarios|show|compare|serve``.
+"""Command line: ``python -m workloads run|scenarios|show|compare|probe|serve``.
 
 The library never prints or exits; this module does. ``main(argv) -> int`` returns the exit
 code so tests call it in process.
@@ -97,7 +97,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         try:
             with contextlib.ExitStack() as stack:
                 if args.launch:
-                    target = stack.enter_context(_launch(args.launch, scenario, console))
+                    from workloads.launch import context_per_slot
+
+                    target = stack.enter_context(_launch(
+                        args.launch, console,
+                        parallel=max(c.concurrency for c in scenario.cells()),
+                        context_per_slot=context_per_slot(scenario),
+                    ))
                 result = workloads.run(
                     scenario,
                     target,
@@ -118,12 +124,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _launch(kind: str, scenario: Any, console: Any) -> Iterator[Any]:
-    """Start a local server for the run and stop it after (``--launch llama.cpp``)."""
-    from workloads.launch import LlamaCppServer, context_per_slot
+def _launch(kind: str, console: Any, *, parallel: int, context_per_slot: int) -> Iterator[Any]:
+    """Start a local server for the command and stop it after (``--launch llama.cpp``)."""
+    from workloads.launch import LlamaCppServer
 
-    parallel = max(c.concurrency for c in scenario.cells())
-    server = LlamaCppServer(parallel=parallel, context_per_slot=context_per_slot(scenario))
+    server = LlamaCppServer(parallel=parallel, context_per_slot=context_per_slot)
     console.print(
         f"starting llama-server ({kind}, Gemma 3 270M) with {parallel} slots of "
         f"{server.context_per_slot:,} tokens on 127.0.0.1 …"
@@ -217,6 +222,48 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_probe(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from rich.console import Console
+
+    from workloads.probe import probe, render
+    from workloads.runner import Target
+
+    # With --json, stdout carries only the JSON; what happens on the way goes to stderr.
+    console = Console(stderr=True, markup=False) if args.json else _console()
+    if args.target and args.launch:
+        raise ScenarioError("give --target (a running server) or --launch (start one), not both")
+    with contextlib.ExitStack() as stack:
+        if args.target:
+            target = Target(args.target, args.model, api_key_env=args.api_key_env)
+        elif args.launch:
+            # One slot: the repeated prompt of the cache check lands where the first one did.
+            target = stack.enter_context(
+                _launch(args.launch, console, parallel=1, context_per_slot=2048)
+            )
+        else:
+            from workloads.simulated_server import SimulatedServer
+
+            sim = _parse_assignments(args.sim or [], "--sim")
+            server = stack.enter_context(SimulatedServer(sim=sim or None))
+            target = server.target
+            console.print(f"probing the embedded simulated server ({server.profile.name} "
+                          "profile); --target URL probes a real one")
+        if args.model and not args.target:
+            console.print("--model is only used with --target; ignoring it")
+        if args.sim and (args.target or args.launch):
+            console.print("--sim is only used with the embedded simulator; ignoring it")
+        report = asyncio.run(
+            probe(target, timeout_s=args.timeout, metrics_url=args.metrics_url)
+        )
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        console.print(render(report))
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     import threading
 
@@ -290,6 +337,26 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--force", action="store_true",
                       help="compare even when scenario, model or prompt tokens differ")
     comp.set_defaults(func=_cmd_compare)
+
+    pr = sub.add_parser("probe", help="check what a target offers (streaming, usage, cached "
+                        "tokens, exact lengths, /tokenize, /metrics) and what a run will do")
+    pr.add_argument("--target", help="OpenAI base URL, e.g. http://host:8000/v1 (default: "
+                    "the embedded simulated server)")
+    pr.add_argument("--model", help="model name at the target (default: its first model)")
+    pr.add_argument("--launch", choices=["llama.cpp"],
+                    help="start a local llama-server with a small real model (the llamacpp "
+                    "extra), probe it, and stop it")
+    pr.add_argument("--api-key-env", default="WORKLOADS_API_KEY",
+                    help="environment variable holding the API key (default: %(default)s)")
+    pr.add_argument("--metrics-url", help="the server's Prometheus metrics (default: the "
+                    "target's root + /metrics)")
+    pr.add_argument("--sim", action="append", metavar="FIELD=VALUE",
+                    help="override a profile field of the embedded simulator, e.g. "
+                    "--sim spec_tokens=2")
+    pr.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                    help="limit for each request (default: %(default)s)")
+    pr.add_argument("--json", action="store_true", help="print the report as JSON")
+    pr.set_defaults(func=_cmd_probe)
 
     serve = sub.add_parser("serve", help="run the simulated server standalone")
     serve.add_argument("--profile", default="fast",

@@ -50,7 +50,7 @@ from workloads.telemetry import TelemetryOptions, WindowTelemetry, energy_for_ta
 from workloads.telemetry.figures import EnergyFigures, ServerTelemetry
 from workloads.tokens import EstimateTokenizer, TargetTokenizer
 
-__all__ = ["Target", "run", "run_async"]
+__all__ = ["Target", "identify", "run", "run_async"]
 
 DEFAULT_API_KEY_ENV = "WORKLOADS_API_KEY"
 
@@ -87,8 +87,12 @@ class Target:
         return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
-async def _identify(target: Target, timeout_s: float) -> tuple[str, ServerIdentity]:
-    """Check the target answers, pick the model, read what identity it offers."""
+async def identify(target: Target, timeout_s: float) -> tuple[str, ServerIdentity]:
+    """Check the target answers, pick the model, read what identity it offers.
+
+    Raises :class:`TargetError` when ``/models`` cannot be read or lists no model. Used by
+    runs and by ``probe``.
+    """
     headers = target.headers()
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with aiohttp.ClientSession(timeout=timeout, headers=headers) as http:
@@ -173,7 +177,7 @@ async def run_async(
         model: str
         tokenizer: TargetTokenizer = EstimateTokenizer()
         if client is None:
-            model, identity = await _identify(chosen, scenario.timeouts.connect_s + 20)
+            model, identity = await identify(chosen, scenario.timeouts.connect_s + 20)
             client = await stack.enter_async_context(
                 AiohttpChatClient(
                     chosen.base_url,

@@ -334,6 +334,7 @@ async def probe_tokenizer(
     *,
     headers: dict[str, str] | None = None,
     template_kwargs: dict[str, Any] | None = None,
+    timeout_s: float = 120.0,  # per call; a probe of a target that hangs still ends
 ) -> VllmTokenizer | LlamaCppTokenizer | None:
     """The target's tokenizer, if it has one of the shapes we know; None otherwise.
 
@@ -342,7 +343,10 @@ async def probe_tokenizer(
     """
     hello = [{"role": "user", "content": "hello"}]
     for cls in (VllmTokenizer, LlamaCppTokenizer):
-        candidate = cls(root_url, model, headers=headers, template_kwargs=template_kwargs)
+        candidate = cls(
+            root_url, model, headers=headers, template_kwargs=template_kwargs,
+            timeout_s=timeout_s,
+        )
         async with candidate:
             try:
                 ids = await candidate.render(hello, "generate")
@@ -350,5 +354,6 @@ async def probe_tokenizer(
             except TokenizeError:
                 continue
         if ids and plain and len(ids) > len(plain):
-            return cls(root_url, model, headers=headers, template_kwargs=template_kwargs)
+            return cls(root_url, model, headers=headers, template_kwargs=template_kwargs,
+                       timeout_s=timeout_s)
     return None

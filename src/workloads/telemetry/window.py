@@ -36,7 +36,8 @@ from workloads.telemetry.servers import ServerNames, detect_server
 
 __all__ = ["TelemetryOptions", "WindowTelemetry", "energy_for_target"]
 
-_ENABLE_HINT = (
+# How to make each server export /metrics (also shown by probe).
+ENABLE_METRICS_HINT = (
     "vLLM serves /metrics unless --disable-log-stats; SGLang needs --enable-metrics, "
     "llama-server --metrics; pass --metrics-url if it is elsewhere"
 )
@@ -170,7 +171,7 @@ class WindowTelemetry:
                 self._start = await self._scrape()
             except _ScrapeError as err:
                 self.warnings.append(
-                    f"server metrics not reported: {self.metrics_url} {err} ({_ENABLE_HINT})"
+                    f"server metrics not reported: {self.metrics_url} {err} ({ENABLE_METRICS_HINT})"
                 )
             else:
                 self._names = detect_server(self._start)
