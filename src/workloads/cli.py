@@ -285,6 +285,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _target_arguments(parser: argparse.ArgumentParser, launch_does: str) -> None:
+    """--target/--model/--launch/--api-key-env, shared by run and probe."""
+    parser.add_argument("--target", help="OpenAI base URL, e.g. http://host:8000/v1 "
+                        "(default: the embedded simulated server)")
+    parser.add_argument("--model", help="model name at the target (default: its first model)")
+    parser.add_argument("--launch", choices=["llama.cpp"],
+                        help="start a local llama-server with a small real model (the "
+                        f"llamacpp extra), {launch_does}")
+    parser.add_argument("--api-key-env", default="WORKLOADS_API_KEY",
+                        help="environment variable holding the API key (default: %(default)s)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m workloads",
@@ -294,14 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a scenario and report per-turn figures")
     run.add_argument("scenario", help="packaged scenario name or path to a .toml file")
-    run.add_argument("--target", help="OpenAI base URL, e.g. http://host:8000/v1 (default: "
-                     "the embedded simulated server)")
-    run.add_argument("--model", help="model name at the target (default: its first model)")
-    run.add_argument("--launch", choices=["llama.cpp"],
-                     help="start a local llama-server with a small real model (the llamacpp "
-                     "extra) for this run, and stop it after")
-    run.add_argument("--api-key-env", default="WORKLOADS_API_KEY",
-                     help="environment variable holding the API key (default: %(default)s)")
+    _target_arguments(run, "for this run, and stop it after")
     run.add_argument("--out", help="directory for result.json and records.jsonl "
                      "(default: runs/NAME-TIMESTAMP)")
     run.add_argument("--set", action="append", metavar="FIELD=VALUE",
@@ -340,14 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("probe", help="check what a target offers (streaming, usage, cached "
                         "tokens, exact lengths, /tokenize, /metrics) and what a run will do")
-    pr.add_argument("--target", help="OpenAI base URL, e.g. http://host:8000/v1 (default: "
-                    "the embedded simulated server)")
-    pr.add_argument("--model", help="model name at the target (default: its first model)")
-    pr.add_argument("--launch", choices=["llama.cpp"],
-                    help="start a local llama-server with a small real model (the llamacpp "
-                    "extra), probe it, and stop it")
-    pr.add_argument("--api-key-env", default="WORKLOADS_API_KEY",
-                    help="environment variable holding the API key (default: %(default)s)")
+    _target_arguments(pr, "probe it, and stop it")
     pr.add_argument("--metrics-url", help="the server's Prometheus metrics (default: the "
                     "target's root + /metrics)")
     pr.add_argument("--sim", action="append", metavar="FIELD=VALUE",
