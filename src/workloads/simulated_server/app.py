@@ -52,6 +52,17 @@ def _int_field(body: dict[str, Any], name: str) -> int | None:
     return value
 
 
+def _tokenize(body: dict[str, Any]) -> list[int]:
+    """The ids of a /tokenize body: ``messages`` rendered with the chat template, or ``prompt``."""
+    if isinstance(body.get("messages"), list):
+        return tokenizer.render(
+            body["messages"],
+            add_generation_prompt=body.get("add_generation_prompt", True),
+            continue_final_message=body.get("continue_final_message", False),
+        )
+    return tokenizer.encode(body["prompt"])
+
+
 class _Handlers:
     def __init__(self, engine: Engine, corpus: Corpus, debug: bool) -> None:
         self.engine = engine
@@ -367,23 +378,21 @@ class _Handlers:
             return _error(400, "request body is not valid JSON")
         if not isinstance(body, dict):
             return _error(400, "give 'prompt' (a string) or 'messages' (a list)")
-        if isinstance(body.get("messages"), list):
-            ids = tokenizer.render(
-                body["messages"],
-                add_generation_prompt=body.get("add_generation_prompt", True),
-                continue_final_message=body.get("continue_final_message", False),
-            )
-        elif isinstance(body.get("prompt"), str):
-            ids = tokenizer.encode(body["prompt"])
-        else:
+        if not isinstance(body.get("messages"), list) and not isinstance(body.get("prompt"), str):
             return _error(400, "give 'prompt' (a string) or 'messages' (a list)")
-        strs = [tokenizer.token_bytes(i).decode("utf-8", "replace") for i in ids]
+        # Off the engine's event loop: a 100K-token render takes tens of milliseconds, and
+        # the engine's steps (and every stream's chunks) would wait behind it. Not on the chat
+        # worker either, whose first-come-first-served order the chat requests keep.
+        ids = await asyncio.to_thread(_tokenize, body)
+        strs = None
+        if body.get("return_token_strs"):
+            strs = [tokenizer.token_bytes(i).decode("utf-8", "replace") for i in ids]
         return web.json_response(
             {
                 "count": len(ids),
                 "max_model_len": self.profile.max_model_len,
                 "tokens": ids,
-                "token_strs": strs if body.get("return_token_strs") else None,
+                "token_strs": strs,
             }
         )
 
