@@ -49,7 +49,6 @@ class ChatResponse:
     done_ns: int | None = None  # the stream ended ([DONE] or EOF)
     http_status: int | None = None
     text: str = ""  # generated content, in order (what goes back into the history)
-    reasoning_text: str = ""
     content_events: int = 0  # chunks that carried generated content
     finish_reason: str | None = None
     usage: Usage | None = None
@@ -77,7 +76,6 @@ class ChatClient(Protocol):
 @dataclass(frozen=True, slots=True)
 class _Chunk:
     content: str = ""
-    reasoning: str = ""
     has_content: bool = False
     finish_reason: str | None = None
     usage: Usage | None = None
@@ -144,7 +142,6 @@ def parse_chunk(data: str) -> _Chunk:
     timings = obj.get("timings")
     return _Chunk(
         content=content,
-        reasoning=reasoning,
         has_content=has_content,
         finish_reason=finish_reason,
         usage=_parse_usage(raw_usage) if isinstance(raw_usage, dict) else None,
@@ -296,19 +293,17 @@ class AiohttpChatClient:
     async def _read_stream(self, resp: aiohttp.ClientResponse, out: ChatResponse) -> None:
         decoder = SSEDecoder()
         text: list[str] = []
-        reasoning: list[str] = []
         try:
             async for raw in resp.content.iter_any():
                 now = time.perf_counter_ns()
                 for event in decoder.feed(raw):
-                    if self._apply(event.data, now, out, text, reasoning):
+                    if self._apply(event.data, now, out, text):
                         return
             for event in decoder.close():
-                if self._apply(event.data, time.perf_counter_ns(), out, text, reasoning):
+                if self._apply(event.data, time.perf_counter_ns(), out, text):
                     return
         finally:
             out.text = "".join(text)
-            out.reasoning_text = "".join(reasoning)
             if out.done_ns is None:
                 out.done_ns = time.perf_counter_ns()
         if not out.saw_done and out.finish_reason is None:
@@ -316,7 +311,7 @@ class AiohttpChatClient:
 
     @staticmethod
     def _apply(
-        data: str, now: int, out: ChatResponse, text: list[str], reasoning: list[str]
+        data: str, now: int, out: ChatResponse, text: list[str]
     ) -> bool:
         """Fold one event into ``out``; True when the stream is over."""
         if data.strip() == "[DONE]":
@@ -332,7 +327,6 @@ class AiohttpChatClient:
             out.last_content_ns = now
             out.content_events += 1
             text.append(chunk.content)
-            reasoning.append(chunk.reasoning)
         if chunk.finish_reason is not None:
             out.finish_reason = chunk.finish_reason
         if chunk.usage is not None:

@@ -2,7 +2,7 @@
 
 Raised exceptions are for misuse and configuration problems. A failed *request* is never
 raised out of a run: it becomes a TurnRecord with ``status="error"`` and an ``error_kind``
-from :data:`ERROR_KINDS`.
+from :data:`ErrorKind`.
 
     WorkloadsError
     ├── ScenarioError          a scenario file or override is invalid (names file and field)
@@ -26,7 +26,6 @@ ErrorKind = Literal[
     "cancelled",  # the run ended (deadline, Ctrl-C) while the request was in flight
 ]
 
-ERROR_KINDS: tuple[str, ...] = ErrorKind.__args__  # type: ignore[attr-defined]
 
 
 class WorkloadsError(Exception):

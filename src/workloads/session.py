@@ -164,7 +164,6 @@ class Session:
         self.peer_shared_exact = True
         # (session, turn, actual added tokens, estimated added), for the warm-up correction
         self.observations: list[tuple[int, int, int, int]] = []
-        self.last_response: ChatResponse | None = None
         self._previous: TurnRecord | None = None
         self._prev_ids: list[int] = []
         self._prev_exact = False
@@ -179,9 +178,6 @@ class Session:
         # Exact token ids of the turns sent, in the target's tokenizer, for the what-if cache
         # oracle; only kept when the target tokenizes (prepared.exact).
         self.token_log: list[TokenTrace] = []
-
-    def configured_prior_tokens(self, turn: int) -> int:
-        return self.scenario.configured_prior_tokens(turn)
 
     async def open(self, n_system: int) -> None:
         """Build the opening context at ``opening_tokens`` of the target's tokens."""
@@ -293,7 +289,6 @@ class Session:
         self._previous = record
         self._prev_ids = prepared.ids
         self._prev_exact = prepared.exact
-        self.last_response = response
         self.on_record(record)
         return record
 
