@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 import workloads
-from workloads.simulated_server import SimulatedServer
+from workloads.servers.simulated import SimulatedServer
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -19,8 +19,8 @@ from typing import Any
 
 from aiohttp import web
 
-from workloads import tokens
-from workloads.client import ChatResponse, Usage
+from workloads.core import tokens
+from workloads.wire.client import ChatResponse, Usage
 
 # --- a function-backed ChatClient ------------------------------------------------------------
 

@@ -6,9 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workloads import stats
-from workloads.aggregate import BandSummary, generation_rate, repetitions, summarize
-from workloads.records import TurnRecord
+from workloads.core import stats
+from workloads.core.aggregate import generation_rate, repetitions, summarize
+from workloads.model.records import TurnRecord
+from workloads.model.summary import BandSummary
 
 S = 1_000_000_000  # ns per second
 

@@ -8,7 +8,8 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-from workloads.client import AiohttpChatClient, parse_chunk
+from workloads.model.scenario import Timeouts
+from workloads.wire.client import AiohttpChatClient, parse_chunk
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[bool]]
 
@@ -181,14 +182,14 @@ async def test_stalled_stream_times_out_on_the_read_gap():
         return False
 
     async with scripted_server(handler) as url, AiohttpChatClient(
-        url, read_gap_timeout_s=0.3
+        url, timeouts=Timeouts(read_gap_s=0.3)
     ) as client:
         r = await client.stream_chat(BODY)
     assert r.error_kind == "timeout"
 
 
 async def test_refused_connection_is_a_connect_error():
-    async with AiohttpChatClient("http://127.0.0.1:9/v1", connect_timeout_s=2) as client:
+    async with AiohttpChatClient("http://127.0.0.1:9/v1", timeouts=Timeouts(connect_s=2)) as client:
         r = await client.stream_chat(BODY)
     assert r.error_kind == "connect"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import workloads
-from workloads.aggregate import summarize
 from workloads.cli import main
-from workloads.compare import compare
+from workloads.core.aggregate import summarize
+from workloads.report.compare import compare
 
 DATA = Path(__file__).parent / "data"
 

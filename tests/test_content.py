@@ -3,8 +3,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workloads import tokens
-from workloads.content import TextStream, load_corpus
+from workloads.core import tokens
+from workloads.core.corpus import TextStream, load_corpus
 
 STDLIB = load_corpus("stdlib")
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workloads.content import load_corpus
-from workloads.conversation import NONCE_WORDS, Conversation, make_nonces, probe_nonce
+from workloads.core.conversation import NONCE_WORDS, Conversation, make_nonces, probe_nonce
+from workloads.core.corpus import load_corpus
 
 CORPUS = load_corpus("stdlib")
 

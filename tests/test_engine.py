@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from workloads.simulated_server import get_profile
-from workloads.simulated_server.engine import Engine, Sequence, Step
-from workloads.simulated_server.profiles import expected_acceptance_rate
+from workloads.servers.simulated import get_profile
+from workloads.servers.simulated.engine import Engine, Sequence, Step
+from workloads.servers.simulated.profiles import expected_acceptance_rate
 
 
 def engine(**overrides: object) -> Engine:

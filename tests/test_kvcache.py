@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workloads.simulated_server.kvcache import BlockPool, block_hashes
+from workloads.core.kvcache import BlockPool, block_hashes
 
 
 def fill(pool: BlockPool, ids: list[int], block_size: int = 4) -> list:

@@ -10,7 +10,7 @@ import pytest
 
 import workloads
 from workloads.cli import main
-from workloads.launch import LlamaCppServer, context_per_slot
+from workloads.servers.llamacpp import LlamaCppServer, context_per_slot
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
 

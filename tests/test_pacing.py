@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 import workloads
 from fakes import FakeChatClient
-from workloads.pacing import draw, pause_before_turn, sleep_until, turn_deadline
-from workloads.scenario import Distribution, Pacing
+from workloads.core.clock import sleep_until
+from workloads.model.scenario import Distribution, Pacing
+from workloads.runner.pacing import draw, pause_before_turn, turn_deadline
 
 
 @given(

@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import workloads
-from workloads.plots import write_plots
+from workloads.report.plots import write_plots
 
 DATA = Path(__file__).parent / "data"
 

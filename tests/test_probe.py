@@ -12,11 +12,11 @@ from aiohttp import web
 
 import workloads
 from workloads.cli import main
-from workloads.client import ChatResponse, Usage
-from workloads.conformance import Check, Observations, judge
-from workloads.probe import ProbeReport, probe
-from workloads.results import ServerIdentity
+from workloads.model.results import ServerIdentity
+from workloads.probe.conformance import Check, Observations, judge
+from workloads.probe.observe import ProbeReport, probe
 from workloads.telemetry.prometheus import parse_metrics
+from workloads.wire.client import ChatResponse, Usage
 
 ALL_CHECKS = [
     "model", "streaming", "TTFT", "usage in stream", "exact output length", "cached_tokens",

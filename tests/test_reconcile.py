@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workloads.records import TurnRecord
+from workloads.model.records import TurnRecord
 from workloads.telemetry.prometheus import parse_metrics
 from workloads.telemetry.reconcile import UsageSums, window_figures
 from workloads.telemetry.servers import LLAMACPP, SGLANG, VLLM

@@ -9,8 +9,10 @@ from rich.console import Console
 
 import workloads
 from fakes import FakeChatClient
-from workloads import report
 from workloads.cli import main
+from workloads.core.aggregate import summarized
+from workloads.report import console as report
+from workloads.report.text import format_band
 
 
 def rendered(result: workloads.RunResult) -> str:
@@ -71,7 +73,7 @@ def small(**changes: dict[str, object]) -> workloads.RunResult:
         update = {**changes.get("all", {}),
                   **changes.get(f"{r.repetition},{r.session},{r.turn}", {})}
         records.append(r.model_copy(update=update))
-    return report.recomputed(a.model_copy(update={"records": records}))
+    return summarized(a.model_copy(update={"records": records}))
 
 
 def test_the_turn_table_says_what_each_band_is_over_and_shows_wall_rates():
@@ -118,16 +120,16 @@ def test_numbers_have_thousands_separators_and_counts_are_plural_aware():
         "scenario": fast.scenario.with_overrides(["turns=1"]),
         "records": [r for r in fast.records if r.turn == 1 and r.repetition in (0, 1)],
     })
-    line = report.coordinates_line(report.recomputed(one))
+    line = report.coordinates_line(summarized(one))
     assert "1 turn × 1 measured repetition" in line and "1 turns" not in line
 
 
 def test_format_band_is_public_and_collapses_a_band_that_prints_as_one_value():
-    from workloads.aggregate import BandSummary
+    from workloads.core.aggregate import BandSummary
 
-    assert report.format_band(BandSummary(median=1197.2, low=1197.0, high=1197.4, n=2)) == "1,197"
-    assert report.format_band(None, missing="x") == "x"
-    assert report.format_band(BandSummary(median=2, low=1, high=3, n=3)) == "2.00 (1.00–3.00)"
+    assert format_band(BandSummary(median=1197.2, low=1197.0, high=1197.4, n=2)) == "1,197"
+    assert format_band(None, missing="x") == "x"
+    assert format_band(BandSummary(median=2, low=1, high=3, n=3)) == "2.00 (1.00–3.00)"
 
 
 def test_show_recomputes_each_cell_of_a_sweep_from_its_records(tmp_path, capsys):

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import workloads
-from workloads.scenario import Scenario
+from workloads.model.scenario import Scenario
 
 
 def test_packaged_five_user_coding_has_the_seed_shape():

@@ -5,12 +5,12 @@ import contextlib
 
 import workloads
 from fakes import FakeChatClient
-from workloads.client import ChatResponse, Usage
-from workloads.content import load_corpus
-from workloads.conversation import Conversation, make_nonces
-from workloads.session import Session, build_body, record_from_response
-from workloads.sizing import CellSizing
-from workloads.tokens import EstimateTokenizer
+from workloads.core.conversation import Conversation, make_nonces
+from workloads.core.corpus import load_corpus
+from workloads.core.tokens import EstimateTokenizer
+from workloads.runner.session import Session, build_body, record_from_response
+from workloads.runner.sizing import CellSizing
+from workloads.wire.client import ChatResponse, Usage
 
 SCENARIO = workloads.Scenario(
     name="t", users=1, turns=3, opening_tokens=400, turn_tokens=80, output_tokens=8

@@ -14,8 +14,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import workloads
-from workloads.client import AiohttpChatClient
-from workloads.simulated_server import PROFILES, SimulatedServer, get_profile
+from workloads.model.scenario import Timeouts
+from workloads.servers.simulated import PROFILES, SimulatedServer, get_profile
+from workloads.wire.client import AiohttpChatClient
 
 
 def root(server: SimulatedServer) -> str:
@@ -71,8 +72,8 @@ def chat(server: SimulatedServer, **body: Any) -> tuple[int, dict[str, Any]]:
 
 
 async def stream(server: SimulatedServer, **body: Any):
-    async with AiohttpChatClient(server.base_url, connections=2,
-                                 read_gap_timeout_s=body.pop("read_gap_s", 30)) as client:
+    timeouts = Timeouts(read_gap_s=body.pop("read_gap_s", 30))
+    async with AiohttpChatClient(server.base_url, connections=2, timeouts=timeouts) as client:
         return await client.stream_chat({
             "model": server.model, "messages": MESSAGES, "stream": True,
             "stream_options": {"include_usage": True}, **body,

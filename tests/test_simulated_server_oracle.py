@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from workloads.simulated_server.engine import Engine
-from workloads.simulated_server.oracle import OracleRequest, lru_hits, replay, what_if
-from workloads.simulated_server.profiles import get_profile
+from workloads.core.whatif import OracleRequest, lru_hits, replay, what_if
+from workloads.servers.simulated.engine import Engine
+from workloads.servers.simulated.profiles import get_profile
 
 
 def sessions(users: int, turns: int, opening: int, new: int, reply: int) -> list[OracleRequest]:
@@ -74,7 +74,7 @@ def test_a_real_run_replays_through_the_oracle(tmp_path):
     """The report's sentence: observed hits at C5 vs an LRU of the same capacity vs unlimited,
     from the simulated server's own token ids."""
     import workloads
-    from workloads.simulated_server import SimulatedServer
+    from workloads.servers.simulated import SimulatedServer
 
     scenario = workloads.load_scenario("five-user-coding").with_overrides(
         ["users=5", "turns=2", "opening_tokens=9500", "turn_tokens=1000", "output_tokens=64",

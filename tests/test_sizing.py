@@ -8,10 +8,10 @@ import pytest
 
 import workloads
 from fakes import LocalTokenizer
-from workloads.content import load_corpus
-from workloads.conversation import Conversation, make_nonces, probe_nonce
-from workloads.sizing import CellSizing
-from workloads.tokens import EstimateTokenizer
+from workloads.core.conversation import Conversation, make_nonces, probe_nonce
+from workloads.core.corpus import load_corpus
+from workloads.core.tokens import EstimateTokenizer
+from workloads.runner.sizing import CellSizing
 
 CORPUS = load_corpus("stdlib")
 

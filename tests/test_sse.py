@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workloads.sse import ServerSentEvent, SSEDecoder
+from workloads.core.sse import ServerSentEvent, SSEDecoder
 
 
 def decode_all(chunks: list[bytes]) -> list[ServerSentEvent]:

@@ -12,9 +12,9 @@ from aiohttp import web
 from rich.console import Console
 
 import workloads
-from workloads import report
 from workloads.cli import main
-from workloads.simulated_server.profiles import Profile
+from workloads.report import console as report
+from workloads.servers.simulated.profiles import Profile
 
 NO_ENERGY = workloads.TelemetryOptions(energy="off")
 

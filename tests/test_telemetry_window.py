@@ -8,7 +8,7 @@ import os
 import pytest
 from aiohttp import web
 
-from workloads.records import TurnRecord
+from workloads.model.records import TurnRecord
 from workloads.telemetry import TelemetryOptions, WindowTelemetry
 
 L = '{engine="0",model_name="m"}'

@@ -7,8 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fakes import LlamaCppLikeServer
-from workloads import tokens
-from workloads.tokens import EstimateTokenizer, LlamaCppTokenizer, VllmTokenizer, fit
+from workloads.core import tokens
+from workloads.core.tokens import EstimateTokenizer, fit
+from workloads.wire.tokenize import LlamaCppTokenizer, VllmTokenizer, probe_tokenizer
 
 CHAT = [
     {"role": "system", "content": "You are terse."},
@@ -89,7 +90,7 @@ async def _shapes(tokenizer):
 
 def test_vllm_shape_on_the_simulated_server(simulated_server):
     root = simulated_server.base_url.removesuffix("/v1")
-    found = asyncio.run(tokens.probe_tokenizer(root, simulated_server.model))
+    found = asyncio.run(probe_tokenizer(root, simulated_server.model))
     assert isinstance(found, VllmTokenizer)
     full, prefix, plain = asyncio.run(_shapes(found))
     # ChatML on cl100k: "continue" stops right after the content, before <|im_end|>.
@@ -101,7 +102,7 @@ def test_vllm_shape_on_the_simulated_server(simulated_server):
 def test_llamacpp_shape_renders_with_apply_template_and_tokenize():
     with LlamaCppLikeServer() as server:
         root = server.base_url.removesuffix("/v1")
-        found = asyncio.run(tokens.probe_tokenizer(root, server.model))
+        found = asyncio.run(probe_tokenizer(root, server.model))
         assert isinstance(found, LlamaCppTokenizer)
         full, prefix, plain = asyncio.run(_shapes(found))
         template = server.tokenizer.template(CHAT)
@@ -113,7 +114,7 @@ def test_llamacpp_shape_renders_with_apply_template_and_tokenize():
 def test_a_target_without_tokenize_has_no_tokenizer():
     with LlamaCppLikeServer(tokenize=False) as server:
         root = server.base_url.removesuffix("/v1")
-        assert asyncio.run(tokens.probe_tokenizer(root, server.model)) is None
+        assert asyncio.run(probe_tokenizer(root, server.model)) is None
 
 
 def test_a_failing_tokenize_call_is_a_tokenize_error():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 import workloads
-from workloads.report import render, what_if_table
+from workloads.report.console import render, what_if_table
 
 SMALL = ["users=4", "turns=3", "opening_tokens=2000", "turn_tokens=300", "output_tokens=16",
          "repetitions.warmup=0", "repetitions.measured=1"]

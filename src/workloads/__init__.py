@@ -4,25 +4,45 @@
     result = workloads.run("five-user-coding")          # embedded simulated server
     print(result.summary.run.aggregate_rate)
 
-Everything public is importable from here; other modules are internal.
+Everything public is importable from here; other modules are internal. Importing this
+package loads only the data models: the run, the simulated server, telemetry and the HTTP
+client load on first use of a name that needs them.
 """
 
-__version__ = "0.1.0"
+from __future__ import annotations
 
-from workloads.aggregate import RunSummary, Summary, TurnSummary
-from workloads.errors import (
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from workloads._version import __version__
+from workloads.model.errors import (
     IncomparableError,
     ResultFormatError,
     ScenarioError,
     TargetError,
     WorkloadsError,
 )
-from workloads.records import TurnRecord
-from workloads.results import RunResult, load_result
-from workloads.runner import Target, run, run_async
-from workloads.scenario import Scenario, list_scenarios, load_scenario
-from workloads.simulated_server import SimulatedServer
-from workloads.telemetry import TelemetryOptions
+from workloads.model.records import TurnRecord
+from workloads.model.results import RunResult, load_result
+from workloads.model.scenario import Scenario, list_scenarios, load_scenario
+from workloads.model.summary import RunSummary, Summary, TurnSummary
+from workloads.model.target import Target
+
+if TYPE_CHECKING:
+    from workloads.probe import probe_target, probe_target_async
+    from workloads.runner.run import run, run_async
+    from workloads.servers.simulated import SimulatedServer
+    from workloads.telemetry import TelemetryOptions
+
+# Names whose modules are heavy (aiohttp, aiohttp.web, prometheus_client): loaded on first use.
+_LAZY = {
+    "run": "workloads.runner.run",
+    "run_async": "workloads.runner.run",
+    "SimulatedServer": "workloads.servers.simulated",
+    "TelemetryOptions": "workloads.telemetry",
+    "probe_target": "workloads.probe",
+    "probe_target_async": "workloads.probe",
+}
 
 __all__ = [
     "IncomparableError",
@@ -43,6 +63,21 @@ __all__ = [
     "list_scenarios",
     "load_result",
     "load_scenario",
+    "probe_target",
+    "probe_target_async",
     "run",
     "run_async",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'workloads' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -14,21 +14,21 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from workloads.errors import ScenarioError, WorkloadsError
+from workloads.model.errors import ScenarioError, WorkloadsError
 
 __all__ = ["main"]
 
 
 def _parse_assignments(items: Sequence[str], flag: str) -> dict[str, Any]:
-    from workloads.errors import ScenarioError
-    from workloads.scenario import _parse_value
+    from workloads.model.errors import ScenarioError
+    from workloads.model.scenario import parse_value
 
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ScenarioError(f"{flag} {item!r}: expected FIELD=VALUE")
-        out[key.strip()] = _parse_value(value.strip())
+        out[key.strip()] = parse_value(value.strip())
     return out
 
 
@@ -47,7 +47,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     import workloads
-    from workloads import report
+    from workloads.report import console as report
 
     console = _console()
     scenario = workloads.load_scenario(args.scenario).with_overrides(args.set or [])
@@ -97,7 +97,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         try:
             with contextlib.ExitStack() as stack:
                 if args.launch:
-                    from workloads.launch import context_per_slot
+                    from workloads.servers.llamacpp import context_per_slot
 
                     target = stack.enter_context(_launch(
                         args.launch, console,
@@ -126,7 +126,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def _launch(kind: str, console: Any, *, parallel: int, context_per_slot: int) -> Iterator[Any]:
     """Start a local server for the command and stop it after (``--launch llama.cpp``)."""
-    from workloads.launch import LlamaCppServer
+    from workloads.servers.llamacpp import LlamaCppServer
 
     server = LlamaCppServer(parallel=parallel, context_per_slot=context_per_slot)
     console.print(
@@ -139,7 +139,7 @@ def _launch(kind: str, console: Any, *, parallel: int, context_per_slot: int) ->
 
 
 def _write_plots(result: Any, directory: Path, console: Any, *, wanted: bool) -> None:
-    from workloads import plots
+    from workloads.report import plots
 
     if not wanted:
         return
@@ -179,10 +179,11 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from workloads import report
-    from workloads.results import load_result
+    from workloads.core.aggregate import summarized
+    from workloads.model.results import load_result
+    from workloads.report import console as report
 
-    result = report.recomputed(load_result(args.result))  # the file's summaries are a cache
+    result = summarized(load_result(args.result))  # the file's summaries are a cache
     console = _console()
     console.print(report.render(result))
     if args.plots:
@@ -195,9 +196,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from workloads.compare import compare
-    from workloads.report import format_band
-    from workloads.results import load_result
+    from workloads.model.results import load_result
+    from workloads.report.compare import compare
+    from workloads.report.text import format_band
 
     a, b = load_result(args.a), load_result(args.b)
     result = compare(a, b, force=args.force)
@@ -227,8 +228,8 @@ def _cmd_probe(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from workloads.probe import probe, render
-    from workloads.runner import Target
+    from workloads.model.target import Target
+    from workloads.probe.observe import probe, render
 
     # With --json, stdout carries only the JSON; what happens on the way goes to stderr.
     console = Console(stderr=True, markup=False) if args.json else _console()
@@ -243,7 +244,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
                 _launch(args.launch, console, parallel=1, context_per_slot=2048)
             )
         else:
-            from workloads.simulated_server import SimulatedServer
+            from workloads.servers.simulated import SimulatedServer
 
             sim = _parse_assignments(args.sim or [], "--sim")
             server = stack.enter_context(SimulatedServer(sim=sim or None))
@@ -267,7 +268,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     import threading
 
-    from workloads.simulated_server import SimulatedServer, get_profile
+    from workloads.servers.simulated import SimulatedServer, get_profile
 
     profile = get_profile(args.profile, _parse_assignments(args.sim or [], "--sim"))
     server = SimulatedServer(profile, host=args.host, port=args.port, debug=args.debug)

@@ -13,19 +13,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from workloads.results import RunResult
-from workloads.runner import Target, run
-from workloads.scenario import Scenario, load_scenario
-from workloads.simulated_server import SimulatedServer
+from workloads.model.results import RunResult
+from workloads.model.scenario import Scenario, load_scenario
+from workloads.model.target import Target
+
+# Every pytest start in an environment with workloads installed loads this plugin: the
+# server and the run (aiohttp, aiohttp.web, prometheus_client) load only when a fixture runs.
+if TYPE_CHECKING:
+    from workloads.servers.simulated import SimulatedServer
 
 
 @pytest.fixture
 def simulated_server() -> Iterator[SimulatedServer]:
     """The embedded simulated server ("fast" profile, ground truth on) for one test."""
+    from workloads.servers.simulated import SimulatedServer
+
     with SimulatedServer("fast", debug=True) as server:
         yield server
 
@@ -46,6 +52,8 @@ def run_scenario(
         chosen = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         chosen = chosen.with_overrides(set)
         options.setdefault("out_dir", tmp_path / f"run-{chosen.name}")
+        from workloads.runner.run import run
+
         return run(chosen, target or simulated_server.target, **options)
 
     return runner

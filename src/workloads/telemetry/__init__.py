@@ -8,7 +8,7 @@
     figures     the saved models (ServerTelemetry, EnergyFigures, Reconciliation)
 """
 
-from workloads.telemetry.figures import (
+from workloads.model.figures import (
     EnergyDevice,
     EnergyFigures,
     GaugeSummary,

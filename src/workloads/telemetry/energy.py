@@ -27,7 +27,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-from workloads.telemetry.figures import EnergyDevice, EnergyFigures
+from workloads.model.figures import EnergyDevice, EnergyFigures
 
 __all__ = [
     "EnergyChoice",

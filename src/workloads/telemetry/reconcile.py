@@ -12,8 +12,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from workloads.records import TurnRecord
-from workloads.telemetry.figures import GaugeSummary, Reconciliation, ServerTelemetry
+from workloads.model.figures import GaugeSummary, Reconciliation, ServerTelemetry
+from workloads.model.records import TurnRecord
 from workloads.telemetry.prometheus import Snapshot
 from workloads.telemetry.servers import CounterFigure, Read, ServerNames, UsageSum
 

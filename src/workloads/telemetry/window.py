@@ -26,13 +26,14 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from workloads.pacing import sleep_until
-from workloads.records import TurnRecord
+from workloads.core.clock import sleep_until
+from workloads.model.figures import EnergyFigures, ServerTelemetry
+from workloads.model.records import TurnRecord
 from workloads.telemetry.energy import EnergyChoice, EnergyMeter, open_energy
-from workloads.telemetry.figures import EnergyFigures, ServerTelemetry
 from workloads.telemetry.prometheus import Snapshot, parse_metrics
 from workloads.telemetry.reconcile import UsageSums, window_figures
 from workloads.telemetry.servers import ServerNames, detect_server
+from workloads.wire.errors import describe
 
 __all__ = ["TelemetryOptions", "WindowTelemetry", "energy_for_target"]
 
@@ -320,8 +321,8 @@ class WindowTelemetry:
             raise
         except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError) as err:
             self._failed += 1
-            raise _ScrapeError(f"could not be read ({type(err).__name__}: {err})") from err
-        except ValueError as err:
+            raise _ScrapeError(f"could not be read ({describe(err)})") from err
+        except ValueError as err:  # after UnicodeDecodeError, which is one
             self._failed += 1
             raise _ScrapeError(f"is not Prometheus text ({err})") from err
         self._scrapes += 1

@@ -1,0 +1,251 @@
+"""From TurnRecords to the figures people read: per turn, per repetition and per run. Pure.
+
+Definitions (see docs/architecture.md; the seed records use the same):
+
+* per-turn aggregate rate — Σ over sessions of their post-first rates in that turn, taken per
+  repetition of a cell; the summary is the median over measured repetitions with the min–max
+  band. A repetition counts only when every one of the cell's ``users`` streams was valid:
+  a Σ over fewer streams is not the same figure, so such a repetition is *excluded* from the
+  aggregate (and wall aggregate) band and counted in ``partial_repetitions``; ``streams``
+  bands how many streams each repetition summed (min–max), so the exclusion is visible. No
+  known rate is None, never 0;
+* wall aggregate rate — Σ completion tokens / (last content − first send) of the turn, per
+  repetition (same exclusion);
+* per-user rate — median over sessions (per repetition, then banded over repetitions);
+* prefill rate — prompt_tokens / TTFT; uncached prefill — (prompt − cached) / TTFT;
+* cache effectiveness — Σ cached_tokens / Σ shareable_tokens over the valid records where
+  *both* are known (None when there are none, or nothing was shareable);
+* hit rate — Σ cached_tokens / Σ prompt_tokens over the valid records with cached known
+  (what vLLM's prefix-cache counters call the hit rate).
+
+Run figures (the report's headline): per-user median over every valid measured record;
+aggregate = users × that median; wall aggregate = Σ completion tokens of a repetition's valid
+turns / its span (first send → last content), per repetition, banded over the repetitions in
+which every measured turn was valid. :func:`repetitions` gives the same figures for each
+repetition alone, which is what ``compare`` bands.
+
+Records are grouped by (cell, repetition): every cell of a sweep numbers its repetitions from
+0. A summary over records of several cells (a sweep's pooled ``RunResult.summary``) has no
+aggregate or wall aggregate figures (None): a Σ over streams of different concurrencies means
+nothing; read each cell's summary instead.
+
+Only valid turns enter the rates; invalid and failed turns are counted and shown. Warm-up
+turns never enter any figure here.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from workloads.core import stats
+from workloads.model.records import TurnRecord
+from workloads.model.results import RunResult
+from workloads.model.summary import BandSummary, RunSummary, Summary, TurnSummary
+
+__all__ = [
+    "RepetitionFigures",
+    "cell_figures",
+    "generation_rate",
+    "repetitions",
+    "summarize",
+    "summarized",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RepetitionFigures:
+    """The run figures of one measured repetition of one cell (what ``compare`` bands)."""
+
+    cell: int
+    repetition: int
+    records: int
+    valid: int
+    per_user_rate: float | None  # median over the repetition's valid records
+    aggregate_rate: float | None  # users × per_user_rate
+    wall_aggregate_rate: float | None  # None unless every measured turn was valid
+    ttft_s: float | None  # median over the repetition's valid records
+
+
+Key = tuple[int, int]  # (cell, repetition)
+
+
+def _ttft_s(r: TurnRecord) -> float | None:
+    return None if r.ttft_ns is None or r.ttft_ns <= 0 else r.ttft_ns / 1e9
+
+
+def _per_rep(records: Iterable[TurnRecord]) -> dict[Key, list[TurnRecord]]:
+    """Records grouped by (cell, repetition), in key order."""
+    groups: dict[Key, list[TurnRecord]] = defaultdict(list)
+    for r in records:
+        groups[(r.cell, r.repetition)].append(r)
+    return dict(sorted(groups.items()))
+
+
+def _wall_rate(records: Sequence[TurnRecord]) -> float | None:
+    ends = [r.last_content_ns for r in records if r.last_content_ns is not None]
+    starts = [r.sent_ns for r in records if r.sent_ns is not None]
+    tokens = sum(r.completion_tokens or 0 for r in records)
+    if not ends or not starts or max(ends) <= min(starts):
+        return None
+    return tokens / ((max(ends) - min(starts)) / 1e9)
+
+
+def _rates(records: Iterable[TurnRecord]) -> list[float]:
+    return [r.decode_tokens_per_s for r in records if r.valid and r.decode_tokens_per_s is not None]
+
+
+def generation_rate(records: Iterable[TurnRecord]) -> BandSummary | None:
+    """Post-first streaming rate of every valid measured record: median with min–max."""
+    return stats.band(_rates(r for r in records if not r.warmup))
+
+
+def _turn_summary(
+    turn: int, records: Sequence[TurnRecord], *, users: int, pooled: bool
+) -> TurnSummary:
+    valid = [r for r in records if r.valid]
+    finished = [r for r in records if r.status == "ok"]
+    aggregate: list[float] = []
+    wall: list[float | None] = []
+    per_user: list[float | None] = []
+    streams: list[float] = []
+    partial = 0
+    for reps in _per_rep(records).values():
+        rates = _rates(reps)
+        streams.append(len(rates))
+        per_user.append(stats.median(rates))
+        if pooled:
+            continue
+        if len(rates) < users:
+            partial += 1
+            continue
+        aggregate.append(sum(rates))
+        wall.append(_wall_rate([r for r in reps if r.valid]))
+    prefill = [
+        r.prompt_tokens / t for r in valid if (t := _ttft_s(r)) and r.prompt_tokens is not None
+    ]
+    uncached = [
+        (r.prompt_tokens - r.cached_tokens) / t
+        for r in valid
+        if (t := _ttft_s(r)) and r.prompt_tokens is not None and r.cached_tokens is not None
+    ]
+    cached_known = [r for r in valid if r.cached_tokens is not None]
+    both = [r for r in cached_known if r.shareable_tokens is not None]
+    shareable_sum = sum(r.shareable_tokens or 0 for r in both)
+    effectiveness = (
+        sum(r.cached_tokens or 0 for r in both) / shareable_sum if shareable_sum > 0 else None
+    )
+    prompt_sum = sum(r.prompt_tokens or 0 for r in cached_known)
+    hit_rate = (
+        sum(r.cached_tokens or 0 for r in cached_known if r.prompt_tokens) / prompt_sum
+        if prompt_sum > 0
+        else None
+    )
+    return TurnSummary(
+        turn=turn,
+        configured_prior_tokens=records[0].configured_prior_tokens,
+        configured_prompt_tokens=records[0].configured_prompt_tokens,
+        records=len(records),
+        valid=len(valid),
+        invalid=len(finished) - len(valid),
+        errors=len(records) - len(finished),
+        aggregate_rate=stats.band(aggregate),
+        wall_aggregate_rate=stats.band(wall),
+        per_user_rate=stats.band(per_user),
+        ttft_s=stats.band(_ttft_s(r) for r in valid),
+        prefill_rate=stats.band(prefill),
+        uncached_prefill_rate=stats.band(uncached),
+        prompt_tokens=stats.band(r.prompt_tokens for r in valid),
+        completion_tokens=stats.band(r.completion_tokens for r in valid),
+        cached_tokens=stats.band(r.cached_tokens for r in cached_known),
+        shareable_tokens=stats.band(r.shareable_tokens for r in valid),
+        shareable_exact=bool(valid) and all(r.shareable_exact for r in valid),
+        cache_effectiveness=effectiveness,
+        resends=sum(r.resends for r in records),
+        streams=stats.band(streams),
+        partial_repetitions=partial,
+        hit_rate=hit_rate,
+    )
+
+
+def repetitions(records: Iterable[TurnRecord], *, users: int) -> list[RepetitionFigures]:
+    """The run figures of each measured (cell, repetition), in order. ``users`` is the
+    cell's concurrency (pass one cell's records)."""
+    out = []
+    for (cell, rep), group in _per_rep(r for r in records if not r.warmup).items():
+        valid = [r for r in group if r.valid]
+        per_user = stats.median(_rates(valid))
+        out.append(
+            RepetitionFigures(
+                cell=cell,
+                repetition=rep,
+                records=len(group),
+                valid=len(valid),
+                per_user_rate=per_user,
+                aggregate_rate=None if per_user is None else users * per_user,
+                wall_aggregate_rate=_wall_rate(valid) if len(valid) == len(group) else None,
+                ttft_s=stats.median(_ttft_s(r) for r in valid),
+            )
+        )
+    return out
+
+
+def summarize(records: Iterable[TurnRecord], *, users: int) -> Summary:
+    """Summaries of the measured (non-warm-up) records. ``users``: the cell's concurrency."""
+    everything = list(records)
+    measured = [r for r in everything if not r.warmup]
+    pooled = len({r.cell for r in measured}) > 1
+    by_turn: dict[int, list[TurnRecord]] = defaultdict(list)
+    for r in measured:
+        by_turn[r.turn].append(r)
+    turns = [_turn_summary(t, by_turn[t], users=users, pooled=pooled) for t in sorted(by_turn)]
+    valid = [r for r in measured if r.valid]
+    finished = [r for r in measured if r.status == "ok"]
+    per_user = stats.median(r.decode_tokens_per_s for r in valid)
+    reps_per_cell: dict[int, set[int]] = defaultdict(set)
+    for r in measured:
+        reps_per_cell[r.cell].add(r.repetition)
+    run = RunSummary(
+        users=users,
+        measured_repetitions=max((len(v) for v in reps_per_cell.values()), default=0),
+        records=len(measured),
+        valid=len(valid),
+        invalid=len(finished) - len(valid),
+        errors=len(measured) - len(finished),
+        warmup_records=len(everything) - len(measured),
+        per_user_rate=per_user,
+        aggregate_rate=None if per_user is None or pooled else users * per_user,
+        turn_aggregate_rate=stats.band(
+            t.aggregate_rate.median if t.aggregate_rate else None for t in turns
+        ),
+        ttft_s=stats.band(_ttft_s(r) for r in valid),
+        completion_tokens=sum(r.completion_tokens or 0 for r in measured),
+        wall_aggregate_rate=None if pooled else stats.band(
+            f.wall_aggregate_rate for f in repetitions(measured, users=users)
+        ),
+    )
+    return Summary(turns=turns, run=run)
+
+
+def cell_figures(records: Sequence[TurnRecord], *, users: int) -> dict[str, object]:
+    """One sweep cell's computed figures: its summary and its generation-rate band (the
+    fields of :class:`~workloads.model.results.CellSummary` that come from records)."""
+    return {"summary": summarize(records, users=users), "generation_rate": generation_rate(records)}
+
+
+def summarized(result: RunResult) -> RunResult:
+    """``result`` with its summary and every cell's figures computed from its records: the
+    one summary path, used by a run when it builds its result and by ``show`` when it loads
+    one (a file's summaries are a cache). Unchanged when it has no records."""
+    if not result.records:
+        return result
+    update: dict[str, object] = {"summary": summarize(result.records, users=result.scenario.users)}
+    if result.cells is not None:
+        update["cells"] = [
+            cell.model_copy(update=cell_figures(
+                [r for r in result.records if r.cell == cell.cell], users=cell.concurrency
+            ))
+            for cell in result.cells
+        ]
+    return result.model_copy(update=update)

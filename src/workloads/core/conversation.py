@@ -1,0 +1,196 @@
+"""One session's chat history and its nonces. Pure: values in, values out.
+
+Message layout (roles alternate, which strict chat templates such as Gemma's require)::
+
+    system     nonce line, then the system prompt + tool schema (+ shared repository files)
+    user       [session nonce line, when nonce = "run"] task + repository files  <- opening
+               + turn 1's new content (a tool result, or a question in chat style)
+    assistant  the server's reply to turn 1, verbatim
+    user       turn 2's new content
+    ...
+
+``nonce = "session"`` starts the system message with the session's nonce, so no two sessions
+(and no two repetitions) share more than the template's first few tokens. ``nonce = "run"``
+starts it with the repetition's run nonce instead: the whole system message is byte-identical
+across that repetition's sessions, and the session nonce opens the user message. An opening
+of 0 tokens has no messages at all; the session nonce then opens turn 1's content.
+
+How long each piece is (``n_system``, ``n_user``, a turn's ``n``) is decided by the caller,
+which measures the rendered chat with the target's tokenizer (``session.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from dataclasses import dataclass, field
+from typing import Literal
+
+from workloads.core.corpus import Corpus, Style, TextStream
+from workloads.core.tokens import Message
+
+__all__ = ["NONCE_WORDS", "Conversation", "Nonces", "make_nonces", "probe_nonce"]
+
+
+# Short common words, one token after a space in cl100k and, being plain English of at most
+# four letters, in the other common tokenizers too (even 32K-entry vocabularies): a nonce
+# made of them has a stable token count whatever the entropy, so sizing done on one
+# repetition still holds on the next. Random hex would not (its count changes with the
+# digits), nor would long words (a smaller vocabulary splits "squirrel").
+NONCE_WORDS = (
+    "ash", "bay", "bean", "bee", "bell", "bird", "boat", "bone", "book", "bowl", "box", "bush",
+    "cake", "calf", "cane", "cap", "card", "cart", "cat", "cave", "clay", "coat", "coin", "cone",
+    "cord", "corn", "cow", "crab", "crow", "cup", "dart", "dawn", "deer", "desk", "dew", "dish",
+    "dog", "door", "dove", "drum", "duck", "dust", "echo", "egg", "elm", "fan", "farm", "fern",
+    "fig", "fish", "flag", "fog", "foot", "fork", "fox", "frog", "gate", "gem", "goat", "gold",
+    "gown", "hat", "hay", "hen", "hill", "hive", "horn", "ink", "iris", "iron", "jade", "jam",
+    "jar", "jet", "key", "kite", "lake", "lamb", "lamp", "leaf", "lime", "lion", "lock", "map",
+    "mast", "mint", "mole", "moon", "moss", "moth", "nest", "net", "nut", "oak", "owl", "ox",
+    "palm", "pan", "pea", "pear", "pen", "pig", "pine", "pipe", "plum", "pond", "pot", "rail",
+    "rain", "ram", "reef", "ring", "road", "rock", "roof", "rope", "rose", "ruby", "rug", "sail",
+    "salt", "sand", "seal", "seed", "ship", "shoe", "silk", "sky", "snow", "sock", "soup", "star",
+    "stem", "sun", "tea", "tent", "tide", "tree", "vase", "vine", "wall", "wave", "well", "wind",
+    "wing", "wolf", "wood", "wool", "yak", "yarn", "zinc",
+)
+_WORDS_PER_NONCE = 7  # 151^7: about 50 bits of entropy per nonce
+
+
+@dataclass(frozen=True, slots=True)
+class Nonces:
+    """One repetition's nonces: ``run`` (shared by its sessions, nonce = "run") and one per
+    session."""
+
+    run: str | None
+    sessions: list[str]
+
+
+def _words(digest: bytes, first: int) -> list[str]:
+    """Nonce words: the first is ``NONCE_WORDS[first]``, the rest come from ``digest``."""
+    value = int.from_bytes(digest, "big")
+    out = [NONCE_WORDS[first % len(NONCE_WORDS)]]
+    for _ in range(_WORDS_PER_NONCE - 1):
+        value, index = divmod(value, len(NONCE_WORDS))
+        out.append(NONCE_WORDS[index])
+    return out
+
+
+def make_nonces(
+    entropy: bytes,
+    *,
+    cell: int,
+    repetition: int,
+    users: int,
+    mode: Literal["session", "run"],
+) -> Nonces:
+    """Fresh nonces for one repetition of one cell, derived from ``entropy`` (per run).
+
+    Distinct by construction within a run: each ends with its ``#cell.repetition.session``
+    coordinates, and within a repetition the sessions' first words differ (up to
+    ``len(NONCE_WORDS)`` sessions), so prompts diverge on the nonce's first token. Fresh
+    across runs: the words come from ``entropy``.
+    """
+    base = hashlib.sha256(entropy + f":{cell}:{repetition}".encode()).digest()
+    offset = base[0]  # where this repetition's first words start in NONCE_WORDS
+
+    def nonce(key: str, first: int, suffix: str) -> str:
+        digest = hashlib.sha256(base + key.encode()).digest()
+        return " ".join(_words(digest, first)) + suffix
+
+    sessions = [
+        nonce(f":session:{s}", offset + s, f" #{cell}.{repetition}.{s}") for s in range(users)
+    ]
+    run = nonce(":run", base[1], f" #{cell}.{repetition}") if mode == "run" else None
+    return Nonces(run=run, sessions=sessions)
+
+
+def probe_nonce(nonces: Nonces) -> str:
+    """A nonce that differs from every session's from its first word on: the stand-in
+    "other session" for measuring the shared prefix when there is only one user."""
+    first = {s.split()[0] for s in nonces.sessions}
+    word = next((w for w in NONCE_WORDS if w not in first), "x")
+    return " ".join([word, *nonces.sessions[0].split()[1:-1]]) + " #probe"
+
+
+@dataclass
+class Conversation:
+    """The growing history of one session in one repetition."""
+
+    corpus: Corpus
+    style: Style
+    seed: int
+    session: int
+    nonce: str
+    run_nonce: str | None
+    messages: list[Message] = field(default_factory=list)
+    _system: TextStream | None = None
+    _user: TextStream | None = None
+    _turns: dict[int, TextStream] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._system = self.corpus.system_stream(self.style, self.seed)
+        self._user = self.corpus.user_stream(self.style, self.seed, self.session)
+
+    # --- the opening -------------------------------------------------------------------
+
+    def opening(
+        self, n_system: int, n_user: int, pad: str = "", *, nonce: str | None = None
+    ) -> list[Message]:
+        """The opening context with ``n_system`` / ``n_user`` tiktoken tokens of text after
+        the nonce lines, the user text ending in ``pad``. ``nonce`` replaces the session
+        nonce (to measure the shared part)."""
+        assert self._system is not None and self._user is not None
+        session_line = f"{nonce or self.nonce}\n"
+        # Cuts never end in whitespace: templates that trim messages (Llama 3's) would drop
+        # it, and the count would stall for a step and then jump.
+        if self.run_nonce is None:
+            system = session_line + self._system.take(n_system).rstrip()
+            user = self._user.take(n_user).rstrip() + pad
+        else:
+            system = f"{self.run_nonce}\n" + self._system.take(n_system).rstrip()
+            user = session_line + self._user.take(n_user).rstrip() + pad
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    def set_opening(self, messages: list[Message]) -> None:
+        """Start the history with ``messages`` (an opening, or [] for none)."""
+        self.messages = copy.deepcopy(messages)
+
+    # --- turns -------------------------------------------------------------------------
+
+    def content(self, turn: int, n: int, pad: str = "") -> str:
+        """Turn ``turn``'s new content cut at ``n`` tiktoken tokens, then ``pad`` (a few
+        characters that fine-tune the count by a token or two); when there is no opening,
+        turn 1's content starts with the session nonce."""
+        stream = self._turns.get(turn)
+        if stream is None:
+            stream = self._turns[turn] = self.corpus.turn_stream(
+                self.style, self.seed, self.session, turn
+            )
+        text = stream.take(n).rstrip() + pad
+        if turn == 1 and not self.messages:
+            text = f"{self.nonce}\n{text}"
+        return text
+
+    def with_turn(self, turn: int, n: int, pad: str = "") -> list[Message]:
+        """The messages turn ``turn`` would send with ``n`` tokens of new content (and
+        ``pad``). Pure: the history is unchanged until :meth:`commit`."""
+        messages = copy.deepcopy(self.messages)
+        new = self.content(turn, n, pad)
+        if messages and messages[-1]["role"] == "user":
+            head = messages[-1]["content"]
+            messages[-1]["content"] = f"{head}\n\n{new}" if head else new
+        else:
+            messages.append({"role": "user", "content": new})
+        return messages
+
+    def commit(self, messages: list[Message]) -> None:
+        """Make ``messages`` (from :meth:`with_turn`) the history: the turn is being sent."""
+        self.messages = messages
+
+    def add_reply(self, text: str) -> None:
+        """Append the server's reply verbatim: the next turn's context holds what it said."""
+        self.messages.append({"role": "assistant", "content": text})
+
+    @property
+    def shared_system(self) -> str:
+        """The system message (byte-identical across a repetition when nonce = "run")."""
+        return self.messages[0]["content"] if self.messages else ""

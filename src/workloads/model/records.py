@@ -1,0 +1,96 @@
+"""TurnRecord — everything measured for one turn — and the append-only JSONL writer.
+
+Records are written and flushed the moment a turn finishes, so Ctrl-C or a crash keeps every
+turn measured so far. Times are integer ``perf_counter_ns`` values: only differences mean
+anything, and the report converts them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from workloads.model.base import Frozen
+from workloads.model.errors import ErrorKind, ResultFormatError
+
+__all__ = ["RecordWriter", "TurnRecord", "read_records"]
+
+Status = Literal["ok", "error", "incomplete"]
+
+
+class TurnRecord(Frozen):
+    """One turn of one session in one repetition (one JSONL line)."""
+
+    repetition: int  # 0-based over the cell's repetitions, warm-ups first
+    warmup: bool
+    session: int  # 0-based
+    turn: int  # 1-based
+    status: Status
+    error_kind: ErrorKind | None = None
+    error_message: str | None = None
+    http_status: int | None = None
+    finish_reason: str | None = None
+    valid: bool = False  # ok, complete, and of the exact requested length when one was asked
+    prompt_tokens: int | None = None  # as the server counted them (usage)
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None  # None = the server did not report it
+    shareable_tokens: int | None = None  # prompt tokens equal to a prefix the server has seen
+    shareable_exact: bool = False  # from the server's tokenizer, not an estimate
+    configured_prior_tokens: int  # configured context before this turn's new content
+    configured_prompt_tokens: int | None = None  # configured prompt: prior + turn_tokens
+    tokenized_prompt_tokens: int | None = None  # the target's /tokenize count before sending
+    cell: int = 0  # index into the scenario's cells (sweeps); 0 for a run without sweep axes
+    pacing_lag_ns: int | None = None  # sent this late after its due time (pacing), if paced
+    ttft_ns: int | None = None
+    decode_tokens_per_s: float | None = None  # post-first streaming rate
+    started_ns: int  # the client began the request (before any connection wait)
+    sent_ns: int | None = None
+    headers_ns: int | None = None  # response headers arrived (llama.cpp sends them at once)
+    first_content_ns: int | None = None
+    last_content_ns: int | None = None
+    done_ns: int | None = None
+    content_events: int = 0
+    retry_after_s: float | None = None  # the server's Retry-After on a 429/503
+    resends: int = 0  # re-sent on a fresh connection; the first attempt never reached the server
+    request_id: str | None = None  # the server's id for the completion
+    system_fingerprint: str | None = None
+    timings: dict[str, Any] | None = None  # llama.cpp per-response timings, verbatim
+
+
+class RecordWriter:
+    """Appends TurnRecords to a JSONL file, flushing after each one."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: IO[str] | None = None
+
+    def __enter__(self) -> RecordWriter:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a", encoding="utf-8")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def write(self, record: TurnRecord) -> None:
+        assert self._file is not None, "use 'with RecordWriter(path) as writer'"
+        self._file.write(record.model_dump_json() + "\n")
+        self._file.flush()
+
+
+def read_records(path: Path) -> Iterator[TurnRecord]:
+    """TurnRecords from a JSONL file. A torn last line (a crash mid-write) is skipped."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            yield TurnRecord.model_validate(json.loads(line))
+        except (json.JSONDecodeError, ValueError) as err:
+            if number == len(lines):
+                return
+            raise ResultFormatError(f"{path}:{number}: not a TurnRecord: {err}") from err

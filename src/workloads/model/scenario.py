@@ -1,0 +1,325 @@
+"""The Scenario model: what to run. Loaded from TOML by name or path, validated strictly.
+
+A typo in a scenario file is an error that names the file and the field, never a silent
+default (``extra="forbid"``). Overrides from the command line (``--set users=2``) are applied
+to the raw data before validation, so they are checked by the same rules.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from workloads.model.base import Frozen
+from workloads.model.errors import ScenarioError
+
+__all__ = [
+    "Cell",
+    "Content",
+    "Distribution",
+    "Pacing",
+    "Repetitions",
+    "Sampling",
+    "Scenario",
+    "Timeouts",
+    "apply_overrides",
+    "list_scenarios",
+    "load_scenario",
+]
+
+
+class Repetitions(Frozen):
+    """How many passes over all sessions: warm-ups are run and discarded."""
+
+    warmup: int = Field(default=1, ge=0, le=100)
+    measured: int = Field(default=3, ge=1, le=1000)
+
+
+class Distribution(Frozen):
+    """A non-negative random duration in seconds.
+
+    ``constant`` always gives ``median``; ``lognormal`` has the given median and shape
+    ``sigma`` (a heavy right tail, like real tool and think times); ``exponential`` has the
+    given median. ``max_s`` caps every draw so one unlucky draw cannot stall a run.
+    """
+
+    kind: Literal["constant", "lognormal", "exponential"] = "constant"
+    median: float = Field(default=0.0, ge=0.0)
+    sigma: float = Field(default=1.0, gt=0.0)
+    max_s: float = Field(default=600.0, gt=0.0)
+
+
+class Pacing(Frozen):
+    """When turns start.
+
+    ``lockstep``: turn k of every session starts together (a barrier per turn), the way the
+    seed records were made; a session with think or tool time waits that long after the
+    barrier. ``free``: each session runs on its own clock. Either way a session waits
+    ``think_time`` before every turn (before turn 1 it staggers the arrivals) and also
+    ``tool_time`` before turns after the first (the tool ran on the previous reply), counted
+    from the end of its previous turn as an absolute deadline.
+    """
+
+    mode: Literal["lockstep", "free"] = "lockstep"
+    think_time: Distribution = Distribution()
+    tool_time: Distribution = Distribution()
+
+
+class Content(Frozen):
+    """Where context text comes from, and what kind of user it imitates.
+
+    ``corpus``: ``"stdlib"`` (the running Python's standard-library sources: real code,
+    present offline; generated code-like text if this Python has no sources),
+    ``"synthetic"`` (generated code-like text), or a directory path of the user's own
+    repository. ``style``: ``"agent"`` (system prompt and tool schema, repository files,
+    tool results each turn) or ``"chat"`` (a person asking short questions about code).
+    ``seed`` makes the text reproducible: the same seed gives the same text, run after run;
+    what keeps runs from warming each other's cache is the nonces, not the text.
+    """
+
+    corpus: str = "stdlib"
+    style: Literal["agent", "chat"] = "agent"
+    seed: int = 0
+
+
+class Sampling(Frozen):
+    """Sampling parameters sent with every request. ``None`` leaves the server's default."""
+
+    temperature: float | None = Field(default=None, ge=0.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    seed: int | None = None
+
+
+class Timeouts(Frozen):
+    """Per-request limits. There is no total limit on a stream; a long answer is fine as long
+    as bytes keep coming, so the read-gap timeout is what catches a stalled server."""
+
+    connect_s: float = Field(default=10.0, gt=0.0)
+    # the longest silence before the first or next chunk
+    read_gap_s: float = Field(default=120.0, gt=0.0)
+    turn_s: float = Field(default=1800.0, gt=0.0)  # hard cap for one request, prefill included
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One coordinate of a run: its concurrency and its prior depth. A scenario without sweep
+    axes has exactly one cell, ``(users, opening_tokens)``."""
+
+    index: int
+    concurrency: int
+    prior_tokens: int
+
+
+class Scenario(Frozen):
+    """What to run: users, turns, depths, output length, pacing, content, repetitions.
+
+    Load a packaged one by name, or your own file::
+
+        scenario = workloads.load_scenario("five-user-coding")
+        smaller = scenario.with_overrides(["users=2", "repetitions.measured=1"])
+
+    Depths are counted in the *target's* tokens, chat template included. ``opening_tokens``
+    is the rendered chat before turn 1's new content (system prompt, tool schema, task,
+    repository files). ``turn_tokens`` is what each turn adds to the prompt beyond what the
+    server has already seen (the opening, or the previous prompt and its reply): the tool
+    result or question and its template framing. So turn k's prompt is configured as
+    ``opening_tokens + k × turn_tokens + (k − 1) × output_tokens``.
+
+    A sweep lists its axes: ``concurrency`` replaces ``users`` and ``prior_tokens`` replaces
+    ``opening_tokens``, cell by cell; every cell runs its own warm-up and measured
+    repetitions, and the result has one summary per cell.
+    """
+
+    name: str
+    description: str = ""
+    users: int = Field(ge=1, le=4096)
+    turns: int = Field(ge=1, le=1000)
+    opening_tokens: int = Field(default=0, ge=0, le=2_000_000)  # context before turn 1's content
+    turn_tokens: int = Field(ge=0, le=2_000_000)  # new tokens each turn (a tool result)
+    output_tokens: int = Field(ge=1, le=1_000_000)
+    exact_output: bool = True  # send ignore_eos + min_tokens; a turn is valid only at length
+    repetitions: Repetitions = Repetitions()
+    pacing: Pacing = Pacing()
+    nonce: Literal["session", "run"] = "session"
+    # nonce = "run" only: tokens of the byte-identical system message every session of a
+    # repetition shares (prompt, tool schema, then shared repository files). None: the
+    # system prompt and tool schema as they are.
+    shared_prefix_tokens: int | None = Field(default=None, ge=1, le=2_000_000)
+    # Whose tokens size the prompts: "auto" = the target's /tokenize when it has one (exact),
+    # else tiktoken corrected from the warm-up's usage; "tiktoken" = never call /tokenize.
+    tokenizer: Literal["auto", "tiktoken"] = "auto"
+    concurrency: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(
+        default=None, min_length=1
+    )
+    prior_tokens: list[Annotated[int, Field(ge=0, le=2_000_000)]] | None = Field(
+        default=None, min_length=1
+    )
+    content: Content = Content()
+    sampling: Sampling = Sampling()
+    timeouts: Timeouts = Timeouts()
+    extra_body: dict[str, Any] = Field(default_factory=dict)  # server-specific request fields
+
+    @model_validator(mode="after")
+    def _extra_body_cannot_override_core(self) -> Scenario:
+        reserved = {"model", "messages", "stream", "stream_options"} & set(self.extra_body)
+        if reserved:
+            raise ValueError(f"extra_body may not set {sorted(reserved)}; the client owns them")
+        return self
+
+    @model_validator(mode="after")
+    def _shared_prefix_fits(self) -> Scenario:
+        if self.shared_prefix_tokens is None:
+            return self
+        if self.nonce != "run":
+            raise ValueError(
+                "shared_prefix_tokens needs nonce = \"run\" (with nonce = \"session\" "
+                "sessions share nothing)"
+            )
+        smallest = min(self.prior_tokens or [self.opening_tokens])
+        if self.shared_prefix_tokens > smallest:
+            raise ValueError(
+                f"shared_prefix_tokens ({self.shared_prefix_tokens}) must fit in the opening "
+                f"context ({smallest} tokens); raise opening_tokens or lower it"
+            )
+        return self
+
+    @property
+    def swept(self) -> bool:
+        """True when the scenario lists a sweep axis (even with a single value)."""
+        return self.concurrency is not None or self.prior_tokens is not None
+
+    def cells(self) -> list[Cell]:
+        """The run's coordinates, concurrency outer, prior depth inner, in file order."""
+        cs = self.concurrency or [self.users]
+        ps = self.prior_tokens or [self.opening_tokens]
+        coords = [(c, p) for c in cs for p in ps]
+        return [Cell(i, c, p) for i, (c, p) in enumerate(coords)]
+
+    def for_cell(self, cell: Cell) -> Scenario:
+        """This scenario at one cell: ``users`` and ``opening_tokens`` set, no sweep axes."""
+        return self.model_copy(
+            update={
+                "users": cell.concurrency,
+                "opening_tokens": cell.prior_tokens,
+                "concurrency": None,
+                "prior_tokens": None,
+            }
+        )
+
+    def configured_prompt_tokens(self, turn: int) -> int:
+        """Turn ``turn``'s configured prompt: prior context plus this turn's new tokens."""
+        return self.configured_prior_tokens(turn) + self.turn_tokens
+
+    def configured_prior_tokens(self, turn: int) -> int:
+        """Configured context before turn ``turn``'s new content."""
+        return self.opening_tokens + (turn - 1) * (self.turn_tokens + self.output_tokens)
+
+    def total_turns(self) -> int:
+        """Requests the whole run sends, warm-ups and every cell included."""
+        reps = self.repetitions.warmup + self.repetitions.measured
+        return sum(reps * cell.concurrency * self.turns for cell in self.cells())
+
+    def with_overrides(self, assignments: Iterable[str]) -> Scenario:
+        """Return a copy with ``FIELD=VALUE`` assignments applied (dotted paths)."""
+        return apply_overrides(self, assignments)
+
+
+def _scenario_dirs() -> list[Path]:
+    dirs: list[Path] = []
+    packaged = resources.files("workloads") / "scenarios"
+    if packaged.is_dir():
+        dirs.append(Path(str(packaged)))
+    # A source checkout (editable install) keeps them at the repository root.
+    checkout = Path(__file__).resolve().parents[3] / "scenarios"
+    if checkout.is_dir() and checkout not in dirs:
+        dirs.append(checkout)
+    return dirs
+
+
+def list_scenarios() -> dict[str, Path]:
+    """Names of the packaged scenarios and the files they load from."""
+    found: dict[str, Path] = {}
+    for directory in _scenario_dirs():
+        for path in sorted(directory.glob("*.toml")):
+            found.setdefault(path.stem, path)
+    return found
+
+
+def _format_validation_error(err: ValidationError, source: str) -> str:
+    lines = []
+    for item in err.errors():
+        field = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        got = item.get("input")
+        got_text = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
+        lines.append(f"{source}: field '{field}': {item['msg']}{got_text}")
+    return "\n".join(lines)
+
+
+def _validate(data: Mapping[str, Any], source: str) -> Scenario:
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as err:
+        raise ScenarioError(_format_validation_error(err, source)) from err
+
+
+def load_scenario(name_or_path: str | Path) -> Scenario:
+    """Load a scenario by packaged name (``"five-user-coding"``) or from a TOML file path."""
+    path = Path(name_or_path)
+    if not path.is_file():
+        known = list_scenarios()
+        if str(name_or_path) not in known:
+            names = ", ".join(sorted(known)) or "none"
+            raise ScenarioError(
+                f"no scenario file or packaged scenario named {str(name_or_path)!r}; "
+                f"packaged scenarios: {names}"
+            )
+        path = known[str(name_or_path)]
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as err:
+        raise ScenarioError(f"{path}: not valid TOML: {err}") from err
+    data.setdefault("name", path.stem)
+    return _validate(data, str(path))
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value as TOML (``2``, ``true``, ``[1, 2]``); a bare word is a string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text  # a bare word: take it as a string
+
+
+def apply_overrides(scenario: Scenario, assignments: Iterable[str]) -> Scenario:
+    """Apply ``FIELD=VALUE`` assignments (``repetitions.measured=1``, ``users=2``).
+
+    VALUE is read as a TOML value (``2``, ``1.5``, ``true``, ``[1, 2]``, ``"text"``); a bare
+    word is a string.
+    """
+    data = copy.deepcopy(scenario.model_dump())
+    for assignment in assignments:
+        field, sep, value = assignment.partition("=")
+        field = field.strip()
+        if not sep or not field:
+            raise ScenarioError(f"--set {assignment!r}: expected FIELD=VALUE")
+        node: dict[str, Any] = data
+        parts = field.split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                raise ScenarioError(f"--set {assignment!r}: {part!r} is not a group of fields")
+            node = child
+        if parts[-1] not in node and node is not data.get("extra_body"):
+            raise ScenarioError(
+                f"--set {assignment!r}: no field {field!r}; fields here: {', '.join(sorted(node))}"
+            )
+        node[parts[-1]] = parse_value(value.strip())
+    return _validate(data, "--set")

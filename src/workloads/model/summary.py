@@ -1,0 +1,73 @@
+"""The summaries a result saves: per turn, per run, and the one band type (median with
+min–max). Computed by :mod:`workloads.core.aggregate`."""
+
+from __future__ import annotations
+
+from workloads.model.base import Frozen
+
+__all__ = ["BandSummary", "RunSummary", "Summary", "TurnSummary"]
+
+
+class BandSummary(Frozen):
+    """Median with min–max, over ``n`` values."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+
+
+class TurnSummary(Frozen):
+    """The figures of one turn number over all measured repetitions and sessions."""
+
+    turn: int
+    configured_prior_tokens: int
+    configured_prompt_tokens: int | None = None  # prior + turn_tokens; None in old results
+    records: int
+    valid: int
+    invalid: int  # finished but not valid (wrong length or finish reason)
+    errors: int  # status error or incomplete
+    aggregate_rate: BandSummary | None  # tok/s, Σ per-stream post-first rates, over full reps
+    wall_aggregate_rate: BandSummary | None
+    per_user_rate: BandSummary | None  # tok/s, median over sessions, banded over reps
+    ttft_s: BandSummary | None  # over every valid record of the turn (requests, not reps)
+    prefill_rate: BandSummary | None  # prompt tokens / TTFT, over requests
+    uncached_prefill_rate: BandSummary | None  # (prompt - cached) / TTFT, over requests
+    prompt_tokens: BandSummary | None
+    completion_tokens: BandSummary | None
+    cached_tokens: BandSummary | None  # None: not reported by the server
+    shareable_tokens: BandSummary | None
+    shareable_exact: bool
+    cache_effectiveness: float | None  # Σ cached / Σ shareable where both known
+    resends: int
+    # Added later (optional: older result files lack them).
+    streams: BandSummary | None = None  # valid streams with a rate, per repetition
+    partial_repetitions: int = 0  # repetitions with fewer valid streams than users: excluded
+    hit_rate: float | None = None  # Σ cached / Σ prompt over valid records with cached known
+
+
+class RunSummary(Frozen):
+    """The run's headline: per-user median rate over every valid measured turn, and
+    users × that median (the seed records' "5 × 25.5 = 127.5 aggregate")."""
+
+    users: int
+    measured_repetitions: int  # per cell (the most any cell measured)
+    records: int
+    valid: int
+    invalid: int
+    errors: int
+    warmup_records: int
+    per_user_rate: float | None  # median over every valid measured record
+    aggregate_rate: float | None  # users × per-user median; None when pooled over cells
+    turn_aggregate_rate: BandSummary | None  # the per-turn aggregate medians, banded
+    ttft_s: BandSummary | None  # over every valid measured request
+    completion_tokens: int  # Σ over measured records
+    # Added later (optional): Σ tokens / span per fully valid repetition, banded.
+    wall_aggregate_rate: BandSummary | None = None
+
+
+class Summary(Frozen):
+    """Per-turn summaries and the run summary; recomputed from records by ``show``."""
+
+    turns: list[TurnSummary]
+    run: RunSummary

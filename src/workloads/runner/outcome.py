@@ -1,0 +1,189 @@
+"""What a run measured, and the RunResult made of it (also for an interrupted run).
+
+:class:`Measured` is filled while the run goes (records, nonces, windows, token traces);
+:func:`build_result` turns it into the saved :class:`~workloads.model.results.RunResult`,
+with every summary from :func:`workloads.core.aggregate.summarized`, the what-if cache
+oracle per cell, and the warnings a reader needs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from workloads.core import aggregate
+from workloads.core.corpus import Corpus
+from workloads.core.tokens import TargetTokenizer
+from workloads.core.whatif import OracleRequest, what_if
+from workloads.model.figures import EnergyFigures, ServerTelemetry
+from workloads.model.records import TurnRecord
+from workloads.model.results import (
+    CellSummary,
+    RepetitionNonces,
+    RunResult,
+    Sizing,
+    TargetInfo,
+    Window,
+    environment,
+)
+from workloads.model.scenario import Cell, Scenario
+from workloads.model.summary import Summary
+from workloads.model.whatif import WhatIfTurn
+from workloads.runner.session import TokenTrace
+from workloads.runner.sizing import CellSizing, sizing_warnings
+
+__all__ = ["Measured", "build_result", "window"]
+
+
+@dataclass
+class Measured:
+    """Everything a run has measured so far; the runner appends, :func:`build_result` reads."""
+
+    scenario: Scenario
+    target: TargetInfo
+    corpus: Corpus
+    cells: list[Cell]
+    sizings: dict[int, CellSizing]
+    tokenizer: TargetTokenizer
+    label: str | None = None
+    note: str | None = None
+    records: list[TurnRecord] = field(default_factory=list)
+    nonces: list[RepetitionNonces] = field(default_factory=list)
+    windows: dict[int, Window] = field(default_factory=dict)  # per cell
+    window_start: float | None = None  # wall clock: the first cell's window opened
+    window_end: float | None = None
+    fingerprint: str | None = None  # the last system_fingerprint the server sent
+    traces: dict[int, list[TokenTrace]] = field(default_factory=dict)  # per cell, measured
+    telemetry_warnings: list[str] = field(default_factory=list)
+
+    def kv_capacity(self) -> tuple[int | None, int]:
+        """The server's KV capacity in tokens (None: unknown) and its block size; known for
+        the simulated server, whose profile says."""
+        profile = self.target.simulator_profile or {}
+        capacity = profile.get("kv_capacity_tokens")
+        block = profile.get("block_size")
+        return (
+            capacity if isinstance(capacity, int) else None,
+            block if isinstance(block, int) else 16,
+        )
+
+
+def window(
+    start: float | None,
+    end: float | None,
+    server: ServerTelemetry | None = None,
+    energy: EnergyFigures | None = None,
+) -> Window:
+    """A measured window from its wall-clock edges and what telemetry read over it."""
+    return Window(
+        start_unix=start,
+        end_unix=end,
+        duration_s=end - start if end is not None and start is not None else None,
+        server=server,
+        energy=energy,
+    )
+
+
+def _what_if(m: Measured, cell: int) -> list[WhatIfTurn] | None:
+    """The what-if cache oracle over a cell's measured turns, in arrival order: what an LRU
+    prefix cache of the server's KV capacity would serve with no contention, and what an
+    unlimited one would. Needs exact token ids (a target /tokenize) and a known capacity."""
+    traces = sorted(m.traces.get(cell, []), key=lambda t: t.sent_ns)
+    capacity, block_size = m.kv_capacity()
+    if not traces or capacity is None:
+        return None
+    requests = [OracleRequest(t.prompt, t.completion, turn=t.turn) for t in traces]
+    return what_if(requests, capacity_tokens=capacity, block_size=block_size)
+
+
+def _sizing(m: Measured) -> Sizing:
+    tok = m.tokenizer
+    return Sizing(
+        tokenizer=tok.description,
+        exact=tok.exact,
+        calls=tok.calls,
+        seconds=round(tok.seconds, 3),
+        fallbacks=sum(z.fallbacks for z in m.sizings.values()),
+        scale={
+            str(i): {str(t): round(v, 4) for t, v in z.scale.items()}
+            for i, z in m.sizings.items()
+            if z.scale
+        },
+    )
+
+
+def build_result(m: Measured, *, complete: bool) -> RunResult:
+    """The RunResult of what ``m`` holds; ``complete`` False marks an interrupted run."""
+    s = m.scenario
+    cells = None
+    if s.swept:
+        cells = [
+            CellSummary(
+                cell=cell.index,
+                concurrency=cell.concurrency,
+                prior_tokens=cell.prior_tokens,
+                configured_prompt_tokens=m.sizings[cell.index].scenario
+                .configured_prompt_tokens(1),
+                window=m.windows.get(cell.index, Window()),
+                cache_what_if=_what_if(m, cell.index),
+                **aggregate.cell_figures(mine, users=cell.concurrency),
+            )
+            for cell in m.cells
+            if (mine := [r for r in m.records if r.cell == cell.index])
+        ]
+    identity = m.target.server.model_copy(update={"system_fingerprint": m.fingerprint})
+    result = RunResult(
+        created_unix=time.time(),
+        complete=complete,
+        label=m.label,
+        note=m.note,
+        scenario=s,
+        target=m.target.model_copy(update={"server": identity}),
+        corpus={
+            "name": m.corpus.name,
+            "fingerprint": m.corpus.fingerprint,
+            "files": str(len(m.corpus.files)),
+        },
+        nonces=m.nonces,
+        window=m.windows.get(0, Window()) if not s.swept else window(m.window_start,
+                                                                       m.window_end),
+        summary=aggregate.summarize(m.records, users=s.users),
+        cells=cells,
+        cache_what_if=None if s.swept else _what_if(m, 0),
+        sizing=_sizing(m),
+        environment=environment(),
+        records=m.records,
+    )
+    warnings = [*_warnings(result.summary, complete), *m.telemetry_warnings]
+    warnings += sizing_warnings(m.records, result.sizing or _sizing(m), s)
+    return result.model_copy(update={"warnings": warnings})
+
+
+def _warnings(summary: Summary, complete: bool) -> list[str]:
+    out: list[str] = []
+    run = summary.run
+    if not complete:
+        out.append("the run was interrupted: figures cover only the turns measured before it")
+    if run.errors:
+        out.append(
+            f"{run.errors} of {run.records} measured turns failed; see records.jsonl "
+            "(error_kind, error_message) — failed turns are excluded from every rate"
+        )
+    if run.invalid:
+        out.append(
+            f"{run.invalid} measured turns finished but are invalid (finish_reason is not "
+            "'length' or the length differs from output_tokens): does the server honour "
+            "ignore_eos/min_tokens? Set exact_output = false if it cannot"
+        )
+    if any(t.cached_tokens is None for t in summary.turns if t.valid):
+        out.append(
+            "the server does not report cached tokens (usage.prompt_tokens_details); cache "
+            "effectiveness is not reported — on vLLM start it with --enable-prompt-tokens-details"
+        )
+    resends = sum(t.resends for t in summary.turns)
+    if resends:
+        out.append(
+            f"{resends} requests were re-sent on a fresh connection because the server had "
+            "closed the pooled one before reading them (not server errors)"
+        )
+    return out

@@ -1,0 +1,47 @@
+"""When turns start: draws of think and tool time, and waits on absolute deadlines.
+
+Two pacings (``Pacing.mode``): ``lockstep`` — a barrier per turn: every session prepares
+turn k, then all send it (each after its own think/tool time, if any); ``free`` — each
+session on its own clock. Either way the wait before a turn is an absolute deadline
+(``perf_counter`` seconds) fixed when the previous turn ended (or when the repetition or
+barrier began), and the work done meanwhile — sizing the next prompt with the target's
+tokenizer — comes out of that wait instead of adding to it. A chain of relative sleeps
+drifts; trio's ``sleep_until`` is the model.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from workloads.model.scenario import Distribution, Pacing
+
+__all__ = ["draw", "pause_before_turn", "turn_deadline"]
+
+
+def draw(dist: Distribution, rng: random.Random) -> float:
+    """One duration in seconds from ``dist``, capped at ``dist.max_s``. Pure given ``rng``."""
+    if dist.median <= 0:
+        return 0.0
+    if dist.kind == "constant":
+        value = dist.median
+    elif dist.kind == "lognormal":
+        value = rng.lognormvariate(math.log(dist.median), dist.sigma)
+    else:  # exponential with the given median: mean = median / ln 2
+        value = rng.expovariate(math.log(2) / dist.median)
+    return min(value, dist.max_s)
+
+
+def pause_before_turn(pacing: Pacing, turn: int, rng: random.Random) -> float:
+    """Seconds a free-running session waits before ``turn``: think time, plus tool time for
+    turns after the first (the tool ran on the previous reply)."""
+    pause = draw(pacing.think_time, rng)
+    if turn > 1:
+        pause += draw(pacing.tool_time, rng)
+    return pause
+
+
+def turn_deadline(since: float, pacing: Pacing, turn: int, rng: random.Random) -> float:
+    """The absolute time (``perf_counter`` seconds) turn ``turn`` is due: ``since`` (the end
+    of the previous turn, or the start of the repetition or barrier) plus its pause. Pure."""
+    return since + pause_before_turn(pacing, turn, rng)

