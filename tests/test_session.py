@@ -61,7 +61,7 @@ def test_a_failed_turn_is_a_record_and_the_session_goes_on():
     outcomes = iter(["ok", "fail", "ok"])
 
     class Flaky(FakeChatClient):
-        async def stream_chat(self, body):
+        async def stream_chat(self, body, *, on_attempt=None):
             if next(outcomes) == "fail":
                 return ChatResponse(started_ns=1, http_status=500, error_kind="http",
                                     error_message="HTTP 500: boom")
@@ -89,7 +89,7 @@ def test_a_turn_cut_off_by_the_end_of_the_run_is_recorded_as_incomplete():
     records = []
 
     class Stalled(FakeChatClient):
-        async def stream_chat(self, body):
+        async def stream_chat(self, body, *, on_attempt=None):
             await asyncio.sleep(3600)
             raise AssertionError("unreachable")
 

@@ -8,7 +8,9 @@ library writes them where asked and returns their paths; it never shows a window
   median;
 * ``timeline.png`` — every measured request as a bar from send to last token, split at the
   first token (waiting + prefill, then decode), one row per cell, repetition and session:
-  the lock-step barriers, queueing and stragglers are visible at a glance.
+  the lock-step barriers, queueing and stragglers are visible at a glance. Every failed
+  request (errors, cancelled and invalid turns) is one bar from send (or, never sent, from
+  when the client began it) to the error, coloured by kind.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from workloads.core import aggregate, stats
+from workloads.model.records import TurnRecord
 from workloads.model.results import RunResult
 from workloads.model.summary import BandSummary
 
@@ -135,25 +138,60 @@ def _ttft(result: RunResult, path: Path) -> None:
     plt.close(fig)
 
 
+# Failed requests are coloured by kind, in colours the two phases of a good one never use.
+_FAILURE_COLOURS = ("tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan",
+                    "tab:gray", "black", "gold", "darkred", "lime", "navy")
+
+
+def _failure_kind(r: TurnRecord) -> str | None:
+    """None for a valid request; else its error kind, or "invalid" (finished, but of the
+    wrong length or finish reason: an early stop looks like a good decode bar otherwise)."""
+    if r.valid:
+        return None
+    return r.error_kind or ("invalid" if r.status == "ok" else r.status)
+
+
+def _failure_end_ns(r: TurnRecord) -> int:
+    """When a failed request's error arrived: the error time where the record has one, else
+    the latest time it knows (an HTTP error has no content times; a connect error not even
+    a send time)."""
+    error_ns = getattr(r, "error_ns", None)  # the error's arrival, where records carry it
+    if isinstance(error_ns, int):
+        return error_ns
+    known = (r.done_ns, r.last_content_ns, r.first_content_ns, r.headers_ns, r.sent_ns,
+             r.started_ns)
+    return max(t for t in known if t is not None)
+
+
 def _timeline(result: RunResult, path: Path) -> None:
     plt = _pyplot()
-    measured = [r for r in result.records if not r.warmup and r.sent_ns is not None]
+    measured = [r for r in result.records if not r.warmup]
     if not measured:
         return
-    origin = min(r.sent_ns for r in measured if r.sent_ns is not None)
+    # A request that never got sent (connect error) starts when the client began it.
+    def begin(r: TurnRecord) -> int:
+        return r.sent_ns if r.sent_ns is not None else r.started_ns
+
+    origin = min(begin(r) for r in measured)
+    span_s = max(max(_failure_end_ns(r), r.done_ns or 0) - origin for r in measured) / 1e9
+    least = max(span_s, 1e-3) * 0.004  # an instant failure (a 429) still shows as a sliver
     rows = sorted({(r.cell, r.repetition, r.session) for r in measured})
     index = {row: i for i, row in enumerate(rows)}
+    kinds = sorted({k for r in measured if (k := _failure_kind(r)) is not None})
+    colour = {k: _FAILURE_COLOURS[i % len(_FAILURE_COLOURS)] for i, k in enumerate(kinds)}
+    counts = {k: sum(_failure_kind(r) == k for r in measured) for k in kinds}
     fig, ax = plt.subplots(figsize=(11, max(3.0, 0.28 * len(rows) + 1.5)), constrained_layout=True)
     for r in measured:
-        assert r.sent_ns is not None
         y = index[(r.cell, r.repetition, r.session)]
-        start = (r.sent_ns - origin) / 1e9
-        first = (r.first_content_ns - origin) / 1e9 if r.first_content_ns else None
-        end = (r.last_content_ns or r.done_ns or r.sent_ns) - origin
-        end_s = end / 1e9
-        if first is None:
-            ax.barh(y, end_s - start, left=start, color="tab:red", height=0.7)
+        start = (begin(r) - origin) / 1e9
+        kind = _failure_kind(r)
+        if kind is not None:  # from send to the error, in the kind's colour
+            width = max((_failure_end_ns(r) - origin) / 1e9 - start, least)
+            ax.barh(y, width, left=start, color=colour[kind], height=0.7,
+                    edgecolor="black", linewidth=0.4)
             continue
+        first = (r.first_content_ns - origin) / 1e9 if r.first_content_ns else start
+        end_s = ((r.last_content_ns or r.done_ns or begin(r)) - origin) / 1e9
         ax.barh(y, first - start, left=start, color="tab:orange", height=0.7)
         ax.barh(y, end_s - first, left=first, color="tab:blue", height=0.7)
     ax.set_yticks(range(len(rows)))
@@ -168,17 +206,14 @@ def _timeline(result: RunResult, path: Path) -> None:
     ax.grid(axis="x", alpha=0.3)
     from matplotlib.patches import Patch
 
-    ax.legend(
-        handles=[
-            Patch(color="tab:orange", label="sent → first token (queue + prefill)"),
-            Patch(color="tab:blue", label="first → last token (decode)"),
-            Patch(color="tab:red", label="failed"),
-        ],
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.12),
-        ncol=3,
-        fontsize=8,
-    )
+    handles = [
+        Patch(color="tab:orange", label="sent → first token (queue + prefill)"),
+        Patch(color="tab:blue", label="first → last token (decode)"),
+        *(Patch(facecolor=colour[k], edgecolor="black", linewidth=0.4,
+                label=f"failed: {k} ({counts[k]}), sent → error") for k in kinds),
+    ]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12),
+              ncol=min(3, len(handles)), fontsize=8)
     ax.set_title(_title(result), fontsize=9)
     fig.savefig(path, dpi=110)
     plt.close(fig)

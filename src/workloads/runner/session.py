@@ -240,19 +240,25 @@ class Session:
             pacing_lag_ns=lag_ns,
         )
         started = time.perf_counter_ns()
+        attempts: list[ChatResponse] = []  # the client fills the last one in place
         try:
-            response = await self.client.stream_chat(body)
+            response = await self.client.stream_chat(body, on_attempt=attempts.append)
         except asyncio.CancelledError:
-            # The run ended with this turn in flight: keep it as an incomplete record.
-            self.on_record(
-                TurnRecord(
-                    **common,
-                    status="incomplete",
-                    error_kind="cancelled",
-                    error_message="the run ended while this turn was in flight",
-                    started_ns=started,
-                )
+            # The run ended with this turn in flight: keep it as an incomplete record, with
+            # every time and count measured up to the cancellation.
+            partial = attempts[-1] if attempts else ChatResponse(started_ns=started)
+            partial.error_kind = "cancelled"
+            partial.error_message = "the run ended while this turn was in flight"
+            partial.done_ns = partial.done_ns or time.perf_counter_ns()
+            cancelled = record_from_response(
+                partial,
+                **common,  # type: ignore[arg-type]
+                output_tokens=self.scenario.output_tokens,
+                exact_output=self.scenario.exact_output,
+                shareable_tokens=plan.shareable,
+                shareable_exact=plan.shareable_exact,
             )
+            self.on_record(cancelled.model_copy(update={"status": "incomplete"}))
             raise
         record = record_from_response(
             response,

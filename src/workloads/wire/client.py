@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Protocol
@@ -20,7 +21,14 @@ from workloads.core.sse import SSEDecoder
 from workloads.model.errors import ErrorKind, RequestError
 from workloads.model.scenario import Timeouts
 
-__all__ = ["AiohttpChatClient", "ChatClient", "ChatResponse", "Usage", "parse_chunk"]
+__all__ = [
+    "AiohttpChatClient",
+    "AttemptHook",
+    "ChatClient",
+    "ChatResponse",
+    "Usage",
+    "parse_chunk",
+]
 
 # A request whose pooled connection turns out to be dead before any response byte is sent
 # again on a fresh connection, at most this many times. Seen on llama.cpp's server: it closes
@@ -69,10 +77,20 @@ class ChatResponse:
         return self.error_kind is None
 
 
+# Called with each attempt's ChatResponse as it starts (reliability: cancelled turns keep
+# what they measured).
+AttemptHook = Callable[[ChatResponse], None]
+
+
 class ChatClient(Protocol):
     """Anything that can stream one chat completion. Tests use a function-backed fake."""
 
-    async def stream_chat(self, body: dict[str, Any]) -> ChatResponse: ...
+    async def stream_chat(
+        self, body: dict[str, Any], *, on_attempt: AttemptHook | None = None
+    ) -> ChatResponse:
+        """Stream one chat completion; ``on_attempt`` gets each attempt's ChatResponse as
+        it starts, so a caller cancelled mid-request keeps what it measured."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,14 +242,20 @@ class AiohttpChatClient:
     ) -> None:
         ctx.trace_request_ctx["reused"] = True
 
-    async def stream_chat(self, body: dict[str, Any]) -> ChatResponse:
-        """Stream one chat completion; failures come back as data on the response."""
+    async def stream_chat(
+        self, body: dict[str, Any], *, on_attempt: AttemptHook | None = None
+    ) -> ChatResponse:
+        """Stream one chat completion; failures come back as data on the response.
+        ``on_attempt`` is called with each attempt's response as it starts (filled in place:
+        what a cancelled request had measured)."""
         if self._session is None:
             raise RuntimeError("use 'async with AiohttpChatClient(...)' before stream_chat")
         started = time.perf_counter_ns()
         resends = 0
         while True:
             response = ChatResponse(started_ns=started, resends=resends)
+            if on_attempt is not None:
+                on_attempt(response)
             try:
                 async with asyncio.timeout(self._request_timeout_s):
                     await self._stream_once(body, response)
