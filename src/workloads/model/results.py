@@ -350,10 +350,15 @@ def _rebuilt(records_path: Path) -> RunResult:
             if any(r.cell == cell.index for r in found.records)
         ]
     fields = header.model_dump(exclude={"kind"})
+    # As a finished run does: the identity gets the last system_fingerprint the server sent.
+    fingerprints = [r.system_fingerprint for r in found.records if r.system_fingerprint]
+    identity = header.target.server.model_copy(
+        update={"system_fingerprint": fingerprints[-1] if fingerprints else None}
+    )
     return RunResult.model_validate({
         **fields,
         "scenario": header.scenario,
-        "target": header.target,
+        "target": header.target.model_copy(update={"server": identity}),
         "complete": False,
         "nonces": found.nonces,
         "window": Window() if scenario.swept else found.windows.get(0, Window()),

@@ -15,6 +15,8 @@ library writes them where asked and returns their paths; it never shows a window
 
 from __future__ import annotations
 
+import collections
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from workloads.model.records import TurnRecord
 from workloads.model.results import RunResult
 from workloads.model.summary import BandSummary
 
-__all__ = ["available", "write_plots"]
+__all__ = ["TimelineBar", "available", "timeline_bars", "write_plots"]
 
 
 def available() -> bool:
@@ -163,37 +165,67 @@ def _failure_end_ns(r: TurnRecord) -> int:
     return max(t for t in known if t is not None)
 
 
-def _timeline(result: RunResult, path: Path) -> None:
-    plt = _pyplot()
+@dataclass(frozen=True)
+class TimelineBar:
+    """One measured request on the timeline, in seconds since the first measured request:
+    a good one from send through first token to last token; a failed one (``kind`` set) from
+    send (or, never sent, from when the client began it) to the error."""
+
+    row: tuple[int, int, int]  # (cell, repetition, session)
+    start_s: float
+    first_s: float | None  # first content (good requests)
+    end_s: float
+    kind: str | None = None  # None: valid
+
+
+def timeline_bars(result: RunResult) -> list[TimelineBar]:
+    """Every measured request's bar (pure; :func:`write_plots` draws them). An instant
+    failure (a 429) still gets a sliver of width, so no failure is invisible."""
     measured = [r for r in result.records if not r.warmup]
     if not measured:
-        return
-    # A request that never got sent (connect error) starts when the client began it.
+        return []
+
     def begin(r: TurnRecord) -> int:
         return r.sent_ns if r.sent_ns is not None else r.started_ns
 
     origin = min(begin(r) for r in measured)
     span_s = max(max(_failure_end_ns(r), r.done_ns or 0) - origin for r in measured) / 1e9
-    least = max(span_s, 1e-3) * 0.004  # an instant failure (a 429) still shows as a sliver
-    rows = sorted({(r.cell, r.repetition, r.session) for r in measured})
-    index = {row: i for i, row in enumerate(rows)}
-    kinds = sorted({k for r in measured if (k := _failure_kind(r)) is not None})
-    colour = {k: _FAILURE_COLOURS[i % len(_FAILURE_COLOURS)] for i, k in enumerate(kinds)}
-    counts = {k: sum(_failure_kind(r) == k for r in measured) for k in kinds}
-    fig, ax = plt.subplots(figsize=(11, max(3.0, 0.28 * len(rows) + 1.5)), constrained_layout=True)
+    least = max(span_s, 1e-3) * 0.004
+    bars = []
     for r in measured:
-        y = index[(r.cell, r.repetition, r.session)]
+        row = (r.cell, r.repetition, r.session)
         start = (begin(r) - origin) / 1e9
         kind = _failure_kind(r)
-        if kind is not None:  # from send to the error, in the kind's colour
-            width = max((_failure_end_ns(r) - origin) / 1e9 - start, least)
-            ax.barh(y, width, left=start, color=colour[kind], height=0.7,
-                    edgecolor="black", linewidth=0.4)
+        if kind is not None:
+            end = max((_failure_end_ns(r) - origin) / 1e9, start + least)
+            bars.append(TimelineBar(row, start, None, end, kind))
             continue
         first = (r.first_content_ns - origin) / 1e9 if r.first_content_ns else start
-        end_s = ((r.last_content_ns or r.done_ns or begin(r)) - origin) / 1e9
-        ax.barh(y, first - start, left=start, color="tab:orange", height=0.7)
-        ax.barh(y, end_s - first, left=first, color="tab:blue", height=0.7)
+        end = ((r.last_content_ns or r.done_ns or begin(r)) - origin) / 1e9
+        bars.append(TimelineBar(row, start, first, end))
+    return bars
+
+
+def _timeline(result: RunResult, path: Path) -> None:
+    plt = _pyplot()
+    bars = timeline_bars(result)
+    if not bars:
+        return
+    rows = sorted({b.row for b in bars})
+    index = {row: i for i, row in enumerate(rows)}
+    kinds = sorted({b.kind for b in bars if b.kind is not None})
+    colour = {k: _FAILURE_COLOURS[i % len(_FAILURE_COLOURS)] for i, k in enumerate(kinds)}
+    counts = collections.Counter(b.kind for b in bars if b.kind is not None)
+    fig, ax = plt.subplots(figsize=(11, max(3.0, 0.28 * len(rows) + 1.5)), constrained_layout=True)
+    for b in bars:
+        y = index[b.row]
+        if b.kind is not None:  # from send to the error, in the kind's colour
+            ax.barh(y, b.end_s - b.start_s, left=b.start_s, color=colour[b.kind], height=0.7,
+                    edgecolor="black", linewidth=0.4)
+            continue
+        first = b.first_s if b.first_s is not None else b.start_s
+        ax.barh(y, first - b.start_s, left=b.start_s, color="tab:orange", height=0.7)
+        ax.barh(y, b.end_s - first, left=first, color="tab:blue", height=0.7)
     ax.set_yticks(range(len(rows)))
     swept = result.cells is not None
     ax.set_yticklabels(
