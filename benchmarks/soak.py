@@ -65,13 +65,14 @@ def segment(args: argparse.Namespace, index: int, out: Path) -> dict[str, object
     """One run on a fresh faulty server; returns its figures and the checks' findings."""
     rate = args.fault_rate
     sim = {f"faults.rate_{k}": rate for k in FAULTS}
-    # A stall longer than the read-gap timeout, so it ends as a timeout, not a slow turn.
-    sim |= {"faults.stall_s": 3.0, "faults.retry_after_s": 0.0, "faults.after_tokens": 8,
+    # A stall longer than the read-gap timeout, so it ends as a timeout, not a slow turn;
+    # the gap is wide enough that a busy shared machine alone never reaches it.
+    sim |= {"faults.stall_s": 10.0, "faults.retry_after_s": 0.0, "faults.after_tokens": 8,
             "seed": index}
     scenario = workloads.load_scenario("five-user-coding").with_overrides([
         f"users={args.users}", f"turns={args.turns}", "opening_tokens=1500", "turn_tokens=200",
         "output_tokens=48", "repetitions.warmup=0", f"repetitions.measured={args.repetitions}",
-        "timeouts.read_gap_s=1.5",
+        "timeouts.read_gap_s=6",
     ])
     seen: list[workloads.TurnRecord] = []
     directory = out / f"segment-{index:03d}"
@@ -104,7 +105,9 @@ def segment(args: argparse.Namespace, index: int, out: Path) -> dict[str, object
     failed = sum(not r.valid for r in result.records)
     faulted = sum(n for fault, n in drawn.items() if fault != "none")
     if failed != faulted:
-        problems.append(f"{failed} records failed but the server injected {faulted} faults")
+        problems.append(f"{failed} records failed but the server injected {faulted} faults; "
+                        "fault -> client class: " + ", ".join(
+                            f"{a} -> {b}: {n}" for (a, b), n in sorted(cross.items())))
     resends = sum(r.resends for r in result.records)
     return {
         "segment": index,

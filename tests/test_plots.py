@@ -46,7 +46,7 @@ def test_the_timeline_shows_every_failed_request_from_send_to_error_by_kind(tmp_
     for bar, record in zip(bars, result.records, strict=True):
         assert bar.end_s > bar.start_s  # never a zero-width bar
         if record.error_kind == "http":  # no content times: it ends when the error came
-            assert record.done_ns is not None
-            assert bar.end_s >= (record.done_ns - origin) / 1e9
+            assert record.headers_ns is not None
+            assert bar.end_s >= (record.headers_ns - origin) / 1e9
     written = write_plots(result, tmp_path)
     assert (tmp_path / "timeline.png") in written
