@@ -37,6 +37,8 @@ def test_a_run_whose_turns_all_fail_exits_3_and_prints_the_failures_by_kind(tmp_
     rows = [line for line in out.splitlines() if "│ http" in line]
     assert [row.split("│")[1].strip() for row in rows] == ["1", "2"]
     assert "100.0% of measured turns failed" in out
+    assert main(["show", str(tmp_path / "r")]) == 0  # show reports; it does not judge
+    assert "Failed measured turns: 4 of 4" in capsys.readouterr().out
 
 
 def test_failures_within_max_error_rate_exit_0(tmp_path, capsys):

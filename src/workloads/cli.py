@@ -219,12 +219,9 @@ async def _run_until_signal(
 
 def _run_exit_code(result: Any, signum: int | None, max_error_rate: float, console: Any) -> int:
     """Print the failures by turn and kind; the exit code of a finished or stopped run."""
-    from workloads.report.failures import failure_rate, failures, render_failures
+    from workloads.report.failures import failure_rate
 
-    rows = failures(result.records, output_tokens=result.scenario.output_tokens)
-    measured = sum(not r.warmup for r in result.records)
-    if rows:
-        console.print(render_failures(rows, measured))
+    _print_failures(result, console)
     if signum is not None:
         console.print(f"stopped by {signal.Signals(signum).name}: the result is partial "
                       f"(complete: false); exit {128 + signum}")
@@ -238,6 +235,15 @@ def _run_exit_code(result: Any, signum: int | None, max_error_rate: float, conso
                       f"{max_error_rate:g}); exit {EXIT_FAILED_TURNS}")
         return EXIT_FAILED_TURNS
     return EXIT_OK
+
+
+def _print_failures(result: Any, console: Any) -> None:
+    """The failed measured turns by turn and kind, with each kind's first message."""
+    from workloads.report.failures import failures, render_failures
+
+    rows = failures(result.records, output_tokens=result.scenario.output_tokens)
+    if rows:
+        console.print(render_failures(rows, sum(not r.warmup for r in result.records)))
 
 
 @contextlib.contextmanager
@@ -303,6 +309,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     result = summarized(load_result(args.result))  # the file's summaries are a cache
     console = _console()
     console.print(report.render(result))
+    _print_failures(result, console)
     if args.plots:
         where = Path(args.result)
         directory = where if where.is_dir() else where.parent
