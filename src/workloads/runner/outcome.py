@@ -19,6 +19,7 @@ from workloads.model.figures import EnergyFigures, ServerTelemetry
 from workloads.model.records import TurnRecord
 from workloads.model.results import (
     CellSummary,
+    ClientHealth,
     RepetitionNonces,
     RunResult,
     Sizing,
@@ -29,6 +30,7 @@ from workloads.model.results import (
 from workloads.model.scenario import Cell, Scenario
 from workloads.model.summary import Summary
 from workloads.model.whatif import WhatIfTurn
+from workloads.runner.monitor import health_warnings
 from workloads.runner.session import TokenTrace
 from workloads.runner.sizing import CellSizing, sizing_warnings
 
@@ -55,6 +57,7 @@ class Measured:
     fingerprint: str | None = None  # the last system_fingerprint the server sent
     traces: dict[int, list[TokenTrace]] = field(default_factory=dict)  # per cell, measured
     telemetry_warnings: list[str] = field(default_factory=list)
+    client: ClientHealth | None = None  # the client's own health over the run
 
     def kv_capacity(self) -> tuple[int | None, int]:
         """The server's KV capacity in tokens (None: unknown) and its block size; known for
@@ -153,8 +156,10 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
         sizing=_sizing(m),
         environment=environment(),
         records=m.records,
+        client=m.client,
     )
     warnings = [*_warnings(result.summary, complete), *m.telemetry_warnings]
+    warnings += health_warnings(m.client)
     warnings += sizing_warnings(m.records, result.sizing or _sizing(m), s)
     return result.model_copy(update={"warnings": warnings})
 
