@@ -22,7 +22,7 @@ from workloads.model.errors import ResultFormatError
 from workloads.model.figures import EnergyFigures, ServerTelemetry
 from workloads.model.records import TurnRecord, read_records
 from workloads.model.scenario import Scenario
-from workloads.model.summary import BandSummary, Summary
+from workloads.model.summary import BandSummary, ConcurrencySummary, Summary
 from workloads.model.whatif import WhatIfTurn
 
 __all__ = ["FORMAT_VERSION", "CellSummary", "ClientHealth", "RunResult", "Sizing", "load_result"]
@@ -140,6 +140,9 @@ class RunResult(Frozen):
     environment: dict[str, str] = Field(default_factory=dict)
     records: list[TurnRecord] = Field(default_factory=list, exclude=True, repr=False)
     client: ClientHealth | None = None  # the client's own health; None in older results
+    # Requests in flight over the measured span (None: no measured span); with free pacing
+    # and arrivals it is an outcome, not a setting.
+    concurrency: ConcurrencySummary | None = None
 
     def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
         """Write ``result.json`` into ``directory`` (and records.jsonl if not there yet)."""

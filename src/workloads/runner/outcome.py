@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from workloads.core import aggregate
+from workloads.core.concurrency import concurrency
 from workloads.core.corpus import Corpus
 from workloads.core.tokens import TargetTokenizer
 from workloads.core.whatif import OracleRequest, what_if
@@ -157,6 +158,7 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
         environment=environment(),
         records=m.records,
         client=m.client,
+        concurrency=concurrency(m.records),
     )
     warnings = [*_warnings(result.summary, complete), *m.telemetry_warnings]
     warnings += health_warnings(m.client)
