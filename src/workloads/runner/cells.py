@@ -35,6 +35,7 @@ from workloads.model.results import (
     meta_line,
 )
 from workloads.model.scenario import Cell, Scenario
+from workloads.runner.monitor import ClientMonitor
 from workloads.runner.outcome import Measured, build_result, corpus_info, window
 from workloads.runner.repetition import Repetition, open_sessions, play
 from workloads.runner.session import Session
@@ -100,17 +101,20 @@ class Run:
     async def execute(self) -> RunResult:
         """Run every cell; save and return the result (partial when stopped)."""
         complete = False
+        monitor = ClientMonitor()  # the client watches itself: loop lag, CPU share
         try:
             if self.writer is not None:
                 self.writer.write_line(header_line(self._header()))
-            for cell in self.measured.cells:
-                await self._cell(cell)
-                if self.stopped:
-                    break
+            async with monitor:
+                for cell in self.measured.cells:
+                    await self._cell(cell)
+                    if self.stopped:
+                        break
             complete = not self.stopped
         finally:
             # Also on Ctrl-C or a crash: the result says what was measured, and that it stopped.
             m = self.measured
+            m.client = monitor.health(m.records)
             m.telemetry_warnings = list(self.telemetry.warnings)
             result = build_result(m, complete=complete)
             if self.out is not None:

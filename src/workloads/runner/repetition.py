@@ -21,7 +21,7 @@ from workloads.core.corpus import Corpus
 from workloads.model.records import TurnRecord
 from workloads.model.results import RepetitionNonces
 from workloads.model.scenario import Cell, Scenario
-from workloads.runner.pacing import turn_deadline
+from workloads.runner.pacing import arrival_times, turn_deadline
 from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
 from workloads.wire.client import ChatClient
@@ -120,10 +120,17 @@ async def play(
                 return False
         return True
     start = time.perf_counter()
+    starts = [start] * len(sessions)
+    if s.pacing.arrivals is not None:  # an open-loop fleet: each session has its arrival
+        times = arrival_times(
+            s.pacing.arrivals, len(sessions),
+            corpus.rng(s.content.seed, "arrivals", repetition.cell.index, repetition.index),
+        )
+        starts = [start + at for at in times]  # sessions past the last arrival never start
     async with asyncio.TaskGroup() as tg:
         runs = [
-            tg.create_task(_free_running(session, s, start, rng, stop))
-            for session, rng in zip(sessions, rngs, strict=True)
+            tg.create_task(_free_running(session, s, at, rng, stop))
+            for session, rng, at in zip(sessions, rngs, starts, strict=False)
         ]
     return all(task.result() for task in runs)
 
