@@ -18,7 +18,13 @@ import pytest
 
 import workloads
 from workloads.cli import main
+from workloads.core.conversation import Conversation
+from workloads.core.corpus import load_corpus
+from workloads.core.tokens import EstimateTokenizer
+from workloads.runner.session import Session
+from workloads.runner.sizing import CellSizing
 from workloads.servers.simulated import SimulatedServer
+from workloads.wire.client import AiohttpChatClient
 
 # Long replies on the fast profile: a turn streams for about a second, so a stop lands while
 # turns are in flight.
@@ -139,3 +145,49 @@ def test_after_sigkill_show_renders_the_report_from_records_jsonl(tmp_path, caps
     printed = capsys.readouterr().out
     assert "Per turn" in printed and "rebuilt from records.jsonl" in printed
     assert "incomplete" in printed
+
+
+def test_a_turn_cancelled_before_any_response_byte_keeps_its_send_time():
+    """A raw socket server that reads the request and never answers (a long prefill)."""
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(
+        ["users=1", "turns=1", "opening_tokens=300", "output_tokens=8"]
+    )
+    records: list[workloads.TurnRecord] = []
+
+    async def go() -> None:
+        got_request, finished = asyncio.Event(), asyncio.Event()
+        handlers: list[asyncio.Task[None]] = []
+
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            handlers.append(asyncio.current_task())  # type: ignore[arg-type]
+            await reader.readuntil(b"\r\n\r\n")
+            got_request.set()
+            await finished.wait()  # never a byte back, until the test is over
+            writer.close()
+            await writer.wait_closed()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server, AiohttpChatClient(f"http://127.0.0.1:{port}/v1") as client:
+            session = Session(
+                client=client, scenario=scenario, model="m",
+                conversation=Conversation(corpus=load_corpus("stdlib"), style="agent",
+                                          seed=0, session=0, nonce="n#0", run_nonce=None),
+                sizing=CellSizing(scenario, EstimateTokenizer()), repetition=0,
+                warmup=False, on_record=records.append,
+            )
+            await session.open(0)
+            sending = asyncio.create_task(session.turn(1))
+            await asyncio.wait_for(got_request.wait(), timeout=60)
+            sending.cancel()
+            await asyncio.wait({sending})
+            finished.set()
+            await asyncio.wait(handlers)  # the handler closes its side
+
+    asyncio.run(go())
+    assert len(records) == 1
+    r = records[0]
+    assert r.status == "incomplete" and r.error_kind == "cancelled"
+    assert r.sent_ns is not None and r.sent_ns >= r.started_ns
+    assert r.http_status is None and r.first_content_ns is None  # no byte came back
+    assert r.done_ns is not None and r.done_ns >= r.sent_ns

@@ -313,6 +313,11 @@ class AiohttpChatClient:
             raise RequestError("disconnected", f"stream broken: {err}") from err
         except aiohttp.ClientError as err:
             raise RequestError("protocol", f"{type(err).__name__}: {err}") from err
+        finally:
+            # Also when cancelled before the response headers (reliability): the request was
+            # written, and a cancelled turn's record says when.
+            if out.sent_ns is None and "sent_ns" in trace:
+                out.sent_ns = trace["sent_ns"]
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, out: ChatResponse) -> None:
         decoder = SSEDecoder()
