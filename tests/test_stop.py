@@ -191,3 +191,14 @@ def test_a_turn_cancelled_before_any_response_byte_keeps_its_send_time():
     assert r.sent_ns is not None and r.sent_ns >= r.started_ns
     assert r.http_status is None and r.first_content_ns is None  # no byte came back
     assert r.done_ns is not None and r.done_ns >= r.sent_ns
+
+
+def test_the_library_installs_no_sigterm_handler_when_embedded():
+    before = signal.getsignal(signal.SIGTERM)
+    during: list[object] = []
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(
+        ["users=1", "turns=1", "opening_tokens=300", "output_tokens=4",
+         "repetitions.warmup=0", "repetitions.measured=1"]
+    )
+    workloads.run(scenario, on_record=lambda r: during.append(signal.getsignal(signal.SIGTERM)))
+    assert during == [before]
