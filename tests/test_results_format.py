@@ -110,6 +110,7 @@ def test_save_writes_records_with_their_header_where_there_are_none(tmp_path):
     result = workloads.load_result(DATA / "v1-small-a")
     result.save(tmp_path / "copy")
     found = read_records_file(tmp_path / "copy" / "records.jsonl")
-    assert found.header is not None
+    assert found.header is not None and found.header.format_version == FORMAT_VERSION
+    assert workloads.load_result(tmp_path / "copy").format_version == FORMAT_VERSION
     assert found.header.scenario.model_dump() == result.scenario.model_dump()
     assert found.records == result.records and found.nonces == result.nonces

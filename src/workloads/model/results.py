@@ -167,7 +167,10 @@ class RunResult(Frozen):
 
     def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
         """Write ``result.json`` into ``directory`` (and records.jsonl, with its header, if
-        not there yet)."""
+        not there yet), in the current format (a loaded older file was brought to it)."""
+        if self.format_version != FORMAT_VERSION:
+            current = self.model_copy(update={"format_version": FORMAT_VERSION})
+            return current.save(directory, overwrite=overwrite)
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         path = out / RESULT_FILE
