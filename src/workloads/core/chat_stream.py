@@ -9,9 +9,13 @@ Failures the stream itself shows (a malformed event, an error object) raise
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
+
+try:  # orjson parses a chunk ~4x faster than json (benchmarks in the commit); same results
+    from orjson import loads
+except ImportError:  # a platform without an orjson wheel: the standard library
+    from json import loads  # type: ignore[assignment]
 
 from workloads.core.sse import SSEDecoder
 from workloads.model.errors import RequestError
@@ -77,7 +81,7 @@ def _usage(raw: dict[str, Any]) -> Usage:
 def _load(data: bytes | str) -> dict[str, Any]:
     """The event's JSON object; RequestError ``malformed`` or ``error_event`` otherwise."""
     try:
-        obj = json.loads(data)
+        obj = loads(data)
     except (ValueError, RecursionError) as err:  # JSONDecodeError, bad UTF-8, deep nesting
         raise RequestError("malformed", f"malformed JSON in stream: {err} in {data[:80]!r}") \
             from err
@@ -170,14 +174,17 @@ class ChatStream:
     def feed(self, raw: bytes, now: int) -> bool:
         """Fold the bytes of one read, which arrived at ``now``; True when the stream is
         over (``[DONE]``)."""
-        return any(self._event(e.raw, e.event, now) for e in self._decoder.feed(raw))
+        for event in self._decoder.feed(raw):  # noqa: SIM110  (any() costs a generator per read)
+            if self._event(event.raw, event.event, now):
+                return True
+        return False
 
     def close(self, now: int) -> bool:
         """The body ended at ``now``: fold an event left without its blank line."""
         return any(self._event(e.raw, e.event, now) for e in self._decoder.close())
 
     def _event(self, data: bytes, name: str | None, now: int) -> bool:
-        if data == DONE or data.strip() == DONE:
+        if data == DONE or (len(data) < 16 and data.strip() == DONE):
             self.saw_done = True
             self.done_ns = now
             return True
