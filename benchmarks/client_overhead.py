@@ -78,7 +78,8 @@ SERVER_START_S = 10.0
 ZERO_REPS = {1: 128, 5: 32, 64: 4, 256: 2, 1000: 1}
 ZERO_REPS_QUICK = {1: 16, 5: 4, 64: 1, 256: 1, 1000: 1}
 PACED_REPS = {1: 4, 5: 2, 64: 2, 256: 1, 1000: 1}
-PACED_REPS_QUICK = {1: 1, 5: 1, 64: 1, 256: 1, 1000: 1}
+PACED_REPS_QUICK = {5: 1, 64: 1, 256: 1, 1000: 1}  # C1 paced is left out of --quick
+MARGINAL_QUICK = (5, 64)  # --quick measures the marginal cost at these only
 
 SCENARIO = """\
 description = "client overhead benchmark: {users} users, 1 turn, {tokens}-token streams"
@@ -141,6 +142,34 @@ def client_main(config: dict[str, Any]) -> None:
 # The harness.
 
 
+@dataclass(frozen=True)
+class Setup:
+    """Where and how the processes run."""
+
+    server_cpu: int = 0
+    client_cpu: int = 1
+    burst: int = 1  # zero delay: content chunks per server write
+    nice: int = 0  # 0: leave the scheduler alone
+
+
+def prioritize(pid: int, nice: int) -> None:
+    """Give ``pid`` the nice value ``nice``. With autogroups on (the Linux default for
+    desktops and many VMs) a nice value only counts inside the process's session, so each
+    process is started in a session of its own and its autogroup gets the value too."""
+    if not nice:
+        return
+    os.setpriority(os.PRIO_PROCESS, pid, nice)
+    group = Path(f"/proc/{pid}/autogroup")
+    if group.exists():
+        group.write_text(str(nice))
+
+
+def spawn(command: list[str], setup: Setup, **options: Any) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(command, text=True, start_new_session=bool(setup.nice), **options)
+    prioritize(proc.pid, setup.nice)
+    return proc
+
+
 @dataclass
 class Run:
     """One client run against a fresh server, and what it measured."""
@@ -188,15 +217,13 @@ def interpolate(samples: list[tuple[int, int]], t: int) -> float:
     return samples[-1][1]
 
 
-def start_server(
-    mode: str, cpu: int, truth: Path, burst: int = 1
-) -> tuple[subprocess.Popen[str], str]:
+def start_server(mode: str, truth: Path, setup: Setup) -> tuple[subprocess.Popen[str], str]:
     ttft, itl = PACED if mode == "paced" else (0.0, 0.0)
-    proc = subprocess.Popen(
-        [sys.executable, str(SERVER), "--cpu", str(cpu), "--truth", str(truth),
+    proc = spawn(
+        [sys.executable, str(SERVER), "--cpu", str(setup.server_cpu), "--truth", str(truth),
          "--ttft-ms", str(ttft), "--itl-ms", str(itl),
-         "--burst", str(burst if mode == "zero" else 1)],
-        stdout=subprocess.PIPE, text=True,
+         "--burst", str(setup.burst if mode == "zero" else 1)],
+        setup, stdout=subprocess.PIPE,
     )
     assert proc.stdout is not None
     deadline = time.monotonic() + SERVER_START_S
@@ -220,8 +247,8 @@ def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> None:
 
 
 def run_client(
-    mode: str, users: int, tokens: int, reps: int, work: Path, cpus: tuple[int, int],
-    profile: Path | None = None, burst: int = 1,
+    mode: str, users: int, tokens: int, reps: int, work: Path, setup: Setup,
+    profile: Path | None = None,
 ) -> Run:
     """One fresh server, one client process; the figures of that run."""
     tag = f"{mode}-c{users}-n{tokens}-{time.monotonic_ns()}"
@@ -231,15 +258,15 @@ def run_client(
     scenario.write_text(SCENARIO.format(users=users, tokens=tokens, reps=reps))
     truth_path = out / "truth.jsonl"
     run = Run(mode=mode, users=users, tokens=tokens, reps=reps)
-    server, url = start_server(mode, cpus[0], truth_path, burst)
+    server, url = start_server(mode, truth_path, setup)
     samples: list[tuple[int, int]] = []
     server_samples: list[tuple[int, int]] = []
     try:
-        config = {"cpu": cpus[1], "scenario": str(scenario), "url": url,
+        config = {"cpu": setup.client_cpu, "scenario": str(scenario), "url": url,
                   "out": str(out / "run"), "profile": str(profile) if profile else None}
-        client = subprocess.Popen(
+        client = spawn(
             [sys.executable, str(Path(__file__).resolve()), "--client", json.dumps(config)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            setup, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while client.poll() is None and time.monotonic() < deadline:
@@ -470,6 +497,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="the cores for the server (and harness) and for the client")
     parser.add_argument("--burst", type=int, default=1,
                         help="zero delay: content chunks per server write (default 1)")
+    parser.add_argument("--nice", type=int, default=0, metavar="N",
+                        help="run the harness, server and client at this nice value, each in "
+                        "an autogroup of its own (-20..19; negative needs root): on cores "
+                        "shared with other work, -19 keeps them from waiting behind it")
     parser.add_argument("--json", type=Path, help="write every run's raw figures here")
     parser.add_argument("--profile", type=Path,
                         help="also profile one client run at C64 zero delay; stats file here")
@@ -482,11 +513,16 @@ def main(argv: list[str] | None = None) -> int:
     if not set(args.cpus) <= available or args.cpus[0] == args.cpus[1]:
         parser.error(f"--cpus must be two different cores of {sorted(available)}")
     os.sched_setaffinity(0, {args.cpus[0]})
+    setup = Setup(args.cpus[0], args.cpus[1], args.burst, args.nice)
+    prioritize(os.getpid(), args.nice)  # the harness samples on time too
     runs = args.runs or (1 if args.quick else 3)
     zero_reps = ZERO_REPS_QUICK if args.quick else ZERO_REPS
     paced_reps = PACED_REPS_QUICK if args.quick else PACED_REPS
     started = time.monotonic()
     print(machine(), flush=True)
+    if args.nice:
+        print(f"nice {args.nice} (process and autogroup): harness, server and client",
+              flush=True)
     if os.getloadavg()[0] > BUSY_LOAD:
         print(f"warning: load average {os.getloadavg()[0]:.1f} before the runs: other work "
               "shares these cores; CPU figures are inflated and the biases are not the "
@@ -501,14 +537,16 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         for mode in args.modes:
             for users in args.users:
-                reps = (zero_reps if mode == "zero" else paced_reps).get(users, 1)
+                reps_of = zero_reps if mode == "zero" else paced_reps
+                if args.quick and users not in reps_of:
+                    continue
+                reps = reps_of.get(users, 1)
+                marginal = mode == "zero" and (not args.quick or users in MARGINAL_QUICK)
                 long, short = [], []
                 for _ in range(runs):
-                    long.append(run_client(mode, users, STREAM_TOKENS, reps, work, args.cpus,
-                                           burst=args.burst))
-                    if mode == "zero":
-                        short.append(run_client(mode, users, SHORT_TOKENS, reps, work,
-                                                args.cpus, burst=args.burst))
+                    long.append(run_client(mode, users, STREAM_TOKENS, reps, work, setup))
+                    if marginal:
+                        short.append(run_client(mode, users, SHORT_TOKENS, reps, work, setup))
                 for r in long + short:
                     if r.error:
                         print(f"  {mode} C{users} n{r.tokens}: {r.error}", file=sys.stderr)
@@ -529,8 +567,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"warning: zero delay C{row.users}: the server core was "
                       f"{row.server_core:.0%} busy; the server may have set the pace")
         if args.profile:
-            run_client("zero", 64, STREAM_TOKENS, zero_reps[64], work, args.cpus,
-                       args.profile, args.burst)
+            run_client("zero", 64, STREAM_TOKENS, zero_reps[64], work, setup, args.profile)
             print(f"\ncProfile of the client at C64, zero delay (stats: {args.profile}):")
             print(hot_spots(args.profile))
     print(f"load average after: {', '.join(f'{x:.2f}' for x in os.getloadavg())} · "
