@@ -76,7 +76,7 @@ SERVER_START_S = 10.0
 
 # Repetitions per run (requests = concurrency × repetitions), full and --quick.
 ZERO_REPS = {1: 128, 5: 32, 64: 4, 256: 2, 1000: 1}
-ZERO_REPS_QUICK = {1: 16, 5: 4, 64: 1, 256: 1, 1000: 1}
+ZERO_REPS_QUICK = {1: 16, 5: 8, 64: 1, 256: 1, 1000: 1}
 PACED_REPS = {1: 4, 5: 2, 64: 2, 256: 1, 1000: 1}
 PACED_REPS_QUICK = {5: 1, 64: 1, 256: 1, 1000: 1}  # C1 paced is left out of --quick
 MARGINAL_QUICK = (5, 64)  # --quick measures the marginal cost at these only
@@ -178,6 +178,7 @@ class Run:
     users: int
     tokens: int
     reps: int
+    python: str = sys.executable
     requests: int = 0
     valid: int = 0
     streamed: int = 0  # Σ completion tokens over valid requests
@@ -248,7 +249,7 @@ def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> None:
 
 def run_client(
     mode: str, users: int, tokens: int, reps: int, work: Path, setup: Setup,
-    profile: Path | None = None,
+    profile: Path | None = None, python: str = sys.executable,
 ) -> Run:
     """One fresh server, one client process; the figures of that run."""
     tag = f"{mode}-c{users}-n{tokens}-{time.monotonic_ns()}"
@@ -257,7 +258,7 @@ def run_client(
     scenario = out / "scenario.toml"
     scenario.write_text(SCENARIO.format(users=users, tokens=tokens, reps=reps))
     truth_path = out / "truth.jsonl"
-    run = Run(mode=mode, users=users, tokens=tokens, reps=reps)
+    run = Run(mode=mode, users=users, tokens=tokens, reps=reps, python=python)
     server, url = start_server(mode, truth_path, setup)
     samples: list[tuple[int, int]] = []
     server_samples: list[tuple[int, int]] = []
@@ -265,7 +266,7 @@ def run_client(
         config = {"cpu": setup.client_cpu, "scenario": str(scenario), "url": url,
                   "out": str(out / "run"), "profile": str(profile) if profile else None}
         client = spawn(
-            [sys.executable, str(Path(__file__).resolve()), "--client", json.dumps(config)],
+            [python, str(Path(__file__).resolve()), "--client", json.dumps(config)],
             setup, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
         deadline = time.monotonic() + RUN_TIMEOUT_S
@@ -356,8 +357,9 @@ def median_of(values: list[float | None]) -> float | None:
 
 @dataclass
 class Row:
-    """One (mode, concurrency) line of the table: medians over runs."""
+    """One (client, mode, concurrency) line of the table: medians over runs."""
 
+    client: str
     mode: str
     users: int
     runs: int
@@ -378,9 +380,11 @@ class Row:
     downlink_p50_ms: float | None = None
 
 
-def summarize(mode: str, users: int, long: list[Run], short: list[Run]) -> Row:
+def summarize(
+    client: str, mode: str, users: int, long: list[Run], short: list[Run]
+) -> Row:
     ok = [r for r in long if r.error is None and r.valid]
-    row = Row(mode, users, len(ok), ok[0].requests if ok else 0)
+    row = Row(client, mode, users, len(ok), ok[0].requests if ok else 0)
     if not ok:
         return row
     row.allin_us = median_of([r.run_cpu_s / r.streamed * 1e6 for r in ok])
@@ -416,17 +420,47 @@ def summarize(mode: str, users: int, long: list[Run], short: list[Run]) -> Row:
     return row
 
 
-def startup_cpu(code: str, times: int = 5) -> float:
+def startup_cpu(code: str, python: str = sys.executable, times: int = 5) -> float:
     """Median user + system CPU seconds of ``python -c code``, a fresh process each time."""
     values = []
     for _ in range(times):
-        proc = subprocess.Popen([sys.executable, "-c", code])
+        proc = subprocess.Popen([python, "-c", code])
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
             raise RuntimeError(f"python -c {code!r} failed")
         values.append(usage.ru_utime + usage.ru_stime)
     return statistics.median(values)
+
+
+CALIBRATION_CHUNK = (
+    '{"id":"chatcmpl-bench-1-1","object":"chat.completion.chunk","created":1796074528,'
+    '"model":"bench-model","choices":[{"index":0,"delta":{"content":" the"},'
+    '"logprobs":null,"finish_reason":null}]}'
+)
+
+
+def calibrate(cpu: int, loops: int = 20_000, rounds: int = 7) -> float:
+    """This core's speed today, to compare figures across machines and machine states: µs
+    per ``json.loads`` of one stream chunk, best of ``rounds``, on the client's core."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        best = float("inf")
+        for _ in range(rounds):
+            start = time.process_time()
+            for _ in range(loops):
+                json.loads(CALIBRATION_CHUNK)
+            best = min(best, time.process_time() - start)
+    finally:
+        os.sched_setaffinity(0, before)
+    return best / loops * 1e6
+
+
+def client_name(python: str) -> str:
+    """A short name for a client interpreter: its virtual environment's folder."""
+    path = Path(python)
+    return path.parent.parent.name if path.parent.name == "bin" else path.name
 
 
 def machine() -> str:
@@ -451,7 +485,8 @@ def fmt(value: float | None, spec: str) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    columns = [("mode", "", 6, "<"), ("C", "", 5, ">"), ("req", "", 6, ">"),
+    columns = [("client", "", 13, "<"), ("mode", "", 6, "<"), ("C", "", 5, ">"),
+               ("req", "", 6, ">"),
                ("all-in", "µs/tok", 8, ">"), ("margin", "µs/tok", 8, ">"),
                ("fixed", "ms/req", 8, ">"), ("stream", "µs/tok", 8, ">"),
                ("client", "core", 7, ">"), ("server", "core", 7, ">"),
@@ -464,7 +499,7 @@ def table(rows: list[Row]) -> str:
     lines = [line([c[0] for c in columns]), line([c[1] for c in columns])]
     for r in rows:
         lines.append(line([
-            r.mode, str(r.users), str(r.requests), fmt(r.allin_us, ".1f"),
+            r.client[:12], r.mode, str(r.users), str(r.requests), fmt(r.allin_us, ".1f"),
             fmt(r.marginal_us, ".1f"), fmt(r.fixed_ms, ".2f"), fmt(r.stream_us, ".1f"),
             "–" if r.client_core is None else f"{r.client_core:.0%}",
             "–" if r.server_core is None else f"{r.server_core:.0%}",
@@ -504,6 +539,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write every run's raw figures here")
     parser.add_argument("--profile", type=Path,
                         help="also profile one client run at C64 zero delay; stats file here")
+    parser.add_argument("--python", nargs="+", default=[sys.executable], metavar="PY",
+                        help="the clients' interpreters (e.g. venvs of two checkouts, before "
+                        "and after): runs alternate between them, so each comparison is made "
+                        "under the same machine state; default: this interpreter")
     parser.add_argument("--client", help=argparse.SUPPRESS)  # internal: the client process
     args = parser.parse_args(argv)
     if args.client:
@@ -527,10 +566,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: load average {os.getloadavg()[0]:.1f} before the runs: other work "
               "shares these cores; CPU figures are inflated and the biases are not the "
               "client's alone", flush=True)
-    import_s = startup_cpu("import workloads")
+    names = {py: client_name(py) for py in args.python}
+    imports = {py: startup_cpu("import workloads", py) for py in args.python}
     bare_s = startup_cpu("pass")
-    print(f"start-up CPU: python -c 'import workloads' {import_s:.2f} s "
-          f"(python -c pass {bare_s:.2f} s), median of 5", flush=True)
+    yardstick_us = calibrate(setup.client_cpu)
+    for py in args.python:
+        print(f"start-up CPU ({names[py]}): python -c 'import workloads' {imports[py]:.2f} s "
+              f"(python -c pass {bare_s:.2f} s), median of 5", flush=True)
+    print(f"yardstick: json.loads of one chunk {yardstick_us:.2f} µs on the client core",
+          flush=True)
     rows: list[Row] = []
     raw: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="client-overhead-") as tmp:
@@ -542,19 +586,26 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 reps = reps_of.get(users, 1)
                 marginal = mode == "zero" and (not args.quick or users in MARGINAL_QUICK)
-                long, short = [], []
+                long: dict[str, list[Run]] = {py: [] for py in args.python}
+                short: dict[str, list[Run]] = {py: [] for py in args.python}
                 for _ in range(runs):
-                    long.append(run_client(mode, users, STREAM_TOKENS, reps, work, setup))
-                    if marginal:
-                        short.append(run_client(mode, users, SHORT_TOKENS, reps, work, setup))
-                for r in long + short:
-                    if r.error:
-                        print(f"  {mode} C{users} n{r.tokens}: {r.error}", file=sys.stderr)
-                    elif r.valid < r.requests or r.unmatched:
-                        print(f"  {mode} C{users} n{r.tokens}: {r.valid}/{r.requests} valid, "
-                              f"{r.unmatched} unmatched", file=sys.stderr)
-                raw += [asdict(r) for r in long + short]
-                rows.append(summarize(mode, users, long, short))
+                    for py in args.python:  # alternating: the same machine state for each
+                        long[py].append(run_client(mode, users, STREAM_TOKENS, reps, work,
+                                                   setup, python=py))
+                        if marginal:
+                            short[py].append(run_client(mode, users, SHORT_TOKENS, reps, work,
+                                                        setup, python=py))
+                for py in args.python:
+                    for r in long[py] + short[py]:
+                        if r.error:
+                            print(f"  {names[py]} {mode} C{users} n{r.tokens}: {r.error}",
+                                  file=sys.stderr)
+                        elif r.valid < r.requests or r.unmatched:
+                            print(f"  {names[py]} {mode} C{users} n{r.tokens}: {r.valid}/"
+                                  f"{r.requests} valid, {r.unmatched} unmatched",
+                                  file=sys.stderr)
+                    raw += [asdict(r) for r in long[py] + short[py]]
+                    rows.append(summarize(names[py], mode, users, long[py], short[py]))
                 print(f"  {mode} C{users}: {runs} run(s) done, "
                       f"{time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
         modes = {"zero": "zero delay",
@@ -567,14 +618,18 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"warning: zero delay C{row.users}: the server core was "
                       f"{row.server_core:.0%} busy; the server may have set the pace")
         if args.profile:
-            run_client("zero", 64, STREAM_TOKENS, zero_reps[64], work, setup, args.profile)
-            print(f"\ncProfile of the client at C64, zero delay (stats: {args.profile}):")
+            run_client("zero", 64, STREAM_TOKENS, zero_reps[64], work, setup, args.profile,
+                       args.python[0])
+            print(f"\ncProfile of the client ({names[args.python[0]]}) at C64, zero delay "
+                  f"(stats: {args.profile}):")
             print(hot_spots(args.profile))
-    print(f"load average after: {', '.join(f'{x:.2f}' for x in os.getloadavg())} · "
+    print(f"yardstick after: {calibrate(setup.client_cpu):.2f} µs · load average after: "
+          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} · "
           f"{time.monotonic() - started:.0f} s in all")
     if args.json:
         args.json.write_text(json.dumps({
-            "machine": machine(), "import_cpu_s": import_s, "bare_python_cpu_s": bare_s,
+            "machine": machine(), "import_cpu_s": imports, "bare_python_cpu_s": bare_s,
+            "yardstick_us": yardstick_us,
             "rows": [asdict(r) for r in rows], "runs": raw,
         }, indent=1))
     return 0
