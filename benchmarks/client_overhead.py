@@ -12,7 +12,8 @@ Figures, each the median over the runs (``--runs``, 3 by default):
   prompts, streaming, records, the result file; the import excluded) / streamed tokens.
 - marginal µs/token: the slope of that CPU between 512- and 64-token streams at the same
   concurrency and request count: what one more streamed token costs, with every per-request
-  and per-run cost excluded. Zero delay only.
+  and per-run cost excluded. Zero delay only. fixed ms/request: the rest, (all-in CPU −
+  marginal × tokens) / requests (per-run costs spread over the requests, and per-request ones).
 - stream µs/token, client core: the client's CPU inside the streaming windows only (first
   request sent → last stream done, per repetition; read from /proc/PID/task/*/schedstat in ns,
   sampled by the harness) / tokens, and that CPU / the windows' wall time, the client core's
@@ -32,11 +33,17 @@ Both processes stamp with time.perf_counter_ns (CLOCK_MONOTONIC on Linux, one cl
 whole host), so the server's stamps and the client's records compare directly.
 
     python benchmarks/client_overhead.py --quick         # < 2 minutes, one run of each
-    python benchmarks/client_overhead.py                 # ~8-15 minutes on 2 cores
-    python benchmarks/client_overhead.py --json out.json --profile prof.txt
+    python benchmarks/client_overhead.py                 # ~7 minutes on 2 cores
+    python benchmarks/client_overhead.py --nice -19      # cores shared with other work
+    python benchmarks/client_overhead.py --json out.json --profile c64.prof
+    python benchmarks/client_overhead.py --python venv-a/bin/python venv-b/bin/python
 
 ``--profile`` adds one cProfile'd client run at C64, zero delay, and prints its hot spots.
-Loopback only (127.0.0.1). Linux only (sched_setaffinity, /proc).
+``--python`` runs the clients of several interpreters (say, the venvs of two checkouts)
+alternately, so a before/after comparison shares one machine state: on a VM whose other
+vCPU is busy, a core's speed moves by up to 2× within minutes (the yardstick line shows it).
+Loopback only (127.0.0.1). Linux only (sched_setaffinity, /proc). Results and conditions of
+record: benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -193,6 +200,7 @@ class Run:
     uplink_ms: list[float] = field(default_factory=list)  # request written → read by server
     downlink_ms: list[float] = field(default_factory=list)  # first chunk written → read
     unmatched: int = 0
+    warnings: list[str] = field(default_factory=list)  # the library's, from its result
     error: str | None = None
 
 
@@ -292,6 +300,7 @@ def run_client(
     run.run_cpu_s = report["run_cpu_s"]
     run.import_cpu_s = report["import_cpu_s"]
     run.peak_rss_mb = report["peak_rss_mb"]
+    run.warnings = report["warnings"]
     records = [json.loads(line) for line in (out / "run" / "records.jsonl").open()]
     truths = {t["id"]: t for t in map(json.loads, truth_path.open())}
     match(run, records, truths)
