@@ -35,6 +35,12 @@
 #   collect S    install the newly carried files, start the pipeline if it is not running,
 #                wait ≤ S seconds (less when it finishes), copy finished NAME.tgz files to $OUT.
 #
+# Every server gets --cache-ram 0: llama.cpp's default host-RAM prompt cache (8 GiB, with
+# --cache-idle-slots) copies idle slots' KV (1.2-1.6 GiB each for this 8B at ~10K tokens) to
+# RAM on the server loop before each new task, which stalled the first sweep for minutes
+# (RESULTS-gpu.md). The 8b-five-user-coding and 8b-depth-sweep results were made before this
+# default, with the cache on.
+#
 # Runs (names used by `run`; the server flags are in run_one below):
 #   8b-five-user-coding   five-user-coding as packaged (C5, sampling 0.7/0.95/presence 1.5)
 #   8b-concurrency-sweep  concurrency-sweep at C1,2,4,8,16,32,64 (same sampling), one server
@@ -44,7 +50,11 @@
 #                         unified KV of 53,248 tokens, host prompt cache off (--cache-ram 0):
 #                         the sessions' working set (~102K tokens) is twice the server's KV;
 #                         the what-if oracle gets the server's n_ctx (run_with_capacity.py)
+#   8b-cN                 one cell of concurrency-sweep at C=N on N slots (8b-c16, 8b-c64)
+#   8b-c64-greedy         the C64 cell with greedy sampling (the sampling ceiling, issue 14)
 #   gemma-five-user-coding  five-user-coding on Gemma 3 270M
+# Repetition cuts for the 30-minute lease are env-overridable: SWEEP_SET, DEPTH_SET, KV_SET
+# (e.g. DEPTH_SET="--set repetitions.warmup=1" runs depth-sweep as packaged).
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -166,7 +176,7 @@ stop_server() {
 start_server() {
     local dir=$1 model=$2 par=$3 ctx=$4; shift 4
     local args=(--model "$model" --host 127.0.0.1 --port "$PORT" --metrics --parallel "$par"
-                --ctx-size "$ctx" --n-gpu-layers 999 --flash-attn on "$@")
+                --ctx-size "$ctx" --n-gpu-layers 999 --flash-attn on --cache-ram 0 "$@")
     echo "$BIN ${args[*]}" > "$dir/server-cmd.txt"
     log "server: ${args[*]}"
     setsid "$BIN" "${args[@]}" > "$dir/server.log" 2>&1 < /dev/null &
@@ -228,6 +238,13 @@ run_one() {
             --set 'concurrency=[64]' --set timeouts.read_gap_s=600 --set repetitions.warmup=0 --set repetitions.measured=1 \
             --set sampling.temperature=0 --set sampling.top_p=1 --set sampling.presence_penalty=0
         ;;
+    8b-c[0-9]*)  # one concurrency-sweep cell, sampled as packaged
+        local n=${name#8b-c}
+        start_server "$dir" "$M8B" "$n" $((n * SLOT)) || return 1
+        workloads_run "$dir" concurrency-sweep --label "$name" --note "$note; $n slots" \
+            --set "concurrency=[$n]" --set timeouts.read_gap_s=600 --set repetitions.warmup=0 \
+            --set repetitions.measured=1
+        ;;
     8b-depth-sweep)
         start_server "$dir" "$M8B" 1 118784 || return 1
         workloads_run "$dir" depth-sweep --label "$name" --note "$note; 1 slot" \
@@ -240,7 +257,7 @@ run_one() {
         echo "server KV capacity from /props default_generation_settings.n_ctx: $cap" > "$dir/capacity.txt"
         KV_CAPACITY=$cap workloads_run "$dir" five-user-coding --label "$name" \
             --note "$note; 4 slots, unified KV $cap tokens, --cache-ram 0, 8 users" \
-            --set users=8 --set repetitions.warmup=1 --set repetitions.measured=2
+            --set users=8 ${KV_SET:---set repetitions.warmup=0 --set repetitions.measured=1}
         ;;
     gemma-five-user-coding)
         gemma || return 1
