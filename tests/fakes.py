@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from workloads.core import tokens
-from workloads.wire.client import AttemptHook, ChatResponse, Usage
+from workloads.wire.client import ChatResponse, Usage
 
 # --- a function-backed ChatClient ------------------------------------------------------------
 
@@ -39,9 +39,7 @@ class FakeChatClient:
         self.bodies: list[dict[str, Any]] = []
         self.sent_at: list[float] = []
 
-    async def stream_chat(
-        self, body: dict[str, Any], *, on_attempt: AttemptHook | None = None
-    ) -> ChatResponse:
+    async def stream_chat(self, body: dict[str, Any]) -> ChatResponse:
         self.bodies.append(body)
         self.sent_at.append(time.perf_counter())
         await asyncio.sleep(self.delay(body))

@@ -34,7 +34,7 @@ def test_a_run_whose_turns_all_fail_exits_3_and_prints_the_failures_by_kind(tmp_
     out = capsys.readouterr().out
     assert "Failed measured turns: 4 of 4" in out
     assert "HTTP 500" in out  # the first message of the kind, per turn
-    rows = [line for line in out.splitlines() if "│ http" in line]
+    rows = [line for line in out.splitlines() if "│ http_5xx" in line]
     assert [row.split("│")[1].strip() for row in rows] == ["1", "2"]
     assert "100.0% of measured turns failed" in out
     assert main(["show", str(tmp_path / "r")]) == 0  # show reports; it does not judge

@@ -31,22 +31,23 @@ def test_the_timeline_shows_every_failed_request_from_send_to_error_by_kind(tmp_
     result = workloads.run(scenario, sim=sim)
     # A request that never connected: no send time, only when the client began it.
     never = result.records[0].model_copy(update={
-        "status": "error", "error_kind": "connect", "valid": False, "http_status": None,
+        "status": "error", "error_kind": "connect_refused", "valid": False, "http_status": None,
         "sent_ns": None, "headers_ns": None, "first_content_ns": None,
-        "last_content_ns": None, "done_ns": None, "repetition": 9,
+        "last_content_ns": None, "done_ns": None, "error_ns": None, "repetition": 9,
     })
     result = result.model_copy(update={"records": [*result.records, never]})
 
     bars = timeline_bars(result)
     assert len(bars) == len(result.records)  # every measured request, failed ones included
     by_kind = {b.kind for b in bars}
-    assert {"http", "disconnected", "invalid", "connect"} <= by_kind
+    assert {"http_429", "http_5xx", "disconnected", "invalid", "connect_refused"} <= by_kind
     assert None in by_kind  # and the good ones
     origin = min(r.sent_ns or r.started_ns for r in result.records)
     for bar, record in zip(bars, result.records, strict=True):
         assert bar.end_s > bar.start_s  # never a zero-width bar
-        if record.error_kind == "http":  # no content times: it ends when the error came
-            assert record.headers_ns is not None
-            assert bar.end_s >= (record.headers_ns - origin) / 1e9
+        if record.error_ns is not None:  # it ends when the error came
+            assert bar.end_s >= (record.error_ns - origin) / 1e9
+        elif record.error_kind is not None:  # no error time: the last time it knows
+            assert bar.end_s >= (record.started_ns - origin) / 1e9
     written = write_plots(result, tmp_path)
     assert (tmp_path / "timeline.png") in written

@@ -86,7 +86,7 @@ def test_a_stop_without_grace_records_the_turns_in_flight_with_what_they_measure
         assert r.status == "incomplete" and r.error_kind == "cancelled" and not r.valid
         # What the client had measured when it was cancelled is kept, not dropped.
         assert r.http_status == 200 and r.sent_ns is not None and r.headers_ns is not None
-        assert r.done_ns is not None and r.done_ns >= r.sent_ns
+        assert r.error_ns is not None and r.error_ns >= r.sent_ns  # when it was cut
     streaming = [r for r in result.records if r.first_content_ns is not None]
     assert streaming and all(r.content_events > 0 and r.ttft_ns for r in streaming)
     assert turn_lines(tmp_path / "cut") == [r.model_dump(mode="json") for r in result.records]
@@ -190,7 +190,7 @@ def test_a_turn_cancelled_before_any_response_byte_keeps_its_send_time():
     assert r.status == "incomplete" and r.error_kind == "cancelled"
     assert r.sent_ns is not None and r.sent_ns >= r.started_ns
     assert r.http_status is None and r.first_content_ns is None  # no byte came back
-    assert r.done_ns is not None and r.done_ns >= r.sent_ns
+    assert r.error_ns is not None and r.error_ns >= r.sent_ns  # when it was cut
 
 
 def test_the_library_installs_no_sigterm_handler_when_embedded():

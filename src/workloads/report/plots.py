@@ -154,12 +154,11 @@ def _failure_kind(r: TurnRecord) -> str | None:
 
 
 def _failure_end_ns(r: TurnRecord) -> int:
-    """When a failed request's error arrived: the error time where the record has one, else
-    the latest time it knows (an HTTP error has no content times; a connect error not even
-    a send time)."""
-    error_ns = getattr(r, "error_ns", None)  # the error's arrival, where records carry it
-    if isinstance(error_ns, int):
-        return error_ns
+    """When a failed request's error arrived: its ``error_ns``, else (older records, invalid
+    turns) the latest time it knows (an HTTP error has no content times; a connect error not
+    even a send time)."""
+    if r.error_ns is not None:
+        return r.error_ns
     known = (r.done_ns, r.last_content_ns, r.first_content_ns, r.headers_ns, r.sent_ns,
              r.started_ns)
     return max(t for t in known if t is not None)
