@@ -235,6 +235,20 @@ async def test_kept_alive_connection_is_reused():
     assert all(r.ok for r in responses) and s.connections == 1
 
 
+async def test_an_idle_connection_past_keepalive_is_not_reused():
+    # Servers close idle connections after their keep-alive timeout (5 s for uvicorn and
+    # cpp-httplib); a request sent on one as it closes is lost. We let them go first.
+    async def handler(reader, writer, index):
+        await full_stream(writer, content("x"), FINISH, USAGE, DONE)
+        return True
+
+    async with scripted_server(handler) as s, AiohttpChatClient(s.url, keepalive_s=0.1) as client:
+        first = await client.stream_chat(BODY)
+        await asyncio.sleep(0.3)
+        second = await client.stream_chat(BODY)
+    assert first.ok and second.ok and s.connections == 2 and second.resends == 0
+
+
 def test_only_a_reused_connection_found_closing_before_the_first_write_is_unwritten():
     closing = aiohttp.ClientConnectionResetError("Cannot write to closing transport")
     assert _unwritten(closing, {"reused": True, "sent_ns": 1, "chunks": 1})

@@ -38,9 +38,11 @@ __all__ = [
 # sent again on a fresh connection, at most this many times.
 MAX_RESENDS = 2
 DEFAULT_TIMEOUTS = Timeouts()  # the scenario's defaults: one home for them
-# Idle pooled connections older than this are not reused. Below the 5 s keep-alive of uvicorn
-# (vLLM, SGLang) and cpp-httplib (llama.cpp), so we do not send on a connection the server is
-# closing at that moment: such a request is written, then lost, and may not be re-sent.
+# Idle pooled connections older than this are not reused. Below the 5 s idle timeout of
+# uvicorn (vLLM, SGLang) and cpp-httplib (llama.cpp: "Keep-Alive: timeout=5, max=100"), so we
+# never send on a connection the server is closing at that moment: such a request is written,
+# then lost, and may not be re-sent. A fresh connection costs nothing in TTFT (it is opened
+# before the request is written, and TTFT starts there).
 KEEPALIVE_S = 4.0
 RETRY_ALIASES: dict[str, ErrorKind] = {"429": "http_429", "4xx": "http_4xx", "5xx": "http_5xx"}
 NEVER_RETRIED = frozenset({"cancelled", "turn_deadline"})
@@ -178,6 +180,7 @@ class AiohttpChatClient:
         retry_on: Collection[str] = (),  # measure what the server does: no retries
         max_retries: int = 3,
         reuse_connections: bool = True,  # keep-alive, as every real client does
+        keepalive_s: float = KEEPALIVE_S,  # below the server's idle timeout
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self._connections = connections
@@ -191,6 +194,7 @@ class AiohttpChatClient:
         self._retry_on = retry_kinds(retry_on)
         self._max_retries = max(0, max_retries)
         self._reuse = reuse_connections
+        self._keepalive_s = keepalive_s
         self._retired: list[aiohttp.ClientSession] = []  # pools left by _stop_reusing
         self._session: aiohttp.ClientSession | None = None
 
@@ -212,7 +216,7 @@ class AiohttpChatClient:
         trace.on_connection_reuseconn.append(self._on_reuse)
         connector = aiohttp.TCPConnector(
             limit=self._connections, limit_per_host=0, force_close=not reuse,
-            keepalive_timeout=KEEPALIVE_S if reuse else None,
+            keepalive_timeout=self._keepalive_s if reuse else None,
         )
         return aiohttp.ClientSession(
             connector=connector, timeout=self._timeout, headers=self._headers,
