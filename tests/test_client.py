@@ -16,13 +16,8 @@ from workloads.model.errors import RequestError
 from workloads.model.records import TurnRecord
 from workloads.model.scenario import Timeouts
 from workloads.runner.session import record_from_response
-from workloads.wire.client import (
-    AiohttpChatClient,
-    _unwritten,
-    parse_chunk,
-    partial_response,
-    retry_kinds,
-)
+from workloads.wire.client import AiohttpChatClient, parse_chunk, partial_response
+from workloads.wire.failures import retry_kinds, unwritten
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[bool]]
 
@@ -249,15 +244,15 @@ async def test_an_idle_connection_past_keepalive_is_not_reused():
     assert first.ok and second.ok and s.connections == 2 and second.resends == 0
 
 
-def test_only_a_reused_connection_found_closing_before_the_first_write_is_unwritten():
+def test_only_a_reused_connection_found_closing_before_the_first_write_isunwritten():
     closing = aiohttp.ClientConnectionResetError("Cannot write to closing transport")
-    assert _unwritten(closing, {"reused": True, "sent_ns": 1, "chunks": 1})
-    assert _unwritten(aiohttp.ServerDisconnectedError(), {"reused": True})  # before writing
-    assert not _unwritten(closing, {"sent_ns": 1, "chunks": 1})  # a fresh connection
-    assert not _unwritten(closing, {"reused": True, "sent_ns": 1, "chunks": 2})  # 1st went out
+    assert unwritten(closing, {"reused": True, "sent_ns": 1, "chunks": 1})
+    assert unwritten(aiohttp.ServerDisconnectedError(), {"reused": True})  # before writing
+    assert not unwritten(closing, {"sent_ns": 1, "chunks": 1})  # a fresh connection
+    assert not unwritten(closing, {"reused": True, "sent_ns": 1, "chunks": 2})  # 1st went out
     lost = aiohttp.ClientConnectionResetError("Connection lost")  # raised after a write
-    assert not _unwritten(lost, {"reused": True, "sent_ns": 1, "chunks": 1})
-    assert not _unwritten(aiohttp.ServerDisconnectedError(), {"reused": True, "sent_ns": 1})
+    assert not unwritten(lost, {"reused": True, "sent_ns": 1, "chunks": 1})
+    assert not unwritten(aiohttp.ServerDisconnectedError(), {"reused": True, "sent_ns": 1})
 
 
 # --- retry_on ------------------------------------------------------------------------------
