@@ -21,7 +21,9 @@ SMALL = [
 
 
 def read_records(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    """The TurnRecord lines (the header, nonces and window lines carry a "kind")."""
+    lines = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    return [line for line in lines if "kind" not in line]
 
 
 def test_cli_run_against_a_simulated_target_matches_its_ground_truth(
@@ -49,7 +51,7 @@ def test_cli_run_against_a_simulated_target_matches_its_ground_truth(
     assert all(r["cached_tokens"] == 0 for r in records if r["turn"] == 1)
 
     result = json.loads((out / "result.json").read_text())
-    assert result["format_version"] == 1 and result["label"] == "arm-a"
+    assert result["format_version"] == 2 and result["label"] == "arm-a"
     assert result["target"]["model"] == simulated_server.model
     assert len(result["nonces"]) == 3
     all_nonces = [n for rep in result["nonces"] for n in rep["sessions"]]
@@ -85,7 +87,7 @@ def test_cli_refuses_to_overwrite_a_result(simulated_server, tmp_path):
 def test_unreachable_target_is_a_clear_error(tmp_path, capsys):
     code = main(["run", "five-user-coding", "--target", "http://127.0.0.1:9/v1",
                  "--out", str(tmp_path / "x"), "--quiet"])
-    assert code == 2
+    assert code == 4  # the target cannot be used
     assert "cannot reach http://127.0.0.1:9/v1" in capsys.readouterr().err
 
 

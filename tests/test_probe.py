@@ -275,8 +275,9 @@ def test_cli_probe_without_target_probes_the_embedded_simulator(capsys):
     assert "embedded simulated server" in captured.err
 
 
-def test_cli_probe_of_an_unreachable_target_exits_2_with_one_line(capsys):
-    assert main(["probe", "--target", "http://127.0.0.1:9/v1", "--timeout", "5"]) == 2
+def test_cli_probe_of_an_unreachable_target_exits_4_with_one_line(capsys):
+    # 4: the target cannot be used (cli.py's exit codes); 2 is bad input.
+    assert main(["probe", "--target", "http://127.0.0.1:9/v1", "--timeout", "5"]) == 4
     err = capsys.readouterr().err
     assert err.startswith("error: cannot reach http://127.0.0.1:9/v1/models")
     assert err.count("\n") == 1

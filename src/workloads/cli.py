@@ -2,21 +2,42 @@
 
 The library never prints or exits; this module does. ``main(argv) -> int`` returns the exit
 code so tests call it in process.
+
+Exit codes (scripts can rely on them):
+
+    0    done; every measured turn valid (or the failed ones within --max-error-rate)
+    1    a crash: a bug in workloads (with a traceback; please report it)
+    2    bad input: arguments, scenario, --out, a result file, a refused comparison
+    3    the run finished, but more measured turns failed than --max-error-rate allows
+    4    the target cannot be used: unreachable, model not served, not OpenAI-compatible
+    130  stopped by SIGINT (Ctrl-C), 143 stopped by SIGTERM: the partial result is saved
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import errno
+import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from workloads.model.errors import ScenarioError, WorkloadsError
+from workloads.model.errors import ScenarioError, TargetError, WorkloadsError
 
 __all__ = ["main"]
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+EXIT_FAILED_TURNS = 3
+EXIT_TARGET = 4
+
+
+class UsageError(WorkloadsError):
+    """A command line that cannot work (exit 2); the message names the flags."""
 
 
 def _parse_assignments(items: Sequence[str], flag: str) -> dict[str, Any]:
@@ -62,12 +83,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     target = None
     if args.target and args.launch:
         raise ScenarioError("give --target (a running server) or --launch (start one), not both")
+    _check_run_flags(args)
     if args.target:
         target = workloads.Target(args.target, args.model, api_key_env=args.api_key_env)
     elif args.model:
         console.print("--model is only used with --target; ignoring it")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-{stamp}"
+    from workloads.runner.run import claim_out_dir
+
+    claim_out_dir(out, overwrite=args.overwrite)  # before starting anything: one clear line
     reps = scenario.repetitions.warmup + scenario.repetitions.measured
     total = scenario.total_turns()
     with Progress(
@@ -104,23 +129,121 @@ def _cmd_run(args: argparse.Namespace) -> int:
                         parallel=max(c.concurrency for c in scenario.cells()),
                         context_per_slot=context_per_slot(scenario),
                     ))
-                result = workloads.run(
-                    scenario,
-                    target,
-                    out_dir=out,
-                    label=args.label,
-                    note=args.note,
-                    sim=sim or None,
-                    on_record=on_record,
-                    telemetry=telemetry,
-                )
-        except KeyboardInterrupt:
+                result, signum = asyncio.run(_run_until_signal(
+                    dict(
+                        scenario=scenario,
+                        target=target,
+                        out_dir=out,
+                        label=args.label,
+                        note=args.note,
+                        sim=sim or None,
+                        on_record=on_record,
+                        telemetry=telemetry,
+                        overwrite=args.overwrite,
+                    ),
+                    grace_s=args.grace,
+                    console=console,
+                ))
+        except KeyboardInterrupt:  # Ctrl-C before the run's own handlers were in place
             console.print(f"interrupted: every turn measured so far is in {out}/records.jsonl")
-            return 130
+            return 128 + signal.SIGINT
+    if result is None:  # a second signal cut the grace short: the saved partial result
+        from workloads.core.aggregate import summarized
+        from workloads.model.results import load_result
+
+        result = summarized(load_result(out))
     console.print(report.render(result))
     console.print(f"saved {out / 'result.json'} and {out / 'records.jsonl'}")
     _write_plots(result, out / "plots", console, wanted=not args.no_plots)
-    return 0
+    return _run_exit_code(result, signum, args.max_error_rate, console)
+
+
+def _check_run_flags(args: argparse.Namespace) -> None:
+    """Flag combinations that cannot work, refused before anything starts."""
+    from workloads.model.target import base_url_problem
+
+    if args.sim and args.target:
+        raise UsageError("--sim sets the embedded simulator's profile and cannot change a "
+                         "--target server; drop --sim, or drop --target to run the simulator")
+    if args.target and (problem := base_url_problem(args.target)) is not None:
+        raise UsageError(f"--target: {problem}")
+    if not 0.0 <= args.max_error_rate <= 1.0:
+        raise UsageError(f"--max-error-rate {args.max_error_rate:g}: give a fraction from 0 "
+                         "to 1, e.g. 0.05 for 5%")
+    if args.grace < 0:
+        raise UsageError(f"--grace {args.grace:g}: give seconds, 0 or more")
+
+
+async def _run_until_signal(
+    options: dict[str, Any], *, grace_s: float, console: Any
+) -> tuple[Any, int | None]:
+    """The run, stopped gracefully by SIGINT or SIGTERM (the same way): no new turns, the
+    ones in flight get ``grace_s`` to finish, the partial result is saved. A second signal
+    cancels the turns in flight at once. Returns the result (None when a second signal cut
+    it short; it is saved all the same) and the first signal, if any."""
+    import workloads
+
+    stop = asyncio.Event()
+    signals: list[int] = []
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+
+    def on_signal(signum: int) -> None:
+        signals.append(signum)
+        name = signal.Signals(signum).name
+        if len(signals) == 1:
+            console.print(f"{name}: stopping — no new turns; turns in flight get {grace_s:g} s "
+                          "(send it again to cancel them now)")
+            stop.set()
+        elif task is not None:
+            task.cancel()
+
+    installed = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(signum, on_signal, signum)
+        except (NotImplementedError, RuntimeError, ValueError):
+            continue  # not the main thread (an embedding host), or no signals here
+        installed.append(signum)
+    try:
+        result = await workloads.run_async(**options, stop=stop, stop_grace_s=grace_s)
+    except asyncio.CancelledError:
+        if not signals:
+            raise
+        return None, signals[0]
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+    return result, signals[0] if signals else None
+
+
+def _run_exit_code(result: Any, signum: int | None, max_error_rate: float, console: Any) -> int:
+    """Print the failures by turn and kind; the exit code of a finished or stopped run."""
+    from workloads.report.failures import failure_rate
+
+    _print_failures(result, console)
+    if signum is not None:
+        console.print(f"stopped by {signal.Signals(signum).name}: the result is partial "
+                      f"(complete: false); exit {128 + signum}")
+        return 128 + signum
+    rate = failure_rate(result.records)
+    if rate is None:
+        console.print("no measured turn was recorded")
+        return EXIT_FAILED_TURNS
+    if rate > max_error_rate:
+        console.print(f"{rate:.1%} of measured turns failed (allowed: --max-error-rate "
+                      f"{max_error_rate:g}); exit {EXIT_FAILED_TURNS}")
+        return EXIT_FAILED_TURNS
+    return EXIT_OK
+
+
+def _print_failures(result: Any, console: Any) -> None:
+    """The failed measured turns by turn and kind, with each kind's first message."""
+    from workloads.report.failures import failures, render_failures
+
+    rows = failures(result.records, output_tokens=result.scenario.output_tokens)
+    if rows:
+        console.print(render_failures(rows, sum(not r.warmup for r in result.records)))
 
 
 @contextlib.contextmanager
@@ -186,6 +309,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     result = summarized(load_result(args.result))  # the file's summaries are a cache
     console = _console()
     console.print(report.render(result))
+    _print_failures(result, console)
     if args.plots:
         where = Path(args.result)
         directory = where if where.is_dir() else where.parent
@@ -228,13 +352,18 @@ def _cmd_probe(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from workloads.model.target import Target
+    from workloads.model.target import Target, base_url_problem
     from workloads.probe.observe import probe, render
 
     # With --json, stdout carries only the JSON; what happens on the way goes to stderr.
     console = Console(stderr=True, markup=False) if args.json else _console()
     if args.target and args.launch:
         raise ScenarioError("give --target (a running server) or --launch (start one), not both")
+    if args.sim and args.target:
+        raise UsageError("--sim sets the embedded simulator's profile and cannot change a "
+                         "--target server; drop --sim, or drop --target to probe the simulator")
+    if args.target and (problem := base_url_problem(args.target)) is not None:
+        raise UsageError(f"--target: {problem}")
     with contextlib.ExitStack() as stack:
         if args.target:
             target = Target(args.target, args.model, api_key_env=args.api_key_env)
@@ -272,7 +401,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     profile = get_profile(args.profile, _parse_assignments(args.sim or [], "--sim"))
     server = SimulatedServer(profile, host=args.host, port=args.port, debug=args.debug)
-    server.start()
+    try:
+        server.start()
+    except OSError as err:
+        if err.errno != errno.EADDRINUSE:
+            raise
+        raise UsageError(f"port {args.port} on {args.host} is in use; choose another with "
+                         "--port (--port 0 picks a free one)") from err
     print(f"simulated server ({profile.name}) serving {profile.model} at {server.base_url} "
           f"· KV {profile.num_blocks * profile.block_size:,} tokens"
           + (f" · {profile.spec_tokens} draft tokens" if profile.spec_tokens else ""))
@@ -296,6 +431,18 @@ def _target_arguments(parser: argparse.ArgumentParser, launch_does: str) -> None
                         f"llamacpp extra), {launch_does}")
     parser.add_argument("--api-key-env", default="WORKLOADS_API_KEY",
                         help="environment variable holding the API key (default: %(default)s)")
+
+
+def _run_safety_arguments(run: argparse.ArgumentParser) -> None:
+    """--overwrite, --max-error-rate, --grace: what a run may replace, fail and wait for."""
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace the result already in --out (never done otherwise)")
+    run.add_argument("--max-error-rate", type=float, default=0.0, metavar="FRACTION",
+                     help="exit 0 while at most this fraction of measured turns failed "
+                     "(default: %(default)s: any failed turn exits 3)")
+    run.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
+                     help="on SIGINT/SIGTERM, how long turns in flight may finish before "
+                     "they are cancelled (default: %(default)s)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -327,6 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--note", help="free text (the stack, flags), stored in the result")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--no-plots", action="store_true", help="do not write DIR/plots/*.png")
+    _run_safety_arguments(run)
     run.set_defaults(func=_cmd_run)
 
     scenarios = sub.add_parser("scenarios", help="list packaged scenarios")
@@ -377,6 +525,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
         return code
-    except (WorkloadsError, FileExistsError) as err:
+    except TargetError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_TARGET
+    except (WorkloadsError, OSError) as err:  # OSError: --out, --port (one line each)
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT

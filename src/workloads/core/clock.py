@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-__all__ = ["sleep_until"]
+__all__ = ["sleep_until", "sleep_until_or"]
 
 
 async def sleep_until(deadline: float) -> float:
@@ -15,4 +15,23 @@ async def sleep_until(deadline: float) -> float:
     delay = deadline - time.perf_counter()
     if delay > 0:
         await asyncio.sleep(delay)
+    return max(0.0, time.perf_counter() - deadline)
+
+
+async def sleep_until_or(deadline: float, event: asyncio.Event) -> float | None:
+    """:func:`sleep_until`, cut short by ``event``: how late we woke (seconds), or None when
+    ``event`` was set first (or already). A stopped run starts no turn it was waiting on."""
+    if event.is_set():
+        return None
+    delay = deadline - time.perf_counter()
+    if delay > 0:
+        try:
+            async with asyncio.timeout(delay):
+                await event.wait()
+        except TimeoutError:
+            pass
+        else:
+            return None
+    if event.is_set():
+        return None
     return max(0.0, time.perf_counter() - deadline)

@@ -126,15 +126,27 @@ class RecordWriter:
         self._file.write(record.model_dump_json() + "\n")
         self._file.flush()
 
+    def write_line(self, line: str) -> None:
+        """Append one JSON line that is not a TurnRecord (the header, nonces, windows: see
+        :mod:`workloads.model.results`), flushed at once."""
+        assert self._file is not None, "use 'with RecordWriter(path) as writer'"
+        self._file.write(line + "\n")
+        self._file.flush()
+
 
 def read_records(path: Path) -> Iterator[TurnRecord]:
-    """TurnRecords from a JSONL file. A torn last line (a crash mid-write) is skipped."""
+    """TurnRecords from a JSONL file. A torn last line (a crash mid-write) is skipped, and
+    so are the lines that are not TurnRecords (those with a "kind": header, nonces, windows;
+    :func:`workloads.model.results.read_records_file` reads them)."""
     lines = path.read_text(encoding="utf-8").splitlines()
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            yield TurnRecord.model_validate(json.loads(line))
+            data = json.loads(line)
+            if isinstance(data, dict) and "kind" in data:
+                continue
+            yield TurnRecord.model_validate(data)
         except (json.JSONDecodeError, ValueError) as err:
             if number == len(lines):
                 return

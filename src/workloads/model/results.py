@@ -3,6 +3,16 @@
 ``DIR/result.json`` holds the validated scenario, the target's identity, the nonces, the
 measured window, the summary and warnings; ``DIR/records.jsonl`` beside it holds the raw
 TurnRecords. ``show`` and ``compare`` recompute from those files.
+
+records.jsonl is written as the run goes, so it alone is enough to rebuild a report when the
+run was killed before result.json was written. Its lines (format 2 on; one JSON object each):
+
+    {"kind": "header", ...RunHeader}      first line: scenario, target, identity, options
+    {"kind": "nonces", ...}               one per repetition, when its nonces are drawn
+    {"kind": "window", "cell": 0, ...}    one per cell, when its measured window closes
+    {...TurnRecord}                       one per turn (no "kind"), as the turn ends
+
+Format 1 files hold TurnRecord lines only.
 """
 
 from __future__ import annotations
@@ -11,8 +21,9 @@ import json
 import os
 import platform
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
@@ -20,14 +31,24 @@ from workloads._version import __version__
 from workloads.model.base import Frozen
 from workloads.model.errors import ResultFormatError
 from workloads.model.figures import EnergyFigures, ServerTelemetry
-from workloads.model.records import TurnRecord, read_records
+from workloads.model.records import TurnRecord
 from workloads.model.scenario import Scenario
-from workloads.model.summary import BandSummary, ConcurrencySummary, Summary
+from workloads.model.summary import BandSummary, ConcurrencySummary, RunSummary, Summary
 from workloads.model.whatif import WhatIfTurn
 
-__all__ = ["FORMAT_VERSION", "CellSummary", "ClientHealth", "RunResult", "Sizing", "load_result"]
+__all__ = [
+    "FORMAT_VERSION",
+    "CellSummary",
+    "ClientHealth",
+    "RecordsFile",
+    "RunHeader",
+    "RunResult",
+    "Sizing",
+    "load_result",
+    "read_records_file",
+]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # of result.json and records.jsonl together; history above load_result
 RESULT_FILE = "result.json"
 RECORDS_FILE = "records.jsonl"
 
@@ -145,21 +166,62 @@ class RunResult(Frozen):
     concurrency: ConcurrencySummary | None = None
 
     def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
-        """Write ``result.json`` into ``directory`` (and records.jsonl if not there yet)."""
+        """Write ``result.json`` into ``directory`` (and records.jsonl, with its header, if
+        not there yet), in the current format (a loaded older file was brought to it)."""
+        if self.format_version != FORMAT_VERSION:
+            current = self.model_copy(update={"format_version": FORMAT_VERSION})
+            return current.save(directory, overwrite=overwrite)
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         path = out / RESULT_FILE
         if path.exists() and not overwrite:
-            raise FileExistsError(f"{path} exists; pass overwrite=True or choose another --out")
+            raise FileExistsError(
+                f"{path} exists; pass overwrite=True (--overwrite) or choose another --out"
+            )
         records_path = out / RECORDS_FILE
         if not records_path.exists():
             with records_path.open("w", encoding="utf-8") as f:
+                f.write(header_line(self.header()) + "\n")
+                for nonces in self.nonces:
+                    f.write(meta_line("nonces", nonces.model_dump(mode="json")) + "\n")
                 for record in self.records:
                     f.write(record.model_dump_json() + "\n")
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, path)
         return path
+
+    def header(self) -> RunHeader:
+        """What this result held when its run started (records.jsonl's first line)."""
+        return RunHeader(**{name: getattr(self, name) for name in RunHeader.model_fields
+                            if name != "kind"})
+
+
+class RunHeader(Frozen):
+    """The first line of records.jsonl, written when the run starts: a RunResult without
+    what only the end knows (summaries, windows, warnings). With it, records.jsonl alone
+    rebuilds the report of a run that was killed (``show DIR``)."""
+
+    kind: Literal["header"] = "header"
+    format_version: int = FORMAT_VERSION
+    workloads_version: str = __version__
+    created_unix: float = Field(default_factory=time.time)
+    label: str | None = None
+    note: str | None = None
+    scenario: Scenario
+    target: TargetInfo
+    corpus: dict[str, str]
+    environment: dict[str, str] = Field(default_factory=dict)
+
+
+def header_line(header: RunHeader) -> str:
+    """records.jsonl's first line."""
+    return header.model_dump_json()
+
+
+def meta_line(kind: Literal["nonces", "window"], data: dict[str, Any]) -> str:
+    """A records.jsonl line that is not a TurnRecord: ``{"kind": kind, **data}``."""
+    return json.dumps({"kind": kind, **data}, separators=(",", ":"))
 
 
 def environment() -> dict[str, str]:
@@ -171,33 +233,172 @@ def environment() -> dict[str, str]:
     }
 
 
-# format_version history (keep loading every version listed here):
-#   1 — 2026-11-30: first version (later additive, optional: cells, sizing, nonces' cell).
-#       Early files carry "window.telemetry": null, which the typed window.server /
-#       window.energy replaced the same day; it is dropped on load.
-def load_result(path: str | Path) -> RunResult:
-    """Load a RunResult from ``DIR`` or ``DIR/result.json``, with its records."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / RESULT_FILE
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError as err:
-        raise ResultFormatError(f"{p}: no such result file") from err
-    except json.JSONDecodeError as err:
-        raise ResultFormatError(f"{p}: not JSON ({err})") from err
-    version = data.get("format_version") if isinstance(data, dict) else None
-    if version != FORMAT_VERSION:
+class RecordsFile(Frozen):
+    """What a records.jsonl holds: its header (None: format 1, which has none), the nonces
+    and windows written as the run went, and the TurnRecords."""
+
+    header: RunHeader | None = None
+    nonces: list[RepetitionNonces] = Field(default_factory=list)
+    windows: dict[int, Window] = Field(default_factory=dict)  # per cell
+    records: list[TurnRecord] = Field(default_factory=list)
+
+
+def read_records_file(path: Path) -> RecordsFile:
+    """Read records.jsonl (format 1 or 2). A torn last line (a crash mid-write) is skipped.
+
+    Raises :class:`ResultFormatError` for a line that is not one of the kinds above, and for
+    a header of a newer format than this version of workloads reads.
+    """
+    lines = path.read_text(encoding="utf-8").splitlines()
+    header: RunHeader | None = None
+    nonces: list[RepetitionNonces] = []
+    windows: dict[int, Window] = {}
+    records: list[TurnRecord] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            kind = data.pop("kind", None) if isinstance(data, dict) else None
+            if kind == "header":
+                _check_version(data.get("format_version"), path)
+                header = RunHeader.model_validate(data)
+            elif kind == "nonces":
+                nonces.append(RepetitionNonces.model_validate(data))
+            elif kind == "window":
+                cell = int(data.pop("cell"))
+                windows[cell] = Window.model_validate(data)
+            else:
+                records.append(TurnRecord.model_validate(data))
+        except (json.JSONDecodeError, ValueError, KeyError) as err:
+            if number == len(lines):
+                break
+            raise ResultFormatError(f"{path}:{number}: not a records.jsonl line: {err}") from err
+    return RecordsFile(header=header, nonces=nonces, windows=windows, records=records)
+
+
+def _check_version(version: object, path: Path) -> int:
+    if isinstance(version, int) and version > FORMAT_VERSION:
         raise ResultFormatError(
-            f"{p}: format_version {version!r} is not one this version of workloads reads "
-            f"({FORMAT_VERSION}); upgrade workloads"
+            f"{path}: written by a newer workloads (format {version}; this one reads up to "
+            f"{FORMAT_VERSION}); upgrade workloads (pip install -U workloads)"
         )
+    if version not in _LOADERS:
+        raise ResultFormatError(
+            f"{path}: format_version {version!r} is not a result format workloads knows "
+            f"(1 to {FORMAT_VERSION}); is this a workloads result?"
+        )
+    assert isinstance(version, int)
+    return version
+
+
+def _upgrade_1(data: dict[str, Any]) -> dict[str, Any]:
+    """Format 1 → 2: early files carry "window.telemetry": null, which the typed
+    window.server / window.energy replaced; everything else 2 added is optional."""
     window = data.get("window")
     if isinstance(window, dict) and window.get("telemetry", 0) is None:
         window.pop("telemetry")
+    return data
+
+
+def _upgrade_2(data: dict[str, Any]) -> dict[str, Any]:
+    return data
+
+
+# format_version history (keep loading every version listed here; one loader each, which
+# brings a file of that version to the current model):
+#   1 — 2026-11-30: first version (later additive, optional: cells, sizing, nonces' cell).
+#       Early files carry "window.telemetry": null, which the typed window.server /
+#       window.energy replaced the same day; it is dropped on load. records.jsonl: TurnRecord
+#       lines only.
+#   2 — 2026-11-30: records.jsonl starts with a header line (the run as it started) and
+#       carries nonces and window lines, so a killed run's report can be rebuilt from it;
+#       the optional result fields added the same day land here.
+_LOADERS = {1: _upgrade_1, 2: _upgrade_2}
+
+
+def load_result(path: str | Path) -> RunResult:
+    """Load a RunResult from ``DIR`` or ``DIR/result.json``, with its records.
+
+    A directory whose run was killed before writing result.json (format 2 on) is rebuilt
+    from records.jsonl alone: marked incomplete, with a warning saying so; its summaries are
+    empty until :func:`workloads.core.aggregate.summarized` computes them (``show`` does).
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / RESULT_FILE
     records_path = p.parent / RECORDS_FILE
-    records = list(read_records(records_path)) if records_path.exists() else []
+    if not p.exists() and records_path.exists():
+        return _rebuilt(records_path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError as err:
+        raise ResultFormatError(f"{p}: no such result file (and no records.jsonl)") from err
+    except json.JSONDecodeError as err:
+        raise ResultFormatError(f"{p}: not JSON ({err})") from err
+    if not isinstance(data, dict):
+        raise ResultFormatError(f"{p}: not a result (a JSON object with format_version)")
+    data = _LOADERS[_check_version(data.get("format_version"), p)](data)
+    records = read_records_file(records_path).records if records_path.exists() else []
     try:
         return RunResult.model_validate({**data, "records": records})
     except ValidationError as err:
         raise ResultFormatError(f"{p}: not a valid result: {err}") from err
+
+
+def _rebuilt(records_path: Path) -> RunResult:
+    """A RunResult from records.jsonl alone (no summaries: ``summarized`` computes them)."""
+    found = read_records_file(records_path)
+    header = found.header
+    if header is None:
+        raise ResultFormatError(
+            f"{records_path.parent}: no result.json, and records.jsonl has no header line "
+            "(format 1): the report cannot be rebuilt without the scenario"
+        )
+    scenario = header.scenario
+    cells = None
+    if scenario.swept:
+        cells = [
+            CellSummary(
+                cell=cell.index,
+                concurrency=cell.concurrency,
+                prior_tokens=cell.prior_tokens,
+                configured_prompt_tokens=scenario.for_cell(cell).configured_prompt_tokens(1),
+                window=found.windows.get(cell.index, Window()),
+                summary=Summary(turns=[], run=_empty_run_summary()),
+            )
+            for cell in scenario.cells()
+            if any(r.cell == cell.index for r in found.records)
+        ]
+    fields = header.model_dump(exclude={"kind"})
+    # As a finished run does: the identity gets the last system_fingerprint the server sent.
+    fingerprints = [r.system_fingerprint for r in found.records if r.system_fingerprint]
+    identity = header.target.server.model_copy(
+        update={"system_fingerprint": fingerprints[-1] if fingerprints else None}
+    )
+    return RunResult.model_validate({
+        **fields,
+        "scenario": header.scenario,
+        "target": header.target.model_copy(update={"server": identity}),
+        "complete": False,
+        "nonces": found.nonces,
+        "window": Window() if scenario.swept else found.windows.get(0, Window()),
+        "summary": Summary(turns=[], run=_empty_run_summary()),
+        "cells": cells,
+        "warnings": [
+            f"rebuilt from {records_path.name}: the run ended without writing result.json "
+            f"(killed?); it is incomplete: {len(found.records)} turns were recorded, and the "
+            "windows of unfinished cells are missing"
+        ],
+        "records": found.records,
+    })
+
+
+def _empty_run_summary() -> RunSummary:
+    """A placeholder until :func:`workloads.core.aggregate.summarized` fills it from the
+    records (this layer cannot compute summaries)."""
+    return RunSummary(
+        users=0, measured_repetitions=0, records=0, valid=0, invalid=0, errors=0,
+        warmup_records=0, per_user_rate=None, aggregate_rate=None, turn_aggregate_rate=None,
+        ttft_s=None, completion_tokens=0,
+    )

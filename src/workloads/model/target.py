@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
-__all__ = ["DEFAULT_API_KEY_ENV", "Target"]
+from workloads.model.errors import TargetError
+
+__all__ = ["DEFAULT_API_KEY_ENV", "Target", "base_url_problem"]
 
 DEFAULT_API_KEY_ENV = "WORKLOADS_API_KEY"
 
@@ -28,6 +31,11 @@ class Target:
     # KV capacity) however it was started.
     simulator_profile: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
+    def __post_init__(self) -> None:
+        problem = base_url_problem(self.base_url)
+        if problem is not None:
+            raise TargetError(problem)
+
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) or None
 
@@ -41,3 +49,18 @@ class Target:
         """The server root (``/tokenize``, ``/metrics`` live there, not under ``/v1``)."""
         url = self.base_url.rstrip("/")
         return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def base_url_problem(url: str) -> str | None:
+    """What is wrong with ``url`` as a target base URL (one line), or None: it needs an
+    http:// or https:// scheme and a host."""
+    if "://" not in url:
+        return (f"target URL {url!r} has no scheme; write it in full, e.g. "
+                f"http://{url.lstrip('/')}")
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https"):
+        return (f"target URL {url!r} is not HTTP ({parts.scheme}://); the target is an "
+                "OpenAI-compatible server at http:// or https://")
+    if not parts.hostname:
+        return f"target URL {url!r} names no host; e.g. http://127.0.0.1:8000/v1"
+    return None

@@ -233,6 +233,11 @@ def compare(a: RunResult, b: RunResult, *, force: bool = False) -> Comparison:
             "results are not comparable: " + "; ".join(problems) + " (use --force to compare "
             "anyway; the output will say so)"
         )
+    if not common:  # forcing cannot help: there is nothing to put side by side
+        raise IncomparableError(
+            "the arms have no cell (concurrency × prior tokens) in common, so there is "
+            "nothing to compare, even with --force (" + "; ".join(only) + ")"
+        )
     metrics: list[MetricComparison] = []
     for coordinate in common:
         metrics += _run_metrics(

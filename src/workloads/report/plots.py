@@ -8,19 +8,24 @@ library writes them where asked and returns their paths; it never shows a window
   median;
 * ``timeline.png`` — every measured request as a bar from send to last token, split at the
   first token (waiting + prefill, then decode), one row per cell, repetition and session:
-  the lock-step barriers, queueing and stragglers are visible at a glance.
+  the lock-step barriers, queueing and stragglers are visible at a glance. Every failed
+  request (errors, cancelled and invalid turns) is one bar from send (or, never sent, from
+  when the client began it) to the error, coloured by kind.
 """
 
 from __future__ import annotations
 
+import collections
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from workloads.core import aggregate, stats
+from workloads.model.records import TurnRecord
 from workloads.model.results import RunResult
 from workloads.model.summary import BandSummary
 
-__all__ = ["available", "write_plots"]
+__all__ = ["TimelineBar", "available", "timeline_bars", "write_plots"]
 
 
 def available() -> bool:
@@ -135,27 +140,91 @@ def _ttft(result: RunResult, path: Path) -> None:
     plt.close(fig)
 
 
+# Failed requests are coloured by kind, in colours the two phases of a good one never use.
+_FAILURE_COLOURS = ("tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan",
+                    "tab:gray", "black", "gold", "darkred", "lime", "navy")
+
+
+def _failure_kind(r: TurnRecord) -> str | None:
+    """None for a valid request; else its error kind, or "invalid" (finished, but of the
+    wrong length or finish reason: an early stop looks like a good decode bar otherwise)."""
+    if r.valid:
+        return None
+    return r.error_kind or ("invalid" if r.status == "ok" else r.status)
+
+
+def _failure_end_ns(r: TurnRecord) -> int:
+    """When a failed request's error arrived: its ``error_ns``, else (older records, invalid
+    turns) the latest time it knows (an HTTP error has no content times; a connect error not
+    even a send time)."""
+    if r.error_ns is not None:
+        return r.error_ns
+    known = (r.done_ns, r.last_content_ns, r.first_content_ns, r.headers_ns, r.sent_ns,
+             r.started_ns)
+    return max(t for t in known if t is not None)
+
+
+@dataclass(frozen=True)
+class TimelineBar:
+    """One measured request on the timeline, in seconds since the first measured request:
+    a good one from send through first token to last token; a failed one (``kind`` set) from
+    send (or, never sent, from when the client began it) to the error."""
+
+    row: tuple[int, int, int]  # (cell, repetition, session)
+    start_s: float
+    first_s: float | None  # first content (good requests)
+    end_s: float
+    kind: str | None = None  # None: valid
+
+
+def timeline_bars(result: RunResult) -> list[TimelineBar]:
+    """Every measured request's bar (pure; :func:`write_plots` draws them). An instant
+    failure (a 429) still gets a sliver of width, so no failure is invisible."""
+    measured = [r for r in result.records if not r.warmup]
+    if not measured:
+        return []
+
+    def begin(r: TurnRecord) -> int:
+        return r.sent_ns if r.sent_ns is not None else r.started_ns
+
+    origin = min(begin(r) for r in measured)
+    span_s = max(max(_failure_end_ns(r), r.done_ns or 0) - origin for r in measured) / 1e9
+    least = max(span_s, 1e-3) * 0.004
+    bars = []
+    for r in measured:
+        row = (r.cell, r.repetition, r.session)
+        start = (begin(r) - origin) / 1e9
+        kind = _failure_kind(r)
+        if kind is not None:
+            end = max((_failure_end_ns(r) - origin) / 1e9, start + least)
+            bars.append(TimelineBar(row, start, None, end, kind))
+            continue
+        first = (r.first_content_ns - origin) / 1e9 if r.first_content_ns else start
+        end = ((r.last_content_ns or r.done_ns or begin(r)) - origin) / 1e9
+        bars.append(TimelineBar(row, start, first, end))
+    return bars
+
+
 def _timeline(result: RunResult, path: Path) -> None:
     plt = _pyplot()
-    measured = [r for r in result.records if not r.warmup and r.sent_ns is not None]
-    if not measured:
+    bars = timeline_bars(result)
+    if not bars:
         return
-    origin = min(r.sent_ns for r in measured if r.sent_ns is not None)
-    rows = sorted({(r.cell, r.repetition, r.session) for r in measured})
+    rows = sorted({b.row for b in bars})
     index = {row: i for i, row in enumerate(rows)}
+    kinds = sorted({b.kind for b in bars if b.kind is not None})
+    colour = {k: _FAILURE_COLOURS[i % len(_FAILURE_COLOURS)] for i, k in enumerate(kinds)}
+    counts = collections.Counter(b.kind for b in bars if b.kind is not None)
     fig, ax = plt.subplots(figsize=(11, max(3.0, 0.28 * len(rows) + 1.5)), constrained_layout=True)
-    for r in measured:
-        assert r.sent_ns is not None
-        y = index[(r.cell, r.repetition, r.session)]
-        start = (r.sent_ns - origin) / 1e9
-        first = (r.first_content_ns - origin) / 1e9 if r.first_content_ns else None
-        end = (r.last_content_ns or r.done_ns or r.sent_ns) - origin
-        end_s = end / 1e9
-        if first is None:
-            ax.barh(y, end_s - start, left=start, color="tab:red", height=0.7)
+    for b in bars:
+        y = index[b.row]
+        if b.kind is not None:  # from send to the error, in the kind's colour
+            ax.barh(y, b.end_s - b.start_s, left=b.start_s, color=colour[b.kind], height=0.7,
+                    edgecolor="black", linewidth=0.4)
             continue
-        ax.barh(y, first - start, left=start, color="tab:orange", height=0.7)
-        ax.barh(y, end_s - first, left=first, color="tab:blue", height=0.7)
+        first = b.first_s if b.first_s is not None else b.start_s
+        ax.barh(y, first - b.start_s, left=b.start_s, color="tab:orange", height=0.7)
+        ax.barh(y, b.end_s - first, left=first, color="tab:blue", height=0.7)
     ax.set_yticks(range(len(rows)))
     swept = result.cells is not None
     ax.set_yticklabels(
@@ -168,17 +237,14 @@ def _timeline(result: RunResult, path: Path) -> None:
     ax.grid(axis="x", alpha=0.3)
     from matplotlib.patches import Patch
 
-    ax.legend(
-        handles=[
-            Patch(color="tab:orange", label="sent → first token (queue + prefill)"),
-            Patch(color="tab:blue", label="first → last token (decode)"),
-            Patch(color="tab:red", label="failed"),
-        ],
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.12),
-        ncol=3,
-        fontsize=8,
-    )
+    handles = [
+        Patch(color="tab:orange", label="sent → first token (queue + prefill)"),
+        Patch(color="tab:blue", label="first → last token (decode)"),
+        *(Patch(facecolor=colour[k], edgecolor="black", linewidth=0.4,
+                label=f"failed: {k} ({counts[k]}), sent → error") for k in kinds),
+    ]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12),
+              ncol=min(3, len(handles)), fontsize=8)
     ax.set_title(_title(result), fontsize=9)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -35,7 +35,7 @@ from workloads.runner.monitor import health_warnings
 from workloads.runner.session import TokenTrace
 from workloads.runner.sizing import CellSizing, sizing_warnings
 
-__all__ = ["Measured", "build_result", "window"]
+__all__ = ["Measured", "build_result", "corpus_info", "window"]
 
 
 @dataclass
@@ -86,6 +86,15 @@ def window(
         server=server,
         energy=energy,
     )
+
+
+def corpus_info(corpus: Corpus) -> dict[str, str]:
+    """What the result says about the corpus the prompts were cut from."""
+    return {
+        "name": corpus.name,
+        "fingerprint": corpus.fingerprint,
+        "files": str(len(corpus.files)),
+    }
 
 
 def _what_if(m: Measured, cell: int) -> list[WhatIfTurn] | None:
@@ -143,11 +152,7 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
         note=m.note,
         scenario=s,
         target=m.target.model_copy(update={"server": identity}),
-        corpus={
-            "name": m.corpus.name,
-            "fingerprint": m.corpus.fingerprint,
-            "files": str(len(m.corpus.files)),
-        },
+        corpus=corpus_info(m.corpus),
         nonces=m.nonces,
         window=m.windows.get(0, Window()) if not s.swept else window(m.window_start,
                                                                        m.window_end),

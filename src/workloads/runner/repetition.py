@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from workloads.core import tokens
-from workloads.core.clock import sleep_until
+from workloads.core.clock import sleep_until_or
 from workloads.core.conversation import Conversation, make_nonces, probe_nonce
 from workloads.core.corpus import Corpus
 from workloads.model.records import TurnRecord
@@ -87,39 +87,52 @@ async def open_sessions(
 
 
 async def play(
-    sessions: list[Session], repetition: Repetition, scenario: Scenario, corpus: Corpus
-) -> None:
-    """Send every turn of ``sessions`` on the scenario's pacing."""
+    sessions: list[Session],
+    repetition: Repetition,
+    scenario: Scenario,
+    corpus: Corpus,
+    *,
+    stop: asyncio.Event | None = None,  # once set, no turn starts (in-flight ones go on)
+) -> bool:
+    """Send every turn of ``sessions`` on the scenario's pacing; False when ``stop`` left
+    turns unsent."""
     s = scenario
+    stop = stop if stop is not None else asyncio.Event()
     rngs = [
         corpus.rng(s.content.seed, "pacing", repetition.cell.index, repetition.index, i)
         for i in range(s.users)
     ]
     if s.pacing.mode == "lockstep":
         for turn in range(1, s.turns + 1):
+            if stop.is_set():
+                return False
             if turn > 1:
                 async with asyncio.TaskGroup() as tg:  # every session sized before any sends
                     for session in sessions:
                         tg.create_task(session.prepare(turn))
             barrier = time.perf_counter()
             async with asyncio.TaskGroup() as tg:  # the barrier: all of turn k, then k+1
+                sends = []
                 for session, rng in zip(sessions, rngs, strict=True):
                     due = turn_deadline(barrier, s.pacing, turn, rng)
-                    tg.create_task(_send_at(session, turn, due))
-    elif s.pacing.arrivals is not None:  # an open-loop fleet: each session has its arrival
-        start = time.perf_counter()
+                    sends.append(tg.create_task(_send_at(session, turn, due, stop)))
+            if not all(task.result() for task in sends):
+                return False
+        return True
+    start = time.perf_counter()
+    starts = [start] * len(sessions)
+    if s.pacing.arrivals is not None:  # an open-loop fleet: each session has its arrival
         times = arrival_times(
             s.pacing.arrivals, len(sessions),
             corpus.rng(s.content.seed, "arrivals", repetition.cell.index, repetition.index),
         )
-        async with asyncio.TaskGroup() as tg:
-            for session, rng, at in zip(sessions, rngs, times, strict=False):
-                tg.create_task(_free_running(session, s, start + at, rng))
-    else:
-        start = time.perf_counter()
-        async with asyncio.TaskGroup() as tg:
-            for session, rng in zip(sessions, rngs, strict=True):
-                tg.create_task(_free_running(session, s, start, rng))
+        starts = [start + at for at in times]  # sessions past the last arrival never start
+    async with asyncio.TaskGroup() as tg:
+        runs = [
+            tg.create_task(_free_running(session, s, at, rng, stop))
+            for session, rng, at in zip(sessions, rngs, starts, strict=False)
+        ]
+    return all(task.result() for task in runs)
 
 
 def _share_openings(sessions: list[Session], sizing: CellSizing) -> None:
@@ -136,19 +149,28 @@ def _share_openings(sessions: list[Session], sizing: CellSizing) -> None:
         session.peer_shared_exact = session.opening_exact and other.opening_exact
 
 
-async def _send_at(session: Session, turn: int, due: float) -> None:
-    late = await sleep_until(due)
+async def _send_at(session: Session, turn: int, due: float, stop: asyncio.Event) -> bool:
+    """Send ``turn`` at ``due``; False when stop came first (nothing sent)."""
+    late = await sleep_until_or(due, stop)
+    if late is None:
+        return False
     await session.send(turn, lag_ns=round(late * 1e9))
+    return True
 
 
 async def _free_running(
-    session: Session, scenario: Scenario, start: float, rng: random.Random
-) -> None:
+    session: Session, scenario: Scenario, start: float, rng: random.Random,
+    stop: asyncio.Event,
+) -> bool:
+    """Every turn of one session on its own clock; False when stop left turns unsent."""
     since = start
     for turn in range(1, scenario.turns + 1):
         due = turn_deadline(since, scenario.pacing, turn, rng)
         if turn > 1:  # turn 1 was sized before the repetition started
             await session.prepare(turn)  # sizing happens inside the think/tool time
-        late = await sleep_until(due)
+        late = await sleep_until_or(due, stop)
+        if late is None:
+            return False
         await session.send(turn, lag_ns=round(late * 1e9))
         since = time.perf_counter()
+    return True

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -31,7 +32,7 @@ from workloads.wire.client import AiohttpChatClient, ChatClient
 from workloads.wire.identify import identify
 from workloads.wire.tokenize import probe_tokenizer
 
-__all__ = ["run", "run_async"]
+__all__ = ["claim_out_dir", "run", "run_async"]
 
 
 @asynccontextmanager
@@ -53,6 +54,9 @@ async def run_async(
     on_record: Callable[[TurnRecord], None] | None = None,
     client: ChatClient | None = None,
     telemetry: TelemetryOptions | None = None,
+    stop: asyncio.Event | None = None,
+    stop_grace_s: float = 30.0,
+    overwrite: bool = False,
 ) -> RunResult:
     """Run ``scenario`` against ``target`` (the embedded simulated server when None).
 
@@ -62,6 +66,12 @@ async def run_async(
     sized by tiktoken estimate, as no target tokenizer is asked, and telemetry is off unless
     ``telemetry`` asks for it. ``telemetry`` says what to read over each measured window: the
     server's /metrics and this machine's energy (:class:`TelemetryOptions`).
+
+    ``stop``: once set (the CLI sets it on SIGINT/SIGTERM; the library installs no signal
+    handler), no new turn starts, turns in flight get ``stop_grace_s`` seconds to finish and
+    are then recorded ``cancelled``, and the partial result is saved and returned
+    (``complete`` False). ``overwrite``: replace the results already in ``out_dir`` (else
+    they are never overwritten: :class:`FileExistsError`).
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
@@ -70,10 +80,7 @@ async def run_async(
     await asyncio.to_thread(tokens.encoding)
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
-        for name in (RESULT_FILE, RECORDS_FILE):
-            # records.jsonl alone is what a killed run leaves: appending to it would mix runs.
-            if (out / name).exists():
-                raise FileExistsError(f"{out / name} exists; choose another --out directory")
+        claim_out_dir(out, overwrite=overwrite)
     async with AsyncExitStack() as stack:
         simulated = target is None or target.simulator_profile is not None
         sim_profile = None if target is None else target.simulator_profile
@@ -131,6 +138,8 @@ async def run_async(
             note=note,
             out=out,
             telemetry=window_telemetry,
+            stop=stop,
+            grace_s=stop_grace_s,
         ).execute()
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -142,6 +151,31 @@ def run(
 ) -> RunResult:
     """Synchronous :func:`run_async` (starts its own event loop). Same arguments."""
     return asyncio.run(run_async(scenario, target, **options))
+
+
+def claim_out_dir(out: Path, *, overwrite: bool = False) -> None:
+    """Check before anything runs that ``out`` can take a new result: a directory (made if
+    missing) that is writable and holds no result, unless ``overwrite`` (whose old result
+    files are then removed). Raises FileExistsError or OSError with a one-line message."""
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"--out {out} is a file, not a directory; choose a directory")
+    present = [out / name for name in (RESULT_FILE, RECORDS_FILE) if (out / name).exists()]
+    if present and not overwrite:
+        # records.jsonl alone is what a killed run leaves: appending to it would mix runs.
+        raise FileExistsError(
+            f"{present[0]} exists; choose another --out directory, or pass --overwrite "
+            "(overwrite=True) to replace it"
+        )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise OSError(f"cannot write to --out {out}: {reason}; choose a writable "
+                      "directory") from err
+    for path in present:
+        path.unlink()
 
 
 def _window_telemetry(

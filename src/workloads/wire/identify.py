@@ -46,6 +46,13 @@ async def identify(target: Target, timeout_s: float) -> tuple[str, ServerIdentit
         model = target.model or (models[0] if models else None)
         if model is None:
             raise TargetError(f"{target.base_url}/models lists no model; pass --model")
+        if target.model is not None and models and target.model not in models:
+            # Every turn would fail (vLLM and SGLang answer 404): say so before sending any.
+            raise TargetError(
+                f"model {target.model!r} is not served at {target.base_url}; /models offers: "
+                f"{', '.join(models)} (pass one with --model, or leave --model out for the "
+                "first)"
+            )
         version = None
         try:
             async with http.get(target.root_url + "/version") as resp:
