@@ -57,6 +57,15 @@ class TurnRecord(Frozen):
     request_id: str | None = None  # the server's id for the completion
     system_fingerprint: str | None = None
     timings: dict[str, Any] | None = None  # llama.cpp per-response timings, verbatim
+    # Identity of what was sent and received (added 2026-12-01, optional): sha256 of the
+    # request's messages as canonical JSON, and of the completion text; the texts themselves
+    # are in the run's transcripts (workloads.core.transcripts), unless turned off.
+    prompt_sha256: str | None = None
+    completion_sha256: str | None = None
+    # The completion loops or collapsed (workloads.core.degeneration): why; None when it does
+    # not, or when there was no completion text to judge (degenerate is then None too).
+    degenerate: bool | None = None
+    degenerate_reason: str | None = None
 
 
 class RecordWriter:

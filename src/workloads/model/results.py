@@ -20,6 +20,7 @@ from workloads._version import __version__
 from workloads.model.base import Frozen
 from workloads.model.errors import ResultFormatError
 from workloads.model.figures import EnergyFigures, ServerTelemetry
+from workloads.model.gate import GateResult
 from workloads.model.records import TurnRecord, read_records
 from workloads.model.scenario import Scenario
 from workloads.model.summary import BandSummary, Summary
@@ -126,6 +127,10 @@ class RunResult(Frozen):
     warnings: list[str] = Field(default_factory=list)
     environment: dict[str, str] = Field(default_factory=dict)
     records: list[TurnRecord] = Field(default_factory=list, exclude=True, repr=False)
+    # The correctness gate (None: not run), and why the run is invalid (a required gate
+    # failed); added 2026-12-01, optional.
+    gate: GateResult | None = None
+    invalid_reason: str | None = None
 
     def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
         """Write ``result.json`` into ``directory`` (and records.jsonl if not there yet)."""

@@ -19,6 +19,8 @@ from workloads.core.tokens import TargetTokenizer
 from workloads.model.records import RecordWriter, TurnRecord
 from workloads.model.results import RunResult, TargetInfo
 from workloads.model.scenario import Cell, Scenario
+from workloads.model.transcripts import TranscriptWriter
+from workloads.runner.gate import send_gate
 from workloads.runner.outcome import Measured, build_result, window
 from workloads.runner.repetition import Repetition, open_sessions, play
 from workloads.runner.sizing import CellSizing
@@ -46,8 +48,10 @@ class Run:
         label: str | None = None,
         note: str | None = None,
         out: Path | None = None,
+        transcripts: TranscriptWriter | None = None,
     ) -> None:
         self.client = client
+        self.transcripts = transcripts
         self.model = model
         self.writer = writer
         self.callback = on_record
@@ -75,12 +79,29 @@ class Run:
         if self.callback is not None:
             self.callback(record)
 
+    def _exchange(self, record: TurnRecord, messages: list[dict[str, str]],
+                  reply: str | None) -> None:
+        if self.transcripts is not None:
+            self.transcripts.write(
+                cell=record.cell, repetition=record.repetition, warmup=record.warmup,
+                session=record.session, turn=record.turn, messages=messages, completion=reply,
+            )
+
     async def execute(self) -> RunResult:
-        """Run every cell; save and return the result (partial when stopped)."""
+        """Run every cell; save and return the result (partial when stopped). The
+        correctness gate, unless off, goes before the first cell and after the last: outside
+        every measured window."""
         complete = False
+        gate = self.measured.scenario.gate
         try:
+            if gate != "off":
+                self.measured.gate_outputs += await send_gate(
+                    self.client, self.model, self.measured.scenario, "before")
             for cell in self.measured.cells:
                 await self._cell(cell)
+            if gate != "off":
+                self.measured.gate_outputs += await send_gate(
+                    self.client, self.model, self.measured.scenario, "after")
             complete = True
         finally:
             # Also on Ctrl-C or a crash: the result says what was measured, and that it stopped.
@@ -101,6 +122,7 @@ class Run:
             sessions, nonces = await open_sessions(
                 repetition, sizing=sizing, corpus=m.corpus, entropy=self.entropy,
                 client=self.client, model=self.model, on_record=self._record,
+                on_exchange=self._exchange,
             )
             m.nonces.append(nonces)
             if not repetition.warmup and opened is None:

@@ -22,7 +22,7 @@ from workloads.model.records import TurnRecord
 from workloads.model.results import RepetitionNonces
 from workloads.model.scenario import Cell, Scenario
 from workloads.runner.pacing import turn_deadline
-from workloads.runner.session import Session
+from workloads.runner.session import Exchange, Session
 from workloads.runner.sizing import CellSizing
 from workloads.wire.client import ChatClient
 
@@ -47,6 +47,7 @@ async def open_sessions(
     client: ChatClient,
     model: str,
     on_record: Callable[[TurnRecord], None],
+    on_exchange: Exchange | None = None,
 ) -> tuple[list[Session], RepetitionNonces]:
     """The repetition's sessions, each with its opening sized and turn 1 prepared; nothing
     sent yet. Also the nonces drawn for it (the result records them)."""
@@ -72,7 +73,7 @@ async def open_sessions(
         Session(
             client=client, scenario=s, model=model, conversation=conversation, sizing=sizing,
             repetition=repetition.index, warmup=repetition.warmup, on_record=on_record,
-            cell=cell,
+            cell=cell, on_exchange=on_exchange,
         )
         for conversation in conversations
     ]

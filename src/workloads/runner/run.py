@@ -24,6 +24,7 @@ from workloads.model.records import RecordWriter, TurnRecord
 from workloads.model.results import RECORDS_FILE, RESULT_FILE, RunResult, ServerIdentity, TargetInfo
 from workloads.model.scenario import Scenario, load_scenario
 from workloads.model.target import Target
+from workloads.model.transcripts import TRANSCRIPTS_FILE, TranscriptWriter
 from workloads.runner.cells import Run
 from workloads.telemetry import TelemetryOptions, WindowTelemetry, energy_for_target
 from workloads.wire.client import AiohttpChatClient, ChatClient
@@ -52,6 +53,7 @@ async def run_async(
     on_record: Callable[[TurnRecord], None] | None = None,
     client: ChatClient | None = None,
     telemetry: TelemetryOptions | None = None,
+    transcripts: bool = True,  # write DIR/transcripts.jsonl (with out_dir); records keep hashes
 ) -> RunResult:
     """Run ``scenario`` against ``target`` (the embedded simulated server when None).
 
@@ -61,12 +63,14 @@ async def run_async(
     sized by tiktoken estimate, as no target tokenizer is asked, and telemetry is off unless
     ``telemetry`` asks for it. ``telemetry`` says what to read over each measured window: the
     server's /metrics and this machine's energy (:class:`TelemetryOptions`).
+    ``transcripts`` (with ``out_dir``) writes every turn's messages and completion to
+    ``transcripts.jsonl``; off, the records still carry their prompt and completion hashes.
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
-        for name in (RESULT_FILE, RECORDS_FILE):
+        for name in (RESULT_FILE, RECORDS_FILE, TRANSCRIPTS_FILE):
             # records.jsonl alone is what a killed run leaves: appending to it would mix runs.
             if (out / name).exists():
                 raise FileExistsError(f"{out / name} exists; choose another --out directory")
@@ -109,6 +113,9 @@ async def run_async(
         writer = None
         if out is not None:
             writer = stack.enter_context(RecordWriter(out / RECORDS_FILE))
+        transcript_writer = None
+        if out is not None and transcripts:
+            transcript_writer = stack.enter_context(TranscriptWriter(out / TRANSCRIPTS_FILE))
         return await Run(
             scenario=scenario,
             client=client,
@@ -127,6 +134,7 @@ async def run_async(
             note=note,
             out=out,
             telemetry=window_telemetry,
+            transcripts=transcript_writer,
         ).execute()
     raise AssertionError("unreachable")  # pragma: no cover
 

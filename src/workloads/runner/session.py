@@ -18,9 +18,11 @@ from typing import Any
 
 from workloads.core import tokens
 from workloads.core.conversation import Conversation
+from workloads.core.degeneration import degeneration
 from workloads.core.tokens import TokenizeError
 from workloads.model.records import Status, TurnRecord
 from workloads.model.scenario import Scenario
+from workloads.model.transcripts import prompt_hash, text_hash
 from workloads.runner.plan import (
     LastTurn,
     Seen,
@@ -32,7 +34,23 @@ from workloads.runner.plan import (
 from workloads.runner.sizing import CellSizing, PreparedTurn
 from workloads.wire.client import ChatClient, ChatResponse
 
-__all__ = ["Session", "build_body", "record_from_response"]
+__all__ = ["Exchange", "Session", "build_body", "identity", "record_from_response"]
+
+# What was sent and what came back of one turn, for the transcripts: (its record, the
+# messages sent, the completion text or None when no reply reached us).
+Exchange = Callable[[TurnRecord, list[dict[str, str]], str | None], None]
+
+
+def identity(messages: list[dict[str, str]], reply: str | None) -> dict[str, object]:
+    """A record's identity fields: prompt and completion hashes, and whether the completion
+    is degenerate (None without a reply). Pure."""
+    reason = degeneration(reply) if reply is not None else None
+    return {
+        "prompt_sha256": prompt_hash(messages),
+        "completion_sha256": None if reply is None else text_hash(reply),
+        "degenerate": None if reply is None else reason is not None,
+        "degenerate_reason": reason,
+    }
 
 
 def build_body(scenario: Scenario, model: str, messages: list[dict[str, str]]) -> dict[str, Any]:
@@ -154,6 +172,7 @@ class Session:
         warmup: bool,
         on_record: Callable[[TurnRecord], None],
         cell: int = 0,
+        on_exchange: Exchange | None = None,
     ) -> None:
         self.client = client
         self.scenario = scenario
@@ -164,6 +183,7 @@ class Session:
         self.warmup = warmup
         self.on_record = on_record
         self.cell = cell
+        self.on_exchange = on_exchange  # the transcripts writer, when kept
         self.opening_ids: list[int] = []
         self.opening_exact = sizing.exact
         # Turn 1's shareable prefix: the part of the opening other sessions of this
@@ -276,7 +296,11 @@ class Session:
         # reply at all keeps the roles alternating with a marker.
         marker = f"(no reply: {response.error_kind or 'empty'})"
         self.conversation.add_reply(response.text or marker)
+        reply = response.text if reached else None
+        record = record.model_copy(update=identity(prepared.messages, reply))
         self.last = LastTurn(record, prepared.ids, prepared.exact, response.text)
+        if self.on_exchange is not None:
+            self.on_exchange(record, prepared.messages, reply)
         self.on_record(record)
         return record
 

@@ -32,6 +32,7 @@ from workloads.servers.simulated import tokenizer
 from workloads.servers.simulated.engine import Engine, RequestTruth, Sequence
 from workloads.servers.simulated.metrics import render_metrics
 from workloads.servers.simulated.profiles import Profile
+from workloads.servers.simulated.answers import answer
 from workloads.servers.simulated.replies import plan_reply, reply_seed
 
 ENGINE_KEY = web.AppKey("engine", Engine)
@@ -152,12 +153,26 @@ class _Handlers:
         if fault in ("429", "500"):
             return self._refuse(truth, fault)
         seed = reply_seed(prompt, request_seed=body.get("seed"), server_seed=self.profile.seed)
-        length = self._length(body, seed, max_tokens, min_tokens)
+        solved = None
+        if body.get("temperature") == 0 and not body.get("ignore_eos"):
+            solved = answer(body["messages"])  # the scripted correct model (answers.py)
+        if solved is not None:
+            plan = tokenizer.encode(solved)[:max_tokens]
+            length = len(plan)
+        else:
+            length = self._length(body, seed, max_tokens, min_tokens)
         if fault == "early_stop":
             length = min(length, max(1, self.profile.faults.after_tokens))
             if length == max_tokens:  # cannot stop early at 1 token of 1; no fault after all
                 truth.fault = None
-        return prompt, plan_reply(self.corpus, seed, length), max_tokens, truth, seed
+        if solved is None or fault == "early_stop":
+            plan = plan_reply(self.corpus, seed, length) if solved is None else plan[:length]
+        if fault == "corrupt":
+            # A loop of the first three tokens, to max_tokens: stable under re-encoding so the
+            # next turn's prompt still caches as the engine computed it.
+            plan = tokenizer.stable_completion(tokenizer.decode(plan[:3] or [0]) * max_tokens,
+                                               max_tokens)
+        return prompt, plan, max_tokens, truth, seed
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         arrival = time.perf_counter_ns()
