@@ -16,7 +16,11 @@ from typing import Any
 
 from workloads.model.errors import ScenarioError, WorkloadsError
 
-__all__ = ["main"]
+__all__ = ["EXIT_INVALID_RUN", "main"]
+
+# The run completed but is invalid: its required correctness gate failed (the result is
+# saved and says why). Distinct from 2 (bad input, a refused comparison) and 130 (Ctrl-C).
+EXIT_INVALID_RUN = 3
 
 
 def _parse_assignments(items: Sequence[str], flag: str) -> dict[str, Any]:
@@ -50,7 +54,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from workloads.report import console as report
 
     console = _console()
-    scenario = workloads.load_scenario(args.scenario).with_overrides(args.set or [])
+    scenario = workloads.load_scenario(args.scenario).with_overrides(
+        [*(args.set or []), *([f"gate={args.gate}"] if args.gate else [])]
+    )
     sim = _parse_assignments(args.sim or [], "--sim")
     from workloads.telemetry import TelemetryOptions
 
@@ -113,6 +119,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                     sim=sim or None,
                     on_record=on_record,
                     telemetry=telemetry,
+                    transcripts=not args.no_transcripts,
                 )
         except KeyboardInterrupt:
             console.print(f"interrupted: every turn measured so far is in {out}/records.jsonl")
@@ -120,7 +127,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     console.print(report.render(result))
     console.print(f"saved {out / 'result.json'} and {out / 'records.jsonl'}")
     _write_plots(result, out / "plots", console, wanted=not args.no_plots)
-    return 0
+    return EXIT_INVALID_RUN if result.invalid_reason else 0
 
 
 @contextlib.contextmanager
@@ -193,6 +200,20 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _completions(directory: str) -> Any:
+    """A run directory's completion texts by (cell, repetition, session, turn), or None when
+    it has no transcripts (then identity gives counts but not positions)."""
+    from workloads.model.errors import ResultFormatError
+    from workloads.model.transcripts import TRANSCRIPTS_FILE, read_transcripts
+
+    where = Path(directory)
+    path = (where if where.is_dir() else where.parent) / TRANSCRIPTS_FILE
+    try:
+        return {k: t.completion for k, t in read_transcripts(path).items()}
+    except ResultFormatError:
+        return None
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -201,24 +222,45 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from workloads.report.text import format_band
 
     a, b = load_result(args.a), load_result(args.b)
-    result = compare(a, b, force=args.force)
+    result = compare(
+        a, b, force=args.force, variable=args.variable, min_effect=args.min_effect / 100,
+        completions_a=_completions(args.a), completions_b=_completions(args.b),
+    )
     console = _console()
     name_a = a.label or str(args.a)
     name_b = b.label or str(args.b)
     at = f" at {result.prompt_delta_at}" if result.prompt_delta_at else ""
-    delta = (
-        "identical median prompt tokens in every turn" if result.match == "matched" else
-        f"median prompt tokens differ by at most {result.prompt_delta_tokens:+,.1f} of "
-        f"{result.prompt_tokens_a:,.1f} ({result.prompt_delta_fraction:.3%}){at}"
-    )
+    if result.match == "matched":
+        delta = f"byte-identical prompts ({result.hashed_prompts:,} prompt hashes equal)"
+    else:
+        delta = (
+            f"median prompt tokens differ by at most {result.prompt_delta_tokens:+,.1f} of "
+            f"{result.prompt_tokens_a:,.1f} ({result.prompt_delta_fraction:.3%}){at}"
+            + (f"; not matched: {result.hash_note}" if result.hash_note else "")
+        )
     console.print(f"A = {name_a}, B = {name_b} · {result.match} · {delta}")
+    if result.variable is not None:
+        values = (f": A {result.variable_values[0]} · B {result.variable_values[1]}"
+                  if result.variable_values else "")
+        console.print(f"variable under test: {result.variable}{values}")
     for problem in result.forced_over:
         console.print(f"forced: {problem}", style="yellow")
-    table = Table("figure", "A", "B", "B vs A", title="median over measured repetitions "
-                  "(min–max); significant only with ≥ 2 repetitions a side whose ranges do "
-                  "not overlap")
+    for line in (result.correctness, *(i.line() for i in result.identity)):
+        if line:
+            console.print(line)
+    tested = sum(m.test is not None for m in result.metrics)
+    table = Table(
+        "figure", "A", "B", "B vs A [interval]",
+        title=f"median over measured repetitions (min–max); B/A of geometric means with "
+        f"its interval; significant when Welch's t on log values (≥ 3 repetitions a side; "
+        f"alpha 0.05 over all {tested} tested rows, Bonferroni) excludes 1 and the "
+        f"difference is ≥ {args.min_effect:g}%",
+    )
     for m in result.metrics:
-        table.add_row(f"{m.name} ({m.unit})", format_band(m.a), format_band(m.b), m.verdict)
+        unit = f" ({m.unit})" if m.unit else ""
+        digits = 3 if m.unit in ("", "s") else None
+        table.add_row(f"{m.name}{unit}", format_band(m.a, digits), format_band(m.b, digits),
+                      m.verdict)
     console.print(table)
     return 0
 
@@ -327,6 +369,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--note", help="free text (the stack, flags), stored in the result")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--no-plots", action="store_true", help="do not write DIR/plots/*.png")
+    run.add_argument("--gate", choices=["off", "report", "required"],
+                     help="the correctness gate, sent greedily before and after the measured "
+                     "window: report it, require it (a failing case makes the run invalid, "
+                     f"exit {EXIT_INVALID_RUN}), or off (default: the scenario's, report)")
+    run.add_argument("--no-transcripts", action="store_true",
+                     help="do not write DIR/transcripts.jsonl (records keep prompt and "
+                     "completion hashes)")
     run.set_defaults(func=_cmd_run)
 
     scenarios = sub.add_parser("scenarios", help="list packaged scenarios")
@@ -342,6 +391,13 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("b", help="candidate result directory (B)")
     comp.add_argument("--force", action="store_true",
                       help="compare even when scenario, model or prompt tokens differ")
+    comp.add_argument("--variable", metavar="NAME",
+                      help="the variable under test: a scenario field (e.g. sampling, "
+                      "sampling.temperature), model, or any name such as a server flag; "
+                      "comparability is judged on everything else")
+    comp.add_argument("--min-effect", type=float, default=2.0, metavar="PERCENT",
+                      help="smaller differences are never called significant (default: "
+                      "%(default)s, same-host run-to-run drift)")
     comp.set_defaults(func=_cmd_compare)
 
     pr = sub.add_parser("probe", help="check what a target offers (streaming, usage, cached "

@@ -20,9 +20,13 @@ tokens); arms with different cells are refused unless forced (then the common ce
 compared).
 
 Significance (:func:`workloads.core.stats.ratio_test`): Welch's t on the logarithms of the
-per-repetition values, alpha 0.05, at least 3 repetitions a side ("too few repetitions"
-otherwise); the verdict prints the ratio of geometric means B/A with its 95 % interval,
-"1.40x [1.31-1.49]". A difference smaller than ``min_effect`` (2 % by default) is "not
+per-repetition values, at least 3 repetitions a side ("too few repetitions" otherwise); the
+verdict prints the ratio of geometric means B/A with its interval, "1.40x [1.31-1.49]".
+Alpha 0.05 is family-wise over the rows of one comparison (Bonferroni: each of the m tested
+rows at 0.05 / m, and its interval at 1 − 0.05 / m): a compare tests a dozen rows or more,
+and at 0.05 each, two identical arms would get a chance verdict on some row about half the
+time (1 − 0.95^12 = 46 %). Bonferroni rather than Holm so that every printed interval is
+the test it stands for. A difference smaller than ``min_effect`` (2 % by default) is "not
 significant" whatever the test says: same-host re-runs of one configuration drift by about
 that much (seed 001 calls a ≤ 1.5 % effect "inert"), and repetitions inside one run do not
 see that drift, so the test alone would call it.
@@ -34,9 +38,10 @@ figures of :func:`aggregate.repetitions`; per turn, each repetition's turn figur
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from workloads.core import aggregate, stats
@@ -46,7 +51,7 @@ from workloads.model.records import TurnRecord
 from workloads.model.results import RunResult
 from workloads.model.summary import BandSummary
 
-__all__ = ["Comparison", "MetricComparison", "compare"]
+__all__ = ["Comparison", "Identity", "MetricComparison", "compare", "correctness", "identities"]
 
 MatchClass = Literal["matched", "matched_with_tokenizer_delta", "unmatched"]
 TOKENIZER_DELTA_LIMIT = 0.01
@@ -68,11 +73,12 @@ class MetricComparison:
     a_values: tuple[float, ...] = ()
     b_values: tuple[float, ...] = ()
     min_effect: float = MIN_EFFECT
+    alpha: float = stats.ALPHA  # this row's share of the comparison's family-wise alpha
 
     @property
     def test(self) -> stats.RatioTest | None:
         """Welch's t on log values; None with fewer than 3 repetitions a side."""
-        return stats.ratio_test(self.a_values, self.b_values)
+        return stats.ratio_test(self.a_values, self.b_values, alpha=self.alpha)
 
     @property
     def ratio(self) -> float | None:
@@ -126,6 +132,118 @@ class Comparison:
     variable_values: tuple[str, str] | None = None  # A's and B's, when it is a field
     hashed_prompts: int = 0  # prompts paired by hash (matched: all equal)
     hash_note: str = ""  # why the arms are not matched by hash, when they are not
+    identity: list[Identity] = field(default_factory=list)  # greedy byte-identity
+    correctness: str | None = None  # the gates, B against A's own pass set
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Greedy byte-identity of one kind of output between the arms."""
+
+    what: str  # "gate outputs", "measured completions"
+    compared: int
+    identical: int
+    first_difference: str | None = None  # where the first differing output first differs
+    note: str = ""  # why it was not compared, when compared is 0
+
+    def line(self) -> str:
+        """"identity of gate outputs: 12/12 byte-identical", or the differences."""
+        if not self.compared:
+            return f"identity of {self.what}: not compared ({self.note})"
+        head = f"identity of {self.what}: {self.identical}/{self.compared} byte-identical"
+        if self.identical == self.compared:
+            return head
+        where = f"; first difference at {self.first_difference}" if self.first_difference \
+            else ""
+        return f"{head}, {self.compared - self.identical} differ{where}"
+
+
+def _first_difference(x: str, y: str) -> int:
+    """The first character position at which ``x`` and ``y`` differ."""
+    for i, (p, q) in enumerate(zip(x, y, strict=False)):
+        if p != q:
+            return i
+    return min(len(x), len(y))
+
+
+def _greedy(result: RunResult) -> bool:
+    return result.scenario.sampling.temperature == 0
+
+
+Completions = dict[tuple[int, int, int, int], str | None]  # (cell, repetition, session, turn)
+
+
+def identities(
+    a: RunResult, b: RunResult, *, completions_a: Completions | None = None,
+    completions_b: Completions | None = None,
+) -> list[Identity]:
+    """Byte-identity of the gate outputs (always greedy) and, where both arms ran greedy, of
+    every measured completion, paired by (cell, measured repetition, session, turn). The first
+    differing position needs the texts (the runs' transcripts); hashes give the counts."""
+    out = []
+    if a.gate is not None and b.gate is not None:
+        ga = {(o.case, o.phase): o.output for o in a.gate.outputs if o.error_kind is None}
+        gb = {(o.case, o.phase): o.output for o in b.gate.outputs if o.error_kind is None}
+        common = sorted(ga.keys() & gb.keys())
+        differing = [k for k in common if ga[k] != gb[k]]
+        first = None
+        if differing:
+            k = differing[0]
+            first = f"{k[0]} ({k[1]}), character {_first_difference(ga[k], gb[k])}"
+        out.append(Identity("gate outputs", len(common), len(common) - len(differing), first,
+                            "" if common else "no gate case answered in both arms"))
+    else:
+        out.append(Identity("gate outputs", 0, 0, note="an arm ran without the gate"))
+    if not (_greedy(a) and _greedy(b)):
+        out.append(Identity("measured completions", 0, 0,
+                            note="an arm did not run greedy (sampling.temperature = 0)"))
+        return out
+
+    def keyed(result: RunResult) -> dict[tuple[int, int, int, int], tuple[str, tuple[int, ...]]]:
+        reps: dict[int, list[int]] = defaultdict(list)
+        for r in result.records:
+            if not r.warmup and r.repetition not in reps[r.cell]:
+                reps[r.cell].append(r.repetition)
+        return {
+            (r.cell, sorted(reps[r.cell]).index(r.repetition), r.session, r.turn):
+                (r.completion_sha256, (r.cell, r.repetition, r.session, r.turn))
+            for r in result.records if not r.warmup and r.completion_sha256 is not None
+        }
+
+    ka, kb = keyed(a), keyed(b)
+    common = sorted(ka.keys() & kb.keys())
+    differing = [k for k in common if ka[k][0] != kb[k][0]]
+    first = None
+    if differing:
+        k = differing[0]
+        where = f"cell {k[0]}, measured repetition {k[1] + 1}, session {k[2]}, turn {k[3]}"
+        x = (completions_a or {}).get(ka[k][1])
+        y = (completions_b or {}).get(kb[k][1])
+        first = (f"{where}, character {_first_difference(x, y)}"
+                 if x is not None and y is not None else where)
+    out.append(Identity("measured completions", len(common), len(common) - len(differing),
+                        first, "" if common else "no completion hashes in both arms"))
+    return out
+
+
+def correctness(a: RunResult, b: RunResult) -> str | None:
+    """The gates side by side, judged against A's own pass set: a case A failed too is not
+    held against B (a weak model is judged honestly, not to an absolute bar)."""
+    if a.gate is None and b.gate is None:
+        return None
+    if a.gate is None or b.gate is None:
+        return "correctness: " + ("A" if a.gate is None else "B") + " ran without the gate"
+    pa, pb = set(a.gate.passed_cases), set(b.gate.passed_cases)
+    line = (f"correctness: A {len(pa)}/{len(a.gate.cases)}, B {len(pb)}/{len(b.gate.cases)}")
+    lost = [c for c in a.gate.cases if c in pa and c not in pb]
+    gained = [c for c in b.gate.cases if c in pb and c not in pa]
+    if lost:
+        line += " · B FAILS where A passed: " + ", ".join(lost)
+    if gained:
+        line += " · B passes where A failed: " + ", ".join(gained)
+    if not lost and not gained:
+        line += " · the same cases pass"
+    return line
 
 
 @dataclass(frozen=True)
@@ -281,6 +399,8 @@ def compare(
     force: bool = False,
     variable: str | None = None,  # the one thing the arms are meant to differ in
     min_effect: float = MIN_EFFECT,  # smaller differences are never called significant
+    completions_a: Completions | None = None,  # transcripts' texts, for where outputs differ
+    completions_b: Completions | None = None,
 ) -> Comparison:
     """Compare arm ``a`` (baseline) with arm ``b``. Raises IncomparableError unless forced.
 
@@ -357,6 +477,9 @@ def compare(
         metrics += _run_metrics(
             _where(coordinate, swept), cells_a[coordinate], cells_b[coordinate], min_effect
         )
+    tested = sum(m.test is not None for m in metrics)
+    if tested > 1:
+        metrics = [dataclasses.replace(m, alpha=stats.ALPHA / tested) for m in metrics]
     return Comparison(
         match=match,
         prompt_delta_tokens=delta,
@@ -369,4 +492,6 @@ def compare(
         variable_values=None if variable is None else _variable_values(a, b, variable),
         hashed_prompts=hashed,
         hash_note=hash_note,
+        identity=identities(a, b, completions_a=completions_a, completions_b=completions_b),
+        correctness=correctness(a, b),
     )
