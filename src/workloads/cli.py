@@ -47,6 +47,25 @@ def _console() -> Any:
     return console
 
 
+def _run_scenario(args: argparse.Namespace) -> Any:
+    """The scenario ``run`` runs: the named one with --set, or with --replay the recorded
+    run's own (--set would change the workload the replay re-sends)."""
+    import workloads
+
+    gate = [f"gate={args.gate}"] if args.gate else []
+    if args.replay:
+        if args.scenario or args.set:
+            raise ScenarioError("--replay runs the recorded run's scenario: give no scenario "
+                                "name and no --set")
+        from workloads.model.results import load_result
+
+        return load_result(args.replay).scenario.with_overrides(gate)
+    if not args.scenario:
+        raise ScenarioError("give a scenario name or path (python -m workloads scenarios "
+                            "lists them), or --replay RUN_DIR")
+    return workloads.load_scenario(args.scenario).with_overrides([*(args.set or []), *gate])
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -54,9 +73,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from workloads.report import console as report
 
     console = _console()
-    scenario = workloads.load_scenario(args.scenario).with_overrides(
-        [*(args.set or []), *([f"gate={args.gate}"] if args.gate else [])]
-    )
+    scenario = _run_scenario(args)
     sim = _parse_assignments(args.sim or [], "--sim")
     from workloads.telemetry import TelemetryOptions
 
@@ -120,6 +137,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                     on_record=on_record,
                     telemetry=telemetry,
                     transcripts=not args.no_transcripts,
+                    replay=args.replay,
                 )
         except KeyboardInterrupt:
             console.print(f"interrupted: every turn measured so far is in {out}/records.jsonl")
@@ -348,7 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a scenario and report per-turn figures")
-    run.add_argument("scenario", help="packaged scenario name or path to a .toml file")
+    run.add_argument("scenario", nargs="?",
+                     help="packaged scenario name or path to a .toml file")
     _target_arguments(run, "for this run, and stop it after")
     run.add_argument("--out", help="directory for result.json and records.jsonl "
                      "(default: runs/NAME-TIMESTAMP)")
@@ -373,6 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the correctness gate, sent greedily before and after the measured "
                      "window: report it, require it (a failing case makes the run invalid, "
                      f"exit {EXIT_INVALID_RUN}), or off (default: the scenario's, report)")
+    run.add_argument("--replay", metavar="RUN_DIR",
+                     help="re-send RUN_DIR's exact messages turn by turn (its recorded "
+                     "replies in the history), so compare can call the arms matched")
     run.add_argument("--no-transcripts", action="store_true",
                      help="do not write DIR/transcripts.jsonl (records keep prompt and "
                      "completion hashes)")

@@ -9,6 +9,7 @@ call in it), right before its first request is sent, and closes after its last r
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from workloads.model.results import RunResult, TargetInfo
 from workloads.model.scenario import Cell, Scenario
 from workloads.model.transcripts import TranscriptWriter
 from workloads.runner.gate import send_gate
+from workloads.runner.replay import Recording, replay_sessions
 from workloads.runner.outcome import Measured, build_result, window
 from workloads.runner.repetition import Repetition, open_sessions, play
 from workloads.runner.sizing import CellSizing
@@ -49,9 +51,11 @@ class Run:
         note: str | None = None,
         out: Path | None = None,
         transcripts: TranscriptWriter | None = None,
+        replay: Recording | None = None,
     ) -> None:
         self.client = client
         self.transcripts = transcripts
+        self.replay = replay  # a recorded run whose exact messages are re-sent
         self.model = model
         self.writer = writer
         self.callback = on_record
@@ -119,11 +123,21 @@ class Run:
         for index in range(s.warmup + s.measured):
             repetition = Repetition(cell=cell, index=index, warmup=index < s.warmup)
             sizing = m.sizings[cell.index]
-            sessions, nonces = await open_sessions(
-                repetition, sizing=sizing, corpus=m.corpus, entropy=self.entropy,
-                client=self.client, model=self.model, on_record=self._record,
-                on_exchange=self._exchange,
-            )
+            if self.replay is not None:
+                sessions, nonces = replay_sessions(
+                    repetition, self.replay, sizing=sizing, corpus=m.corpus,
+                    client=self.client, model=self.model, on_record=self._record,
+                    on_exchange=self._exchange,
+                )
+                async with asyncio.TaskGroup() as tg:  # turn 1 sized before anything is sent
+                    for session in sessions:
+                        tg.create_task(session.prepare(1))
+            else:
+                sessions, nonces = await open_sessions(
+                    repetition, sizing=sizing, corpus=m.corpus, entropy=self.entropy,
+                    client=self.client, model=self.model, on_record=self._record,
+                    on_exchange=self._exchange,
+                )
             m.nonces.append(nonces)
             if not repetition.warmup and opened is None:
                 await self.telemetry.start()  # the window opens: sized, nothing sent yet

@@ -26,6 +26,7 @@ from workloads.model.scenario import Scenario, load_scenario
 from workloads.model.target import Target
 from workloads.model.transcripts import TRANSCRIPTS_FILE, TranscriptWriter
 from workloads.runner.cells import Run
+from workloads.runner.replay import load_recording
 from workloads.telemetry import TelemetryOptions, WindowTelemetry, energy_for_target
 from workloads.wire.client import AiohttpChatClient, ChatClient
 from workloads.wire.identify import identify
@@ -54,6 +55,7 @@ async def run_async(
     client: ChatClient | None = None,
     telemetry: TelemetryOptions | None = None,
     transcripts: bool = True,  # write DIR/transcripts.jsonl (with out_dir); records keep hashes
+    replay: str | Path | None = None,  # a run directory whose exact messages to re-send
 ) -> RunResult:
     """Run ``scenario`` against ``target`` (the embedded simulated server when None).
 
@@ -65,9 +67,15 @@ async def run_async(
     server's /metrics and this machine's energy (:class:`TelemetryOptions`).
     ``transcripts`` (with ``out_dir``) writes every turn's messages and completion to
     ``transcripts.jsonl``; off, the records still carry their prompt and completion hashes.
+    ``replay`` (a run directory with transcripts) re-sends that run's exact messages turn by
+    turn, recorded replies included; ``scenario`` must be the recorded one.
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
+    recording = None
+    if replay is not None:
+        recording = load_recording(replay)
+        recording.check(scenario)
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
         for name in (RESULT_FILE, RECORDS_FILE, TRANSCRIPTS_FILE):
@@ -135,6 +143,7 @@ async def run_async(
             out=out,
             telemetry=window_telemetry,
             transcripts=transcript_writer,
+            replay=recording,
         ).execute()
     raise AssertionError("unreachable")  # pragma: no cover
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,6 +173,7 @@ class Session:
         on_record: Callable[[TurnRecord], None],
         cell: int = 0,
         on_exchange: Exchange | None = None,
+        script: Mapping[int, Sequence[dict[str, str]]] | None = None,
     ) -> None:
         self.client = client
         self.scenario = scenario
@@ -184,6 +185,7 @@ class Session:
         self.on_record = on_record
         self.cell = cell
         self.on_exchange = on_exchange  # the transcripts writer, when kept
+        self.script = script  # replay: each turn's recorded messages, sent as they are
         self.opening_ids: list[int] = []
         self.opening_exact = sizing.exact
         # Turn 1's shareable prefix: the part of the opening other sessions of this
@@ -234,7 +236,10 @@ class Session:
             turn, self.last, opening=self.opening_ids, opening_exact=self.opening_exact,
             sizing_exact=self.sizing.exact,
         )
-        prepared = await self.sizing.fit_turn(self.conversation, turn, base, exact=exact)
+        if self.script is not None:
+            prepared = await self.sizing.replayed(self.script[turn])
+        else:
+            prepared = await self.sizing.fit_turn(self.conversation, turn, base, exact=exact)
         shareable, shareable_exact = await self._shareable(turn, prepared)
         self._plan = TurnPlan(prepared, shareable, shareable_exact)
 
@@ -248,6 +253,7 @@ class Session:
         prepared = plan.prepared
         self.conversation.commit(prepared.messages)
         body = build_body(self.scenario, self.model, prepared.messages)
+        sent = list(prepared.messages)  # the history list grows with the reply below
         common = dict(
             repetition=self.repetition,
             warmup=self.warmup,
@@ -297,10 +303,10 @@ class Session:
         marker = f"(no reply: {response.error_kind or 'empty'})"
         self.conversation.add_reply(response.text or marker)
         reply = response.text if reached else None
-        record = record.model_copy(update=identity(prepared.messages, reply))
+        record = record.model_copy(update=identity(sent, reply))
         self.last = LastTurn(record, prepared.ids, prepared.exact, response.text)
         if self.on_exchange is not None:
-            self.on_exchange(record, prepared.messages, reply)
+            self.on_exchange(record, sent, reply)
         self.on_record(record)
         return record
 
