@@ -130,7 +130,7 @@ def t_quantile(p: float, df: float) -> float:
             low = mid
         else:
             high = mid
-        if high - low < 1e-12 * max(1.0, high):
+        if high - low < 1e-10 * max(1.0, high):
             break
     return (low + high) / 2.0
 
@@ -141,15 +141,35 @@ class RatioTest:
     two-sided (1 − alpha) interval from Welch's t on logarithms, and the verdict."""
 
     ratio: float
-    low: float
-    high: float
+    se: float  # standard error of the difference of log means (0: no spread at all)
+    df: float  # Welch–Satterthwaite degrees of freedom
+    alpha: float
     n_a: int
     n_b: int
 
     @property
+    def p_value(self) -> float:
+        """Two-sided p-value of "no difference"."""
+        t = abs(math.log(self.ratio))
+        if self.se == 0.0:
+            return 1.0 if t == 0.0 else 0.0
+        return 2.0 * (1.0 - t_cdf(t / self.se, self.df))
+
+    @property
     def significant(self) -> bool:
-        """The interval excludes 1."""
-        return self.low > 1.0 or self.high < 1.0
+        """The interval excludes 1 (equivalently, p < alpha)."""
+        return self.p_value < self.alpha
+
+    def _half(self) -> float:
+        return 0.0 if self.se == 0.0 else t_quantile(1 - self.alpha / 2, self.df) * self.se
+
+    @property
+    def low(self) -> float:
+        return self.ratio * math.exp(-self._half())
+
+    @property
+    def high(self) -> float:
+        return self.ratio * math.exp(self._half())
 
 
 def _mean_var(logs: list[float]) -> tuple[float, float]:
@@ -172,17 +192,11 @@ def ratio_test(
         return None
     ma, va = _mean_var(la)
     mb, vb = _mean_var(lb)
-    diff = mb - ma
     se2 = va / len(la) + vb / len(lb)
-    if se2 <= 0.0:
-        # No spread at all in either arm (identical values): the difference is exact.
-        half = 0.0
-    else:
+    df = float(len(la) + len(lb) - 2)
+    if se2 > 0.0:
         df = se2 * se2 / (
             (va / len(la)) ** 2 / (len(la) - 1) + (vb / len(lb)) ** 2 / (len(lb) - 1)
         )
-        half = t_quantile(1.0 - alpha / 2.0, df) * math.sqrt(se2)
-    return RatioTest(
-        ratio=math.exp(diff), low=math.exp(diff - half), high=math.exp(diff + half),
-        n_a=len(la), n_b=len(lb),
-    )
+    return RatioTest(ratio=math.exp(mb - ma), se=math.sqrt(se2), df=df, alpha=alpha,
+                     n_a=len(la), n_b=len(lb))

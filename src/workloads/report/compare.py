@@ -39,6 +39,7 @@ figures of :func:`aggregate.repetitions`; per turn, each repetition's turn figur
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,7 +52,10 @@ from workloads.model.records import TurnRecord
 from workloads.model.results import RunResult
 from workloads.model.summary import BandSummary
 
-__all__ = ["Comparison", "Identity", "MetricComparison", "compare", "correctness", "identities"]
+__all__ = [
+    "Comparison", "Identity", "MetricComparison", "compare", "correctness", "familywise",
+    "identities",
+]
 
 MatchClass = Literal["matched", "matched_with_tokenizer_delta", "unmatched"]
 TOKENIZER_DELTA_LIMIT = 0.01
@@ -75,7 +79,7 @@ class MetricComparison:
     min_effect: float = MIN_EFFECT
     alpha: float = stats.ALPHA  # this row's share of the comparison's family-wise alpha
 
-    @property
+    @functools.cached_property
     def test(self) -> stats.RatioTest | None:
         """Welch's t on log values; None with fewer than 3 repetitions a side."""
         return stats.ratio_test(self.a_values, self.b_values, alpha=self.alpha)
@@ -372,6 +376,15 @@ def _run_metrics(prefix: str, a: _Cell, b: _Cell, min_effect: float) -> list[Met
     return metrics
 
 
+def familywise(metrics: list[MetricComparison]) -> list[MetricComparison]:
+    """The rows with the family-wise alpha shared out: each of the m tested rows at
+    alpha / m (Bonferroni). Pure."""
+    tested = sum(m.test is not None for m in metrics)
+    if tested <= 1:
+        return metrics
+    return [dataclasses.replace(m, alpha=stats.ALPHA / tested) for m in metrics]
+
+
 def _hash_match(a: _Cell, b: _Cell) -> tuple[int, int, int]:
     """(pairs compared by prompt hash, pairs that differ, records without a hash)."""
     def keyed(cell: _Cell) -> tuple[dict[tuple[int, int, int], str], int]:
@@ -477,9 +490,7 @@ def compare(
         metrics += _run_metrics(
             _where(coordinate, swept), cells_a[coordinate], cells_b[coordinate], min_effect
         )
-    tested = sum(m.test is not None for m in metrics)
-    if tested > 1:
-        metrics = [dataclasses.replace(m, alpha=stats.ALPHA / tested) for m in metrics]
+    metrics = familywise(metrics)
     return Comparison(
         match=match,
         prompt_delta_tokens=delta,
