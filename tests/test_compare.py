@@ -215,3 +215,30 @@ def test_stored_sweep_cells_are_summarized_apart():
               .turns[0].aggregate_rate for c in sweep.cells)
     assert c1 is not None and c2 is not None and c2.median > c1.median
     assert c1.n == c2.n == 2
+
+
+def test_two_same_configuration_simulator_runs_are_not_significant_on_every_row(tmp_path,
+                                                                                capsys):
+    # The arms run at the same time, in one event loop, each against its own simulator: any
+    # load on this machine falls on both alike, so what differs between them is only chance,
+    # which the test must call "not significant" (3 repetitions a side).
+    import asyncio
+
+    scenario = workloads.load_scenario("five-user-coding").with_overrides([
+        "users=2", "turns=2", "opening_tokens=600", "turn_tokens=120", "output_tokens=32",
+        "repetitions.measured=3", "gate=off",
+    ])
+    options = {"telemetry": workloads.TelemetryOptions(energy="off")}
+
+    async def both() -> None:
+        await asyncio.gather(
+            workloads.run_async(scenario, out_dir=tmp_path / "a", label="a", **options),
+            workloads.run_async(scenario, out_dir=tmp_path / "b", label="b", **options),
+        )
+
+    asyncio.run(both())
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    assert len(rows) >= 10
+    assert all("not significant" in row for row in rows), out
