@@ -49,13 +49,13 @@ from workloads.model.summary import BandSummary, RunSummary, Summary, TurnSummar
 
 __all__ = [
     "RepetitionFigures",
+    "TurnRepetitionFigures",
     "cell_figures",
     "generation_rate",
     "repetitions",
     "summarize",
     "summarized",
     "turn_repetitions",
-    "TurnRepetitionFigures",
 ]
 
 

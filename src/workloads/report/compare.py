@@ -203,7 +203,9 @@ def identities(
                             note="an arm did not run greedy (sampling.temperature = 0)"))
         return out
 
-    def keyed(result: RunResult) -> dict[tuple[int, int, int, int], tuple[str, tuple[int, ...]]]:
+    Key = tuple[int, int, int, int]
+
+    def keyed(result: RunResult) -> dict[Key, tuple[str, Key]]:
         reps: dict[int, list[int]] = defaultdict(list)
         for r in result.records:
             if not r.warmup and r.repetition not in reps[r.cell]:
@@ -215,18 +217,19 @@ def identities(
         }
 
     ka, kb = keyed(a), keyed(b)
-    common = sorted(ka.keys() & kb.keys())
-    differing = [k for k in common if ka[k][0] != kb[k][0]]
-    first = None
-    if differing:
-        k = differing[0]
-        where = f"cell {k[0]}, measured repetition {k[1] + 1}, session {k[2]}, turn {k[3]}"
-        x = (completions_a or {}).get(ka[k][1])
-        y = (completions_b or {}).get(kb[k][1])
-        first = (f"{where}, character {_first_difference(x, y)}"
-                 if x is not None and y is not None else where)
-    out.append(Identity("measured completions", len(common), len(common) - len(differing),
-                        first, "" if common else "no completion hashes in both arms"))
+    paired = sorted(ka.keys() & kb.keys())
+    unequal = [k for k in paired if ka[k][0] != kb[k][0]]
+    where = None
+    if unequal:
+        key = unequal[0]
+        where = (f"cell {key[0]}, measured repetition {key[1] + 1}, session {key[2]}, "
+                 f"turn {key[3]}")
+        x = (completions_a or {}).get(ka[key][1])
+        y = (completions_b or {}).get(kb[key][1])
+        if x is not None and y is not None:
+            where += f", character {_first_difference(x, y)}"
+    out.append(Identity("measured completions", len(paired), len(paired) - len(unequal),
+                        where, "" if paired else "no completion hashes in both arms"))
     return out
 
 

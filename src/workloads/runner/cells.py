@@ -22,9 +22,9 @@ from workloads.model.results import RunResult, TargetInfo
 from workloads.model.scenario import Cell, Scenario
 from workloads.model.transcripts import TranscriptWriter
 from workloads.runner.gate import send_gate
-from workloads.runner.replay import Recording, replay_sessions
 from workloads.runner.outcome import Measured, build_result, window
 from workloads.runner.repetition import Repetition, open_sessions, play
+from workloads.runner.replay import Recording, replay_sessions
 from workloads.runner.sizing import CellSizing
 from workloads.telemetry import WindowTelemetry
 from workloads.wire.client import ChatClient

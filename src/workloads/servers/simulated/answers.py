@@ -13,6 +13,7 @@ about any real model; what a real server answers is judged by the same rules.
 
 from __future__ import annotations
 
+import itertools
 import json
 import operator
 import re
@@ -54,7 +55,7 @@ def _continue(items: list[str]) -> list[str] | None:
     if len(items) >= 2 and all(re.fullmatch(r"-?\d+", i) for i in items):
         values = [int(i) for i in items]
         step = values[1] - values[0]
-        if all(b - a == step for a, b in zip(values, values[1:], strict=False)):
+        if all(b - a == step for a, b in itertools.pairwise(values)):
             return [str(values[-1] + step * k) for k in (1, 2, 3)]
     return None
 
@@ -109,4 +110,4 @@ def answer(messages: Sequence[dict[str, Any]]) -> str | None:
         found = rule(task)
         if found is not None:
             return found
-    return _recall(messages[:-1] + [{"content": task.rsplit("\n\n", 1)[0]}], task)
+    return _recall([*messages[:-1], {"content": task.rsplit("\n\n", 1)[0]}], task)

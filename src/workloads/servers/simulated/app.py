@@ -29,10 +29,10 @@ from aiohttp import web
 from workloads._version import __version__
 from workloads.core.corpus import Corpus, load_corpus
 from workloads.servers.simulated import tokenizer
+from workloads.servers.simulated.answers import answer
 from workloads.servers.simulated.engine import Engine, RequestTruth, Sequence
 from workloads.servers.simulated.metrics import render_metrics
 from workloads.servers.simulated.profiles import Profile
-from workloads.servers.simulated.answers import answer
 from workloads.servers.simulated.replies import plan_reply, reply_seed
 
 ENGINE_KEY = web.AppKey("engine", Engine)
