@@ -25,6 +25,7 @@ from workloads.runner.gate import send_gate
 from workloads.runner.outcome import Measured, build_result, window
 from workloads.runner.repetition import Repetition, open_sessions, play
 from workloads.runner.replay import Recording, replay_sessions
+from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
 from workloads.telemetry import WindowTelemetry
 from workloads.wire.client import ChatClient
@@ -120,6 +121,7 @@ class Run:
         m = self.measured
         s = m.scenario.repetitions
         opened: float | None = None
+        traced: list[Session] = []  # measured sessions whose last reply the oracle lacks
         for index in range(s.warmup + s.measured):
             repetition = Repetition(cell=cell, index=index, warmup=index < s.warmup)
             sizing = m.sizings[cell.index]
@@ -151,7 +153,10 @@ class Run:
                 m.traces.setdefault(cell.index, []).extend(
                     t for session in sessions for t in session.token_log
                 )
+                traced += sessions
         m.window_end = time.time()  # every measured response of the cell has ended
         here = [r for r in m.records if not r.warmup and r.cell == cell.index]
         server, energy = await self.telemetry.finish(here)
         m.windows[cell.index] = window(opened, m.window_end, server, energy)
+        for session in traced:  # after the window: these tokenizer calls are not measured
+            await session.finish_trace()

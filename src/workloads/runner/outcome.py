@@ -94,7 +94,8 @@ def _what_if(m: Measured, cell: int) -> list[WhatIfTurn] | None:
     capacity, block_size = m.kv_capacity()
     if not traces or capacity is None:
         return None
-    requests = [OracleRequest(t.prompt, t.completion, turn=t.turn) for t in traces]
+    requests = [OracleRequest(t.prompt, t.completion, turn=t.turn, counted=t.counted)
+                for t in traces]
     return what_if(requests, capacity_tokens=capacity, block_size=block_size)
 
 

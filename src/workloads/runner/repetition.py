@@ -121,7 +121,9 @@ def _share_openings(sessions: list[Session], sizing: CellSizing) -> None:
     if sizing.scenario.nonce != "run" or len(sessions) < 2:
         return
     scale = 1.0 if sizing.exact else sizing.scale.get(1, 1.0)
+    arrivals: list[int] = []  # who has sent turn 1, shared: the first has nothing seen
     for i, session in enumerate(sessions):
+        session.arrivals = arrivals
         other = sessions[(i + 1) % len(sessions)]
         common = tokens.common_prefix_length(session.opening_ids, other.opening_ids)
         session.peer_shared = round(common * scale)

@@ -10,6 +10,7 @@ never on a turn's timed path: in lock-step every session prepares turn k before 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from array import array
 from collections.abc import Callable, Mapping, Sequence
@@ -151,6 +152,9 @@ class TokenTrace:
     turn: int
     prompt: array[int]
     completion: array[int] = field(default_factory=lambda: array("i"))
+    # In the observed hit rate too (valid, cached tokens reported): the oracle's per-turn
+    # figures are over the same requests; the others are replayed but not counted.
+    counted: bool = True
 
 
 class Session:
@@ -186,6 +190,9 @@ class Session:
         self.cell = cell
         self.on_exchange = on_exchange  # the transcripts writer, when kept
         self.script = script  # replay: each turn's recorded messages, sent as they are
+        # nonce = "run": sessions of this repetition that have sent turn 1 (shared, in send
+        # order); the first to send has nothing the server has seen.
+        self.arrivals: list[int] | None = None
         self.opening_ids: list[int] = []
         self.opening_exact = sizing.exact
         # Turn 1's shareable prefix: the part of the opening other sessions of this
@@ -265,6 +272,11 @@ class Session:
             cell=self.cell,
             pacing_lag_ns=lag_ns,
         )
+        shareable = plan.shareable
+        if turn == 1 and self.arrivals is not None:
+            if not self.arrivals:
+                shareable = 0  # no other session's opening has reached the server yet
+            self.arrivals.append(self.conversation.session)
         started = time.perf_counter_ns()
         try:
             response = await self.client.stream_chat(body)
@@ -285,7 +297,7 @@ class Session:
             **common,  # type: ignore[arg-type]
             output_tokens=self.scenario.output_tokens,
             exact_output=self.scenario.exact_output,
-            shareable_tokens=plan.shareable,
+            shareable_tokens=shareable,
             shareable_exact=plan.shareable_exact,
         )
         session = self.conversation.session
@@ -297,7 +309,10 @@ class Session:
         if reached:
             self.seen = Seen(prepared.ids, prepared.exact, response.text)
             if prepared.exact and record.sent_ns is not None:
-                self.token_log.append(TokenTrace(record.sent_ns, turn, array("i", prepared.ids)))
+                self.token_log.append(TokenTrace(
+                    record.sent_ns, turn, array("i", prepared.ids),
+                    counted=record.valid and record.cached_tokens is not None,
+                ))
         # The server's real reply goes into the history, even a partial one; a turn with no
         # reply at all keeps the roles alternating with a marker.
         marker = f"(no reply: {response.error_kind or 'empty'})"
@@ -309,6 +324,17 @@ class Session:
             self.on_exchange(record, sent, reply)
         self.on_record(record)
         return record
+
+    async def finish_trace(self) -> None:
+        """Give the last traced turn its reply's ids (the next turn's prepare does this for
+        every other turn), so the what-if oracle caches it too. Call after the window."""
+        if not self.token_log or self.token_log[-1].completion or not self.seen.exact:
+            return
+        if not self.seen.reply:
+            return
+        with contextlib.suppress(TokenizeError):  # the oracle goes without it, as before
+            self.token_log[-1].completion = array(
+                "i", await self.sizing.tokenizer.encode(self.seen.reply))
 
     async def turn(self, turn: int) -> TurnRecord:
         """Prepare and send turn ``turn``."""
