@@ -89,6 +89,7 @@ def test_replay_sends_byte_identical_prompts_so_compare_says_matched(tmp_path, c
     assert "· matched · byte-identical prompts (6 prompt hashes equal)" in out
     assert "identity of gate outputs: 12/12 byte-identical" in out
     assert "identity of measured completions: 6/6 byte-identical" in out
+    assert "likelihood (mean NLL of the fixed text): A 2.0850 · B 2.0850 · Δ +0.0000" in out
 
 
 def test_replay_keeps_the_recorded_replies_not_the_new_servers(tmp_path):

@@ -42,8 +42,8 @@ def test_requests_not_in_the_observed_rate_are_replayed_but_not_counted():
     from workloads.core.whatif import OracleRequest, replay
 
     shared = list(range(64))
-    failed = OracleRequest(shared + [900], turn=2, counted=False)  # reached, then invalid
-    later = OracleRequest(shared + [901], turn=2)
+    failed = OracleRequest([*shared, 900], turn=2, counted=False)  # reached, then invalid
+    later = OracleRequest([*shared, 901], turn=2)
     rows = replay([failed, later], capacity_tokens=None)
     assert len(rows) == 1 and rows[0].requests == 1
     assert rows[0].hit_tokens == 64  # the uncounted request still warmed the cache

@@ -263,7 +263,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         console.print(f"variable under test: {result.variable}{values}")
     for problem in result.forced_over:
         console.print(f"forced: {problem}", style="yellow")
-    for line in (result.correctness, *(i.line() for i in result.identity)):
+    for line in (result.correctness, result.likelihood, *(i.line() for i in result.identity)):
         if line:
             console.print(line)
     tested = sum(m.test is not None for m in result.metrics)

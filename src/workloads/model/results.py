@@ -21,6 +21,7 @@ from workloads.model.base import Frozen
 from workloads.model.errors import ResultFormatError
 from workloads.model.figures import EnergyFigures, ServerTelemetry
 from workloads.model.gate import GateResult
+from workloads.model.likelihood import Likelihood
 from workloads.model.records import TurnRecord, read_records
 from workloads.model.scenario import Scenario
 from workloads.model.summary import BandSummary, Summary
@@ -131,6 +132,7 @@ class RunResult(Frozen):
     # failed); added 2026-12-01, optional.
     gate: GateResult | None = None
     invalid_reason: str | None = None
+    likelihood: Likelihood | None = None  # the likelihood probe (None: not run)
 
     def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
         """Write ``result.json`` into ``directory`` (and records.jsonl if not there yet)."""

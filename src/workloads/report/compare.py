@@ -48,6 +48,7 @@ from typing import Literal
 from workloads.core import aggregate, stats
 from workloads.core.aggregate import RepetitionFigures, TurnRepetitionFigures
 from workloads.model.errors import IncomparableError
+from workloads.model.likelihood import Likelihood
 from workloads.model.records import TurnRecord
 from workloads.model.results import RunResult
 from workloads.model.summary import BandSummary
@@ -138,6 +139,7 @@ class Comparison:
     hash_note: str = ""  # why the arms are not matched by hash, when they are not
     identity: list[Identity] = field(default_factory=list)  # greedy byte-identity
     correctness: str | None = None  # the gates, B against A's own pass set
+    likelihood: str | None = None  # the likelihood probes side by side
 
 
 @dataclass(frozen=True)
@@ -231,6 +233,28 @@ def identities(
     out.append(Identity("measured completions", len(paired), len(paired) - len(unequal),
                         where, "" if paired else "no completion hashes in both arms"))
     return out
+
+
+def likelihood(a: RunResult, b: RunResult) -> str | None:
+    """The likelihood probes side by side (mean NLL of the same fixed text), as seed 000
+    compared MTP profiles; None when neither arm ran it."""
+    x, y = a.likelihood, b.likelihood
+    if x is None and y is None:
+        return None
+
+    def one(p: Likelihood | None) -> str:
+        if p is None:
+            return "not run"
+        if p.mean_nll is None:
+            return p.reason or "not measured"
+        return f"{p.mean_nll:.4f}"
+
+    line = f"likelihood (mean NLL of the fixed text): A {one(x)} · B {one(y)}"
+    if x is not None and y is not None and x.mean_nll is not None and y.mean_nll is not None:
+        line += f" · Δ {y.mean_nll - x.mean_nll:+.4f} over {y.tokens} tokens"
+        if x.tokens != y.tokens:
+            line += f" (A scored {x.tokens}: different tokenizers)"
+    return line
 
 
 def correctness(a: RunResult, b: RunResult) -> str | None:
@@ -508,4 +532,5 @@ def compare(
         hash_note=hash_note,
         identity=identities(a, b, completions_a=completions_a, completions_b=completions_b),
         correctness=correctness(a, b),
+        likelihood=likelihood(a, b),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from workloads.model.results import RunResult
 
-__all__ = ["correctness_line", "degeneration_line", "verdict_lines"]
+__all__ = ["correctness_line", "degeneration_line", "likelihood_line", "verdict_lines"]
 
 
 def correctness_line(result: RunResult) -> str | None:
@@ -46,6 +46,17 @@ def degeneration_line(result: RunResult) -> str | None:
     )
 
 
+def likelihood_line(result: RunResult) -> str | None:
+    """The likelihood probe: mean NLL of the fixed text, or why not; None when not run."""
+    probe = result.likelihood
+    if probe is None:
+        return None
+    if not probe.supported or probe.mean_nll is None:
+        return f"likelihood: {probe.reason or 'not measured'}"
+    return (f"likelihood: mean NLL {probe.mean_nll:.4f} nats/token over {probe.tokens} tokens "
+            f"of the fixed text (perplexity {probe.perplexity:.3f}; {probe.source})")
+
+
 def verdict_lines(result: RunResult) -> list[tuple[str, str]]:
     """(text, style) lines for the report, in order."""
     out: list[tuple[str, str]] = []
@@ -53,6 +64,8 @@ def verdict_lines(result: RunResult) -> list[tuple[str, str]]:
     if line is not None:
         style = "" if result.gate is not None and result.gate.passed else "bold yellow"
         out.append((line, style))
+    if (line := likelihood_line(result)) is not None:
+        out.append((line, ""))
     if (line := degeneration_line(result)) is not None:
         out.append((line, "yellow"))
     if result.invalid_reason:

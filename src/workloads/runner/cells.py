@@ -17,6 +17,7 @@ from pathlib import Path
 
 from workloads.core.corpus import load_corpus
 from workloads.core.tokens import TargetTokenizer
+from workloads.model.likelihood import Likelihood
 from workloads.model.records import RecordWriter, TurnRecord
 from workloads.model.results import RunResult, TargetInfo
 from workloads.model.scenario import Cell, Scenario
@@ -53,6 +54,7 @@ class Run:
         out: Path | None = None,
         transcripts: TranscriptWriter | None = None,
         replay: Recording | None = None,
+        likelihood: Likelihood | None = None,
     ) -> None:
         self.client = client
         self.transcripts = transcripts
@@ -73,6 +75,7 @@ class Run:
             tokenizer=tokenizer,
             label=label,
             note=note,
+            likelihood=likelihood,
         )
 
     def _record(self, record: TurnRecord) -> None:

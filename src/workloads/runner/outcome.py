@@ -17,6 +17,7 @@ from workloads.core.tokens import TargetTokenizer
 from workloads.core.whatif import OracleRequest, what_if
 from workloads.model.figures import EnergyFigures, ServerTelemetry
 from workloads.model.gate import GateOutput, GateResult
+from workloads.model.likelihood import Likelihood
 from workloads.model.records import TurnRecord
 from workloads.model.results import (
     CellSummary,
@@ -57,6 +58,7 @@ class Measured:
     traces: dict[int, list[TokenTrace]] = field(default_factory=dict)  # per cell, measured
     telemetry_warnings: list[str] = field(default_factory=list)
     gate_outputs: list[GateOutput] = field(default_factory=list)  # the correctness gate
+    likelihood: Likelihood | None = None  # the likelihood probe, before the first window
 
     def kv_capacity(self) -> tuple[int | None, int]:
         """The server's KV capacity in tokens (None: unknown) and its block size; known for
@@ -162,7 +164,7 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
     gate, invalid = _gate(m)
     warnings += _degenerate_warning(m.records)
     return result.model_copy(update={"warnings": warnings, "gate": gate,
-                                     "invalid_reason": invalid})
+                                     "invalid_reason": invalid, "likelihood": m.likelihood})
 
 
 def _gate(m: Measured) -> tuple[GateResult | None, str | None]:

@@ -30,6 +30,7 @@ from workloads.runner.replay import load_recording
 from workloads.telemetry import TelemetryOptions, WindowTelemetry, energy_for_target
 from workloads.wire.client import AiohttpChatClient, ChatClient
 from workloads.wire.identify import identify
+from workloads.wire.likelihood import measure_likelihood
 from workloads.wire.tokenize import probe_tokenizer
 
 __all__ = ["run", "run_async"]
@@ -116,6 +117,13 @@ async def run_async(
             model, identity = chosen.model or "fake", ServerIdentity()
             if telemetry is None:
                 telemetry = TelemetryOptions(metrics=False, energy="off")
+        likelihood = None
+        if isinstance(client, AiohttpChatClient):  # a real target (not a test's fake client)
+            # One request, before any window opens: the server's counters never see it.
+            likelihood = await measure_likelihood(
+                chosen.base_url, model, headers=chosen.headers() or None,
+                timeout_s=scenario.timeouts.turn_s,
+            )
         window_telemetry = await stack.enter_async_context(_window_telemetry(chosen, telemetry,
                                                                             simulated))
         writer = None
@@ -144,6 +152,7 @@ async def run_async(
             telemetry=window_telemetry,
             transcripts=transcript_writer,
             replay=recording,
+            likelihood=likelihood,
         ).execute()
     raise AssertionError("unreachable")  # pragma: no cover
 

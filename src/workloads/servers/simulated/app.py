@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import random
 import time
@@ -438,6 +439,48 @@ class _Handlers:
         self.engine.reset_prefix_cache()
         return web.Response(status=200)
 
+    def _logprob(self, previous: int, token: int) -> float:
+        """The simulated model's log-probability of ``token`` after ``previous``: fixed per
+        server seed, between -4 and 0 (a mean NLL near 2 nats, like a small real model)."""
+        digest = hashlib.sha256(f"{self.profile.seed}:{previous}:{token}".encode()).digest()
+        return -int.from_bytes(digest[:4], "big") / 0xFFFFFFFF * 4.0
+
+    async def completions(self, request: web.Request) -> web.Response:
+        """``/v1/completions`` for the likelihood probe only: scores the prompt (``echo`` +
+        ``logprobs``, or vLLM's ``prompt_logprobs``) off the engine, in no time; it does
+        not generate (the one token asked for is a space)."""
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return _error(400, "request body is not valid JSON")
+        if not isinstance(body, dict) or not isinstance(body.get("prompt"), str):
+            return _error(400, "'prompt' must be a string")
+        ids = tokenizer.encode(body["prompt"])
+        scores: list[float | None] = [None] + [
+            self._logprob(a, b) for a, b in itertools.pairwise(ids)
+        ]
+        choice: dict[str, Any] = {"index": 0, "text": " ", "finish_reason": "length"}
+        if body.get("echo") and body.get("logprobs") is not None:
+            choice["text"] = body["prompt"] + " "
+            choice["logprobs"] = {
+                "tokens": [tokenizer.decode([i]) for i in ids],
+                "token_logprobs": scores,
+                "top_logprobs": None,
+                "text_offset": None,
+            }
+        if body.get("prompt_logprobs") is not None:
+            choice["prompt_logprobs"] = [None] + [
+                {str(token): {"logprob": score, "rank": 1,
+                              "decoded_token": tokenizer.decode([token])}}
+                for token, score in zip(ids[1:], scores[1:], strict=True)
+            ]
+        return web.json_response({
+            "id": "cmpl-sim-likelihood", "object": "text_completion",
+            "created": int(time.time()), "model": self.profile.model, "choices": [choice],
+            "usage": {"prompt_tokens": len(ids), "completion_tokens": 1,
+                      "total_tokens": len(ids) + 1},
+        })
+
     async def debug_requests(self, request: web.Request) -> web.Response:
         if not self.debug:
             return _error(404, "ground truth is off; start the server with debug=True",
@@ -452,6 +495,7 @@ def build_app(engine: Engine, *, corpus: str = "stdlib", debug: bool = False) ->
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[ENGINE_KEY] = engine
     app.router.add_post("/v1/chat/completions", handlers.chat)
+    app.router.add_post("/v1/completions", handlers.completions)
     app.router.add_get("/v1/models", handlers.models)
     app.router.add_post("/tokenize", handlers.tokenize)
     app.router.add_post("/detokenize", handlers.detokenize)
