@@ -50,7 +50,7 @@ from workloads.core.aggregate import RepetitionFigures, TurnRepetitionFigures
 from workloads.model.errors import IncomparableError
 from workloads.model.likelihood import Likelihood
 from workloads.model.records import TurnRecord
-from workloads.model.results import RunResult
+from workloads.model.results import RunResult, Window
 from workloads.model.summary import BandSummary
 
 __all__ = [
@@ -282,6 +282,7 @@ class _Cell:
     index: int
     users: int
     records: list[TurnRecord]
+    window: Window | None = None  # the cell's measured window (one per arm: not tested)
 
 
 def _cells(result: RunResult) -> dict[Coordinate, _Cell]:
@@ -290,8 +291,12 @@ def _cells(result: RunResult) -> dict[Coordinate, _Cell]:
     for r in result.records:
         if not r.warmup:
             by_cell[r.cell].append(r)
+    windows = {c.cell: c.window for c in result.cells or []}
+    if result.cells is None:
+        windows[0] = result.window
     return {
-        (c.concurrency, c.prior_tokens): _Cell(c.index, c.concurrency, by_cell.get(c.index, []))
+        (c.concurrency, c.prior_tokens): _Cell(c.index, c.concurrency, by_cell.get(c.index, []),
+                                               windows.get(c.index))
         for c in result.scenario.cells()
     }
 
@@ -382,6 +387,18 @@ def _run_metrics(prefix: str, a: _Cell, b: _Cell, min_effect: float) -> list[Met
         row("wall throughput", "tok/s", lambda f: f.wall_aggregate_rate, True),
         row("TTFT median", "s", lambda f: f.ttft_s, False),
     ]
+    # Window figures: one value per arm (the whole measured window), so shown, never tested.
+    window_rows: list[tuple[str, str, bool, Callable[[Window], float | None]]] = [
+        ("spec acceptance (window)", "", True,
+         lambda w: w.server.spec_acceptance_rate if w.server else None),
+        ("J per token (window)", "J", False,
+         lambda w: w.energy.joules_per_token if w.energy else None),
+    ]
+    for label, what, up, read in window_rows:
+        wa = [read(a.window)] if a.window is not None else []
+        wb = [read(b.window)] if b.window is not None else []
+        if _values(wa) or _values(wb):
+            metrics.append(_row(prefix, label, what, up, wa, wb, min_effect))
     ta = aggregate.turn_repetitions(a.records, users=a.users)
     tb = aggregate.turn_repetitions(b.records, users=b.users)
     per_turn: list[tuple[str, str, bool, Callable[[TurnRepetitionFigures], float | None]]] = [
