@@ -63,8 +63,9 @@ async def run_async(
     ``out_dir`` receives ``records.jsonl`` (appended as turns finish) and ``result.json``.
     ``on_record`` is called with every TurnRecord as it is made (for progress displays).
     ``client`` replaces the HTTP client (tests use a function-backed fake): prompts are then
-    sized by tiktoken estimate, as no target tokenizer is asked, and telemetry is off unless
-    ``telemetry`` asks for it. ``telemetry`` says what to read over each measured window: the
+    sized by tiktoken estimate, as no target tokenizer is asked, telemetry is off unless
+    ``telemetry`` asks for it, and the correctness gate is not sent unless the scenario
+    requires it (a scripted client answers no questions; the result then says gate "off"). ``telemetry`` says what to read over each measured window: the
     server's /metrics and this machine's energy (:class:`TelemetryOptions`).
     ``transcripts`` (with ``out_dir``) writes every turn's messages and completion to
     ``transcripts.jsonl``; off, the records still carry their prompt and completion hashes.
@@ -115,6 +116,8 @@ async def run_async(
                     tokenizer = await stack.enter_async_context(found)
         else:
             model, identity = chosen.model or "fake", ServerIdentity()
+            if scenario.gate == "report":
+                scenario = scenario.model_copy(update={"gate": "off"})
             if telemetry is None:
                 telemetry = TelemetryOptions(metrics=False, energy="off")
         likelihood = None
