@@ -236,3 +236,51 @@ def test_two_same_configuration_simulator_runs_are_not_significant_on_every_row(
     rows = [line for line in out.splitlines() if line.startswith("│")]
     assert len(rows) >= 10
     assert all("not significant" in row for row in rows), out
+
+
+def test_the_declared_variable_under_test_may_differ_and_nothing_else(capsys):
+    a = load("v1-small-a")
+    greedy = a.model_copy(update={"scenario": a.scenario.with_overrides(
+        ["sampling.temperature=0"])})
+    with pytest.raises(workloads.IncomparableError, match="sampling"):
+        compare(a, greedy)
+    result = compare(a, greedy, variable="sampling")
+    assert not result.forced_over and result.variable == "sampling"
+    assert result.variable_values is not None and "0.0" in result.variable_values[1]
+    dotted = compare(a, greedy, variable="sampling.temperature")
+    assert not dotted.forced_over
+    other = greedy.model_copy(update={"scenario": greedy.scenario.with_overrides(
+        ["output_tokens=17"])})
+    with pytest.raises(workloads.IncomparableError, match="output_tokens"):
+        compare(a, other, variable="sampling")
+
+
+def test_cli_compare_prints_the_variable_and_the_gate_lines(tmp_path, capsys):
+    assert main(["compare", str(DATA / "v1-small-a"), str(DATA / "v1-small-b"),
+                 "--variable", "draft INT4"]) == 0
+    out = capsys.readouterr().out
+    assert "variable under test: draft INT4" in out
+    assert "identity of gate outputs: not compared (an arm ran without the gate)" in out
+
+
+def test_identity_and_correctness_are_judged_against_the_baseline():
+    from workloads.model.gate import GateOutput, GateResult
+
+    def gated(result: workloads.RunResult, outputs: dict[str, str], passed: set[str]):
+        gate = GateResult(mode="report", outputs=[
+            GateOutput(case=c, phase="before", passed=c in passed, why="", output=text)
+            for c, text in outputs.items()])
+        greedy = result.scenario.with_overrides(["sampling.temperature=0"])
+        return result.model_copy(update={"gate": gate, "scenario": greedy})
+
+    base = edit(load("v1-small-a"), lambda r: {"completion_sha256": f"{r.session}.{r.turn}"})
+    a = gated(base, {"arithmetic": "1591", "code": "x", "recall": "?"}, {"arithmetic", "code"})
+    b = gated(edit(base, lambda r: {"completion_sha256": "other"} if r.turn == 2 else None),
+              {"arithmetic": "1592", "code": "x", "recall": "4827"}, {"code", "recall"})
+    result = compare(a, b)
+    gate, measured = result.identity
+    assert gate.line() == ("identity of gate outputs: 1/3 byte-identical, 2 differ; first "
+                           "difference at arithmetic (before), character 3")
+    assert measured.compared == 12 and measured.identical == 6
+    assert result.correctness == ("correctness: A 2/3, B 2/3 · B FAILS where A passed: "
+                                  "arithmetic · B passes where A failed: recall")
