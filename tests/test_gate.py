@@ -30,6 +30,28 @@ WRONG = {
 }
 
 
+def test_echoing_the_request_is_not_repeating_it():
+    repeat = next(c for c in CASES if c.name == "repeat")
+    verdict = judge(repeat, repeat.messages[0][1])  # what Gemma 3 270M answers
+    assert not verdict.passed and verdict.why.startswith("echoed the request")
+
+
+def test_show_and_compare_judge_saved_outputs_by_todays_rules():
+    from workloads.core.gate import rejudged
+    from workloads.model.gate import GateOutput, GateResult
+
+    saved = GateResult(mode="report", outputs=[
+        GateOutput(case="repeat", phase="before", passed=True, why="repeated exactly",
+                   output="Repeat after me, exactly: The quick brown fox jumps over the lazy "
+                          "dog near the river bank."),
+        GateOutput(case="arithmetic", phase="before", passed=False, why="the request failed",
+                   error_kind="http_500"),
+    ])
+    again = rejudged(saved)
+    assert [o.passed for o in again.outputs] == [False, False]
+    assert again.outputs[1].why == "the request failed"
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_each_case_passes_its_right_answer_and_fails_a_wrong_one_with_why(case):
     assert judge(case, RIGHT[case.name]).passed

@@ -235,11 +235,12 @@ def _completions(directory: str) -> Any:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from rich.table import Table
 
+    from workloads.core.aggregate import summarized
     from workloads.model.results import load_result
     from workloads.report.compare import compare
     from workloads.report.text import format_band
 
-    a, b = load_result(args.a), load_result(args.b)
+    a, b = summarized(load_result(args.a)), summarized(load_result(args.b))
     result = compare(
         a, b, force=args.force, variable=args.variable, min_effect=args.min_effect / 100,
         completions_a=_completions(args.a), completions_b=_completions(args.b),

@@ -43,6 +43,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from workloads.core import stats
+from workloads.core.gate import rejudged
 from workloads.model.records import TurnRecord
 from workloads.model.results import RunResult
 from workloads.model.summary import BandSummary, RunSummary, Summary, TurnSummary
@@ -302,6 +303,8 @@ def summarized(result: RunResult) -> RunResult:
     if not result.records:
         return result
     update: dict[str, object] = {"summary": summarize(result.records, users=result.scenario.users)}
+    if result.gate is not None:
+        update["gate"] = rejudged(result.gate)
     if result.cells is not None:
         update["cells"] = [
             cell.model_copy(update=cell_figures(

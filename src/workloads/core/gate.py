@@ -22,7 +22,9 @@ import json
 import re
 from dataclasses import dataclass
 
-__all__ = ["CASES", "GateCase", "Judgement", "judge"]
+from workloads.model.gate import GateResult
+
+__all__ = ["CASES", "GateCase", "Judgement", "judge", "rejudged"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +147,12 @@ def _list(text: str) -> Judgement:
 
 
 def _repeat(text: str) -> Judgement:
-    if " ".join(_SENTENCE.split()) in " ".join(text.split()):
+    said = " ".join(text.split())
+    if "Repeat after me" in said:
+        # Echoing the whole request contains the sentence too; that is not repeating it
+        # (Gemma 3 270M does exactly this).
+        return Judgement(False, f"echoed the request: {_short(text)!r}")
+    if " ".join(_SENTENCE.split()) in said:
         return Judgement(True, "repeated exactly")
     return Judgement(False, f"not repeated exactly: {_short(text)!r}")
 
@@ -168,3 +175,19 @@ def judge(case: GateCase, output: str) -> Judgement:
     if case.name == "repeat":
         return _repeat(output)
     raise ValueError(f"no judge for gate case {case.name!r}")
+
+
+def rejudged(gate: GateResult) -> GateResult:
+    """``gate`` with every answered output judged again by today's rules (a saved gate keeps
+    its outputs, so ``show`` and ``compare`` recompute its verdicts as they do summaries).
+    Failed requests and unknown cases stay as they were."""
+    names = {c.name: c for c in CASES}
+    outputs = []
+    for o in gate.outputs:
+        case = names.get(o.case)
+        if case is None or o.error_kind is not None:
+            outputs.append(o)
+            continue
+        verdict = judge(case, o.output)
+        outputs.append(o.model_copy(update={"passed": verdict.passed, "why": verdict.why}))
+    return gate.model_copy(update={"outputs": outputs})

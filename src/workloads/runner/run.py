@@ -65,8 +65,9 @@ async def run_async(
     ``client`` replaces the HTTP client (tests use a function-backed fake): prompts are then
     sized by tiktoken estimate, as no target tokenizer is asked, telemetry is off unless
     ``telemetry`` asks for it, and the correctness gate is not sent unless the scenario
-    requires it (a scripted client answers no questions; the result then says gate "off"). ``telemetry`` says what to read over each measured window: the
-    server's /metrics and this machine's energy (:class:`TelemetryOptions`).
+    requires it (a scripted client answers no questions; the result then says gate "off").
+    ``telemetry`` says what to read over each measured window: the server's /metrics and
+    this machine's energy (:class:`TelemetryOptions`).
     ``transcripts`` (with ``out_dir``) writes every turn's messages and completion to
     ``transcripts.jsonl``; off, the records still carry their prompt and completion hashes.
     ``replay`` (a run directory with transcripts) re-sends that run's exact messages turn by
