@@ -23,6 +23,7 @@ from workloads.model.results import RunResult, TargetInfo
 from workloads.model.scenario import Cell, Scenario
 from workloads.model.transcripts import TranscriptWriter
 from workloads.runner.gate import send_gate
+from workloads.runner.monitor import ClientMonitor
 from workloads.runner.outcome import Measured, build_result, window
 from workloads.runner.repetition import Repetition, open_sessions, play
 from workloads.runner.replay import Recording, replay_sessions
@@ -101,12 +102,14 @@ class Run:
         every measured window."""
         complete = False
         gate = self.measured.scenario.gate
+        monitor = ClientMonitor()  # the client watches itself: loop lag, CPU share
         try:
-            if gate != "off":
+            if gate != "off":  # outside the monitor and every window: not measured traffic
                 self.measured.gate_outputs += await send_gate(
                     self.client, self.model, self.measured.scenario, "before")
-            for cell in self.measured.cells:
-                await self._cell(cell)
+            async with monitor:
+                for cell in self.measured.cells:
+                    await self._cell(cell)
             if gate != "off":
                 self.measured.gate_outputs += await send_gate(
                     self.client, self.model, self.measured.scenario, "after")
@@ -114,6 +117,7 @@ class Run:
         finally:
             # Also on Ctrl-C or a crash: the result says what was measured, and that it stopped.
             m = self.measured
+            m.client = monitor.health(m.records)
             m.telemetry_warnings = list(self.telemetry.warnings)
             result = build_result(m, complete=complete)
             if self.out is not None:

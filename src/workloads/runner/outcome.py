@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from workloads.core import aggregate
+from workloads.core.concurrency import concurrency
 from workloads.core.corpus import Corpus
 from workloads.core.tokens import TargetTokenizer
 from workloads.core.whatif import OracleRequest, what_if
@@ -21,6 +22,7 @@ from workloads.model.likelihood import Likelihood
 from workloads.model.records import TurnRecord
 from workloads.model.results import (
     CellSummary,
+    ClientHealth,
     RepetitionNonces,
     RunResult,
     Sizing,
@@ -31,6 +33,7 @@ from workloads.model.results import (
 from workloads.model.scenario import Cell, Scenario
 from workloads.model.summary import Summary
 from workloads.model.whatif import WhatIfTurn
+from workloads.runner.monitor import health_warnings
 from workloads.runner.session import TokenTrace
 from workloads.runner.sizing import CellSizing, sizing_warnings
 
@@ -57,6 +60,7 @@ class Measured:
     fingerprint: str | None = None  # the last system_fingerprint the server sent
     traces: dict[int, list[TokenTrace]] = field(default_factory=dict)  # per cell, measured
     telemetry_warnings: list[str] = field(default_factory=list)
+    client: ClientHealth | None = None  # the client's own health over the run
     gate_outputs: list[GateOutput] = field(default_factory=list)  # the correctness gate
     likelihood: Likelihood | None = None  # the likelihood probe, before the first window
 
@@ -158,8 +162,11 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
         sizing=_sizing(m),
         environment=environment(),
         records=m.records,
+        client=m.client,
+        concurrency=concurrency(m.records),
     )
     warnings = [*_warnings(result.summary, complete), *m.telemetry_warnings]
+    warnings += health_warnings(m.client)
     warnings += sizing_warnings(m.records, result.sizing or _sizing(m), s)
     gate, invalid = _gate(m)
     warnings += _degenerate_warning(m.records)
