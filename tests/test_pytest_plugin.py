@@ -12,7 +12,9 @@ def test_cache_serves_later_turns(run_scenario, simulated_server):
     )
     assert result.summary.run.valid == result.summary.run.records
     assert all(t.cache_effectiveness >= 0.9 for t in result.summary.turns[1:])
-    assert len(simulated_server.truths()) == 12  # 2 users × 3 turns × (1 warm-up + 1)
+    # 2 users × 3 turns × (1 warm-up + 1), and the correctness gate's 6 cases before and after
+    assert len(simulated_server.truths()) == 12 + 12
+    assert result.gate is not None and result.gate.passed
 
 
 def test_plugin_is_registered_for_an_installed_package(pytester):

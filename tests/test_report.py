@@ -107,15 +107,15 @@ def test_free_pacing_run_line_gives_wall_aggregate_not_users_times_per_user():
     free = result.model_copy(update={"scenario": result.scenario.with_overrides(
         ["pacing.mode=free"])})
     line = report.run_line(free)
-    assert line.startswith("per-user median") and "wall aggregate" in line and "×" not in line
+    assert line.startswith("per-user median") and "wall throughput" in line and "×" not in line
     assert "Σ streams tok/s" in rendered(free)
     lockstep = report.run_line(result)
-    assert lockstep.startswith("2 × ") and "wall aggregate" in lockstep
+    assert lockstep.startswith("aggregate ") and "wall throughput" in lockstep
 
 
 def test_numbers_have_thousands_separators_and_counts_are_plural_aware():
     fast = small(all={"decode_tokens_per_s": 3210.0})
-    assert "2 × 3,210 per-user median = 6,420 aggregate" in report.run_line(fast)
+    assert "aggregate 6,420 tok/s (median Σ of 2 streams over 6 turns)" in report.run_line(fast)
     one = fast.model_copy(update={
         "scenario": fast.scenario.with_overrides(["turns=1"]),
         "records": [r for r in fast.records if r.turn == 1 and r.repetition in (0, 1)],
@@ -152,3 +152,18 @@ def test_scenarios_piped_is_readable(capsys):
     assert all(len(line) <= 140 for line in out.splitlines())
     described = workloads.load_scenario("five-user-coding").description
     assert any(line.strip(" │").strip() == described for line in out.splitlines())
+
+
+def test_the_run_line_has_no_headline_when_no_turn_had_every_stream_valid():
+    # Session 1 failed in every measured turn: only survivors' rates are left, which read high.
+    failed = {f"{rep},1,{turn}": {"valid": False, "status": "error"}
+              for rep in (1, 2, 3) for turn in (1, 2)}
+    line = report.run_line(small(**failed))
+    assert line.startswith("no headline: in no turn of any measured repetition were all 2 "
+                           "streams valid (6 partial turns")
+    assert "tok/s" not in line
+
+
+def test_the_aggregate_headline_leaves_out_and_counts_partial_turns():
+    line = report.run_line(small(**{"2,1,1": {"valid": False, "status": "error"}}))
+    assert "over 5 turns, 1 partial left out" in line

@@ -36,3 +36,28 @@ def test_a_cache_smaller_than_the_working_set_loses_hits_even_without_contention
     console = Console(width=140, record=True)
     console.print(render(result))
     assert "LRU of 6,000 tokens" in console.export_text()
+
+
+def test_requests_not_in_the_observed_rate_are_replayed_but_not_counted():
+    from workloads.core.whatif import OracleRequest, replay
+
+    shared = list(range(64))
+    failed = OracleRequest([*shared, 900], turn=2, counted=False)  # reached, then invalid
+    later = OracleRequest([*shared, 901], turn=2)
+    rows = replay([failed, later], capacity_tokens=None)
+    assert len(rows) == 1 and rows[0].requests == 1
+    assert rows[0].hit_tokens == 64  # the uncounted request still warmed the cache
+
+
+def test_with_nonce_run_the_first_session_to_send_turn_1_has_nothing_shareable():
+    scenario = workloads.load_scenario("shared-repo-team").with_overrides([
+        "users=4", "shared_prefix_tokens=1024", "opening_tokens=1500", "turn_tokens=100",
+        "output_tokens=16", "turns=1", "repetitions.measured=2", "gate=off",
+    ])
+    result = workloads.run(scenario, telemetry=workloads.TelemetryOptions(energy="off"))
+    for rep in (1, 2):
+        turn1 = sorted((r for r in result.records if r.repetition == rep),
+                       key=lambda r: r.started_ns)
+        assert [r.shareable_tokens == 0 for r in turn1] == [True, False, False, False]
+    effectiveness = result.summary.turns[0].cache_effectiveness
+    assert effectiveness is not None and effectiveness > 0.99  # was 75%: 3 of 4 credited

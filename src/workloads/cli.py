@@ -28,12 +28,19 @@ from typing import Any
 
 from workloads.model.errors import ScenarioError, TargetError, WorkloadsError
 
-__all__ = ["main"]
+__all__ = [
+    "EXIT_BAD_INPUT", "EXIT_FAILED_TURNS", "EXIT_INVALID_RUN", "EXIT_OK", "EXIT_TARGET", "main",
+]
 
+# Exit codes scripts can trust (README, "Exit codes"): 0 only for a run whose measured turns
+# were valid (or failed under --max-error-rate); 128 + N when stopped by signal N.
 EXIT_OK = 0
-EXIT_BAD_INPUT = 2
-EXIT_FAILED_TURNS = 3
-EXIT_TARGET = 4
+EXIT_BAD_INPUT = 2  # a command line, scenario or --out that cannot work; a refused compare
+EXIT_FAILED_TURNS = 3  # measured turns failed beyond --max-error-rate, or none was recorded
+EXIT_TARGET = 4  # the target cannot be used (unreachable, model not served)
+# The run completed but is invalid: its required correctness gate failed (the result is
+# saved and says why).
+EXIT_INVALID_RUN = 5
 
 
 class UsageError(WorkloadsError):
@@ -64,6 +71,25 @@ def _console() -> Any:
     return console
 
 
+def _run_scenario(args: argparse.Namespace) -> Any:
+    """The scenario ``run`` runs: the named one with --set, or with --replay the recorded
+    run's own (--set would change the workload the replay re-sends)."""
+    import workloads
+
+    gate = [f"gate={args.gate}"] if args.gate else []
+    if args.replay:
+        if args.scenario or args.set:
+            raise ScenarioError("--replay runs the recorded run's scenario: give no scenario "
+                                "name and no --set")
+        from workloads.model.results import load_result
+
+        return load_result(args.replay).scenario.with_overrides(gate)
+    if not args.scenario:
+        raise ScenarioError("give a scenario name or path (python -m workloads scenarios "
+                            "lists them), or --replay RUN_DIR")
+    return workloads.load_scenario(args.scenario).with_overrides([*(args.set or []), *gate])
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -71,7 +97,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from workloads.report import console as report
 
     console = _console()
-    scenario = workloads.load_scenario(args.scenario).with_overrides(args.set or [])
+    scenario = _run_scenario(args)
     sim = _parse_assignments(args.sim or [], "--sim")
     from workloads.telemetry import TelemetryOptions
 
@@ -140,6 +166,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                         on_record=on_record,
                         telemetry=telemetry,
                         overwrite=args.overwrite,
+                        transcripts=not args.no_transcripts,
+                        replay=args.replay,
                     ),
                     grace_s=args.grace,
                     console=console,
@@ -226,6 +254,9 @@ def _run_exit_code(result: Any, signum: int | None, max_error_rate: float, conso
         console.print(f"stopped by {signal.Signals(signum).name}: the result is partial "
                       f"(complete: false); exit {128 + signum}")
         return 128 + signum
+    if result.invalid_reason:
+        console.print(f"the run is invalid: {result.invalid_reason}; exit {EXIT_INVALID_RUN}")
+        return EXIT_INVALID_RUN
     rate = failure_rate(result.records)
     if rate is None:
         console.print("no measured turn was recorded")
@@ -317,32 +348,68 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _completions(directory: str) -> Any:
+    """A run directory's completion texts by (cell, repetition, session, turn), or None when
+    it has no transcripts (then identity gives counts but not positions)."""
+    from workloads.model.errors import ResultFormatError
+    from workloads.model.transcripts import TRANSCRIPTS_FILE, read_transcripts
+
+    where = Path(directory)
+    path = (where if where.is_dir() else where.parent) / TRANSCRIPTS_FILE
+    try:
+        return {k: t.completion for k, t in read_transcripts(path).items()}
+    except ResultFormatError:
+        return None
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     from rich.table import Table
 
+    from workloads.core.aggregate import summarized
     from workloads.model.results import load_result
     from workloads.report.compare import compare
     from workloads.report.text import format_band
 
-    a, b = load_result(args.a), load_result(args.b)
-    result = compare(a, b, force=args.force)
+    a, b = summarized(load_result(args.a)), summarized(load_result(args.b))
+    result = compare(
+        a, b, force=args.force, variable=args.variable, min_effect=args.min_effect / 100,
+        completions_a=_completions(args.a), completions_b=_completions(args.b),
+    )
     console = _console()
     name_a = a.label or str(args.a)
     name_b = b.label or str(args.b)
     at = f" at {result.prompt_delta_at}" if result.prompt_delta_at else ""
-    delta = (
-        "identical median prompt tokens in every turn" if result.match == "matched" else
-        f"median prompt tokens differ by at most {result.prompt_delta_tokens:+,.1f} of "
-        f"{result.prompt_tokens_a:,.1f} ({result.prompt_delta_fraction:.3%}){at}"
-    )
+    if result.match == "matched":
+        delta = f"byte-identical prompts ({result.hashed_prompts:,} prompt hashes equal)"
+    else:
+        delta = (
+            f"median prompt tokens differ by at most {result.prompt_delta_tokens:+,.1f} of "
+            f"{result.prompt_tokens_a:,.1f} ({result.prompt_delta_fraction:.3%}){at}"
+            + (f"; not matched: {result.hash_note}" if result.hash_note else "")
+        )
     console.print(f"A = {name_a}, B = {name_b} · {result.match} · {delta}")
+    if result.variable is not None:
+        values = (f": A {result.variable_values[0]} · B {result.variable_values[1]}"
+                  if result.variable_values else "")
+        console.print(f"variable under test: {result.variable}{values}")
     for problem in result.forced_over:
         console.print(f"forced: {problem}", style="yellow")
-    table = Table("figure", "A", "B", "B vs A", title="median over measured repetitions "
-                  "(min–max); significant only with ≥ 2 repetitions a side whose ranges do "
-                  "not overlap")
+    for line in (result.correctness, result.likelihood, *(i.line() for i in result.identity)):
+        if line:
+            console.print(line)
+    tested = sum(m.test is not None for m in result.metrics)
+    table = Table(
+        "figure", "A", "B", "B vs A [interval]",
+        title=f"median over measured repetitions (min–max); B/A of geometric means with "
+        f"its interval; significant when Welch's t on log values (≥ 3 repetitions a side; "
+        f"alpha 0.05 over all {tested} tested rows, Bonferroni) excludes 1 and the "
+        f"difference is ≥ {args.min_effect:g}%",
+    )
     for m in result.metrics:
-        table.add_row(f"{m.name} ({m.unit})", format_band(m.a), format_band(m.b), m.verdict)
+        unit = f" ({m.unit})" if m.unit else ""
+        digits = 3 if m.unit in ("", "s") else None
+        table.add_row(f"{m.name}{unit}", format_band(m.a, digits), format_band(m.b, digits),
+                      m.verdict)
     console.print(table)
     return 0
 
@@ -453,7 +520,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a scenario and report per-turn figures")
-    run.add_argument("scenario", help="packaged scenario name or path to a .toml file")
+    run.add_argument("scenario", nargs="?",
+                     help="packaged scenario name or path to a .toml file")
     _target_arguments(run, "for this run, and stop it after")
     run.add_argument("--out", help="directory for result.json and records.jsonl "
                      "(default: runs/NAME-TIMESTAMP)")
@@ -475,6 +543,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--no-plots", action="store_true", help="do not write DIR/plots/*.png")
     _run_safety_arguments(run)
+    run.add_argument("--gate", choices=["off", "report", "required"],
+                     help="the correctness gate, sent greedily before and after the measured "
+                     "window: report it, require it (a failing case makes the run invalid, "
+                     f"exit {EXIT_INVALID_RUN}), or off (default: the scenario's, report)")
+    run.add_argument("--replay", metavar="RUN_DIR",
+                     help="re-send RUN_DIR's exact messages turn by turn (its recorded "
+                     "replies in the history), so compare can call the arms matched")
+    run.add_argument("--no-transcripts", action="store_true",
+                     help="do not write DIR/transcripts.jsonl (records keep prompt and "
+                     "completion hashes)")
     run.set_defaults(func=_cmd_run)
 
     scenarios = sub.add_parser("scenarios", help="list packaged scenarios")
@@ -490,6 +568,13 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("b", help="candidate result directory (B)")
     comp.add_argument("--force", action="store_true",
                       help="compare even when scenario, model or prompt tokens differ")
+    comp.add_argument("--variable", metavar="NAME",
+                      help="the variable under test: a scenario field (e.g. sampling, "
+                      "sampling.temperature), model, or any name such as a server flag; "
+                      "comparability is judged on everything else")
+    comp.add_argument("--min-effect", type=float, default=2.0, metavar="PERCENT",
+                      help="smaller differences are never called significant (default: "
+                      "%(default)s, same-host run-to-run drift)")
     comp.set_defaults(func=_cmd_compare)
 
     pr = sub.add_parser("probe", help="check what a target offers (streaming, usage, cached "

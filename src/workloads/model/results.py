@@ -31,6 +31,8 @@ from workloads._version import __version__
 from workloads.model.base import Frozen
 from workloads.model.errors import ResultFormatError
 from workloads.model.figures import EnergyFigures, ServerTelemetry
+from workloads.model.gate import GateResult
+from workloads.model.likelihood import Likelihood
 from workloads.model.records import TurnRecord
 from workloads.model.scenario import Scenario
 from workloads.model.summary import BandSummary, ConcurrencySummary, RunSummary, Summary
@@ -164,6 +166,11 @@ class RunResult(Frozen):
     # Requests in flight over the measured span (None: no measured span); with free pacing
     # and arrivals it is an outcome, not a setting.
     concurrency: ConcurrencySummary | None = None
+    # The correctness gate (None: not run), and why the run is invalid (a required gate
+    # failed); added 2026-12-01, optional.
+    gate: GateResult | None = None
+    invalid_reason: str | None = None
+    likelihood: Likelihood | None = None  # the likelihood probe (None: not run)
 
     def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
         """Write ``result.json`` into ``directory`` (and records.jsonl, with its header, if

@@ -47,8 +47,9 @@ class TurnSummary(Frozen):
 
 
 class RunSummary(Frozen):
-    """The run's headline: per-user median rate over every valid measured turn, and
-    users × that median (the seed records' "5 × 25.5 = 127.5 aggregate")."""
+    """The run's headline: the aggregate (median over every (repetition, turn) whose streams
+    were all valid of the Σ of their post-first rates — the one meaning of "aggregate"), the
+    per-user median rate over every valid measured turn, and the wall aggregate."""
 
     users: int
     measured_repetitions: int  # per cell (the most any cell measured)
@@ -58,12 +59,18 @@ class RunSummary(Frozen):
     errors: int
     warmup_records: int
     per_user_rate: float | None  # median over every valid measured record
-    aggregate_rate: float | None  # users × per-user median; None when pooled over cells
+    # Median of per-turn Σ over (repetition, turn)s with every stream valid; None when there
+    # is none, or when pooled over cells. (Before 2026-12-01: users × per-user median.)
+    aggregate_rate: float | None
     turn_aggregate_rate: BandSummary | None  # the per-turn aggregate medians, banded
     ttft_s: BandSummary | None  # over every valid measured request
     completion_tokens: int  # Σ over measured records
     # Added later (optional): Σ tokens / span per fully valid repetition, banded.
     wall_aggregate_rate: BandSummary | None = None
+    # (repetition, turn)s whose streams were all valid (they make the aggregate), and those
+    # that were not (left out of it). Both 0 in older results and pooled summaries.
+    full_turns: int = 0
+    partial_turns: int = 0
 
 
 class Summary(Frozen):

@@ -19,6 +19,7 @@ from workloads.report.text import (
     span,
     titled_table,
 )
+from workloads.report.verdicts import verdict_lines
 from workloads.report.window import window_section
 
 __all__ = [
@@ -171,21 +172,32 @@ def coordinates_line(result: RunResult) -> str:
 
 
 def run_line(result: RunResult) -> str:
-    """The headline: users × per-user median = aggregate, as in the seed records; with free
-    pacing the streams need not overlap, so the per-user median and the wall aggregate."""
+    """The headline: the aggregate (median over full (repetition, turn)s of the Σ of their
+    streams' post-first rates), the per-user median and the wall throughput. No headline from
+    repetitions whose streams were not all valid: it says why instead (survivors decode
+    faster, so such a figure reads high). With free pacing the streams need not overlap, so
+    the per-user median and the wall throughput."""
     r = result.summary.run
     if r.per_user_rate is None:
         return f"no valid measured turns ({r.errors} failed, {r.invalid} invalid)"
     ttft = f"TTFT median {num(r.ttft_s.median)} s" if r.ttft_s else "TTFT —"
-    wall = f"wall aggregate {format_band(r.wall_aggregate_rate)} tok/s"
+    wall = f"wall throughput {format_band(r.wall_aggregate_rate)} tok/s"
+    valid = f"{r.valid:,}/{r.records:,} valid {'turn' if r.records == 1 else 'turns'}"
+    if r.aggregate_rate is None and r.partial_turns and not r.full_turns:
+        return (
+            f"no headline: in no turn of any measured repetition were all {r.users} streams "
+            f"valid ({plural(r.partial_turns, 'partial turn')}; a figure from the survivors "
+            f"would read high) · {valid}"
+        )
     if _free(result) or r.aggregate_rate is None:
         head = f"per-user median {num(r.per_user_rate)} tok/s; {wall}"
     else:
+        left_out = f", {r.partial_turns} partial left out" if r.partial_turns else ""
         head = (
-            f"{r.users} × {num(r.per_user_rate)} per-user median = {num(r.aggregate_rate)} "
-            f"aggregate tok/s · {wall}"
+            f"aggregate {num(r.aggregate_rate)} tok/s (median Σ of {r.users} streams over "
+            f"{plural(r.full_turns, 'turn')}{left_out}) · per-user median "
+            f"{num(r.per_user_rate)} tok/s · {wall}"
         )
-    valid = f"{r.valid:,}/{r.records:,} valid {'turn' if r.records == 1 else 'turns'}"
     return f"{head} · {ttft} · {valid}"
 
 
@@ -275,6 +287,7 @@ def render(result: RunResult) -> Group:
         parts.append(Text(line))
     if result.cells is None:
         parts.append(window_section(result))
+    parts += [Text(text, style=style) for text, style in verdict_lines(result)]
     for warning in result.warnings:
         parts.append(Text(f"warning: {warning}", style="yellow"))
     if not result.complete:

@@ -257,6 +257,17 @@ class CellSizing:
             self.fallbacks += 1
             return await self._fit_turn(conversation, turn, None, self.estimate)
 
+    async def replayed(self, messages: Sequence[Message]) -> PreparedTurn:
+        """A recorded turn (replay), sent as it is: only its ids are measured."""
+        tok: TargetTokenizer = self.tokenizer if self.exact else self.estimate
+        try:
+            ids = await tok.render(list(messages), "generate")
+        except TokenizeError:
+            self.fallbacks += 1
+            tok = self.estimate
+            ids = await tok.render(list(messages), "generate")
+        return PreparedTurn(list(messages), ids, tok.exact, len(ids), 0)
+
     def turn_target(self, turn: int, base: int, tok: TargetTokenizer, session: int = 0) -> int:
         """Turn 1: the configured prompt. Later: what was seen + ``turn_tokens``."""
         s = self.scenario
