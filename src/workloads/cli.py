@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -37,9 +38,10 @@ def _console() -> Any:
 
     # markup=False: messages carry text like "pip install 'workloads[plots]'", not styles.
     console = Console(markup=False)
-    if not console.is_terminal:
-        # Piped or captured: rich would assume 80 columns and wrap the tables mid-number.
-        console = Console(width=140, markup=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        # Piped or captured: rich would assume 80 columns; the report's tables reflow to any
+        # width, and 120 keeps the per-turn table in one block. COLUMNS=N overrides.
+        console = Console(width=120, markup=False)
     return console
 
 
@@ -151,30 +153,11 @@ def _write_plots(result: Any, directory: Path, console: Any, *, wanted: bool) ->
 
 
 def _cmd_scenarios(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     import workloads
+    from workloads.report.console import scenarios_table
 
-    def axis(values: set[int]) -> str:  # a sweep axis as "low–high" (the table is narrow)
-        low, high = min(values), max(values)
-        return f"{low:,}" if low == high else f"{low:,}–{high:,}"
-
-    # Descriptions are long: each goes on its own line under its row, full width.
-    table = Table("name", "users", "turns", "opening", "new/turn", "output")
-    for name in sorted(workloads.list_scenarios()):
-        s = workloads.load_scenario(name)
-        cells = s.cells()
-        table.add_row(
-            name,
-            axis({c.concurrency for c in cells}),
-            str(s.turns),
-            axis({c.prior_tokens for c in cells}),
-            f"{s.turn_tokens:,}",
-            str(s.output_tokens),
-        )
-        if s.description:
-            table.add_row(f"  {s.description}", style="dim", end_section=True)
-    _console().print(table)
+    names = sorted(workloads.list_scenarios())
+    _console().print(scenarios_table([workloads.load_scenario(n) for n in names]))
     return 0
 
 

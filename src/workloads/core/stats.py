@@ -6,11 +6,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from itertools import pairwise
 
-from workloads.model.summary import BandSummary
+from workloads.model.summary import BandSummary, Percentiles
 
-__all__ = ["band", "median", "percentile"]
+__all__ = ["band", "chunk_gaps_us", "median", "percentile", "percentiles"]
 
 
 def _clean(values: Iterable[float | None]) -> list[float]:
@@ -42,3 +43,22 @@ def band(values: Iterable[float | None]) -> BandSummary | None:
     mid = percentile(data, 50)
     assert mid is not None
     return BandSummary(median=mid, low=data[0], high=data[-1], n=len(data))
+
+
+def percentiles(values: Iterable[float | None]) -> Percentiles | None:
+    """p50, p90, p99 and max of the known values; None when there are none."""
+    data = _clean(values)
+    if not data:
+        return None
+    p50, p90, p99 = (percentile(data, q) for q in (50, 90, 99))
+    assert p50 is not None and p90 is not None and p99 is not None
+    return Percentiles(p50=p50, p90=p90, p99=p99, max=data[-1], n=len(data))
+
+
+def chunk_gaps_us(arrivals_ns: Sequence[int] | None) -> list[int] | None:
+    """Content-chunk arrival times (perf_counter_ns, in order) as the gaps between them in
+    whole microseconds: what a TurnRecord keeps of them. Microseconds: inter-token gaps are
+    milliseconds, and six digits a gap keep records.jsonl small. None when not recorded."""
+    if arrivals_ns is None:
+        return None
+    return [round((b - a) / 1000) for a, b in pairwise(arrivals_ns)]

@@ -57,6 +57,9 @@ class TurnRecord(Frozen):
     request_id: str | None = None  # the server's id for the completion
     system_fingerprint: str | None = None
     timings: dict[str, Any] | None = None  # llama.cpp per-response timings, verbatim
+    # Gaps between consecutive content chunks' arrivals, integer microseconds (n − 1 values
+    # for n chunks): the inter-token latency distribution, compact. None: not recorded.
+    chunk_gaps_us: list[int] | None = None
 
 
 class RecordWriter:

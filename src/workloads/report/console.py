@@ -4,12 +4,15 @@ renderables and text; printing is the CLI's job."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from workloads.model.results import RunResult
-from workloads.model.summary import TurnSummary
+from workloads.model.scenario import Scenario
+from workloads.model.summary import Percentiles, TurnSummary
+from workloads.report.table import Block, Line, ReportTable
 from workloads.report.text import (
     NO_VALID,
     NOT_REPORTED,
@@ -17,15 +20,17 @@ from workloads.report.text import (
     num,
     plural,
     span,
-    titled_table,
 )
-from workloads.report.window import window_section
+from workloads.report.window import window_blocks
 
 __all__ = [
+    "blocks",
     "cache_table",
     "coordinates_line",
+    "latency_table",
     "render",
     "run_line",
+    "scenarios_table",
     "sizing_line",
     "sweep_line",
     "sweep_table",
@@ -50,16 +55,17 @@ def _free(result: RunResult) -> bool:
     return result.scenario.pacing.mode == "free"
 
 
-def turn_table(result: RunResult) -> Table:
+def turn_table(result: RunResult) -> ReportTable:
     """Per-turn rates and latency. Rates: medians over measured repetitions (min–max); TTFT
     and prefill: medians over the measured requests (min–max)."""
     free = _free(result)
     users = result.summary.run.users
-    table = titled_table(
+    table = ReportTable(
         "Per turn — rates: median over measured repetitions (min–max); TTFT and prefill: "
         "median over requests (min–max)",
         ["turn", "Σ streams tok/s †" if free else "aggregate tok/s", "wall tok/s",
          "per-user tok/s", "TTFT s", "prefill tok/s", "uncached tok/s", "valid"],
+        name="turns",
     )
     notes = []
     for t in result.summary.turns:
@@ -94,19 +100,18 @@ def turn_table(result: RunResult) -> Table:
             "* left out of aggregate and wall tok/s (a Σ over fewer streams is not the same "
             "figure): " + "; ".join(notes)
         )
-    if captions:
-        table.caption = "\n".join(captions)
-        table.caption_justify = "left"
+    table.notes.extend(captions)
     return table
 
 
-def cache_table(result: RunResult) -> Table:
+def cache_table(result: RunResult) -> ReportTable:
     """Per-turn tokens: configured depth, what the server counted, and what it cached."""
     estimated = any(not t.shareable_exact for t in result.summary.turns if t.valid)
-    table = titled_table(
+    table = ReportTable(
         "Per turn — tokens (median, min–max); cache effectiveness = cached / shareable prefix"
         + (" (~ estimated)" if estimated else ""),
         ["turn", "configured prompt", "prompt (server)", "shareable", "cached", "cache eff."],
+        name="tokens",
     )
     for t in result.summary.turns:
         table.add_row(
@@ -120,7 +125,7 @@ def cache_table(result: RunResult) -> Table:
     return table
 
 
-def what_if_table(result: RunResult) -> Table | None:
+def what_if_table(result: RunResult) -> ReportTable | None:
     """Observed prefix-cache hit rate per turn beside what the what-if oracle says a prefix
     cache would serve with no contention: an LRU of the server's KV capacity, and unlimited.
     None when the oracle did not run, or when every turn got what an unlimited cache would
@@ -136,9 +141,10 @@ def what_if_table(result: RunResult) -> Table | None:
     if gap < 0.01:
         return None
     capacity = result.cache_what_if[0].capacity_tokens
-    table = titled_table(
+    table = ReportTable(
         "What-if prefix cache — hit rate, observed vs replayed with no contention",
         ["turn", "observed", f"LRU of {capacity:,} tokens", "unlimited"],
+        name="what_if",
     )
     observed = {t.turn: t.hit_rate for t in result.summary.turns}
 
@@ -186,26 +192,26 @@ def run_line(result: RunResult) -> str:
             f"aggregate tok/s · {wall}"
         )
     valid = f"{r.valid:,}/{r.records:,} valid {'turn' if r.records == 1 else 'turns'}"
-    return f"{head} · {ttft} · {valid}"
+    line = f"{head} · {ttft} · {valid}"
+    if r.request_rate is not None:
+        line += f" · {format_band(r.request_rate)} requests/s"
+    return line
 
 
 
-def sweep_table(result: RunResult) -> Table:
+def sweep_table(result: RunResult) -> ReportTable:
     """One row per cell, shaped like seed 000's throughput rows: configured prior-token
     target, actual prompt tokens (server count), median generation rate and its range."""
     cells = result.cells or []
     concurrent = any(c.concurrency > 1 for c in cells)
-    table = Table(
-        title="Per cell — turn-1 prompt tokens; generation rate over valid measured turns",
-        title_justify="left",
-        header_style="bold",
-    )
-    names = ["C", "prior\ntarget", "configured\nprompt", "actual\nprompt", "median\ntok/s",
+    names = ["C", "prior target", "configured prompt", "actual prompt", "median tok/s",
              "range"]
-    names += ["aggregate\ntok/s"] if concurrent else []
-    names += ["TTFT s", "valid"]
-    for name in names:  # "range" must not be cut: it is half of the seed's figure
-        table.add_column(name, justify="right", no_wrap=name == "range", min_width=5)
+    names += ["aggregate tok/s"] if concurrent else []
+    names += ["TTFT s", "requests/s", "valid"]
+    table = ReportTable(
+        "Per cell — turn-1 prompt tokens; generation rate over valid measured turns",
+        names, key=2, name="cells",
+    )
     for cell in cells:
         first = cell.summary.turns[0] if cell.summary.turns else None
         rate = cell.generation_rate
@@ -219,7 +225,9 @@ def sweep_table(result: RunResult) -> Table:
             f"{num(rate.low)}–{num(rate.high)}" if rate else "—",
         ]
         row += [num(run.aggregate_rate)] if concurrent else []
-        row += [num(run.ttft_s.median if run.ttft_s else None, 2), f"{run.valid}/{run.records}"]
+        row += [num(run.ttft_s.median if run.ttft_s else None, 2),
+                num(run.request_rate.median if run.request_rate else None),
+                f"{run.valid}/{run.records}"]
         table.add_row(*row)
     return table
 
@@ -233,7 +241,7 @@ def sweep_line(result: RunResult) -> str:
     ps = sorted({c.prior_tokens for c in cells})
     measured = max((c.summary.run.measured_repetitions for c in cells), default=0)
     return (
-        f"sweep of {len(cells)} cells: C {', '.join(map(str, cs))} × prior "
+        f"sweep of {plural(len(cells), 'cell')}: C {', '.join(map(str, cs))} × prior "
         f"{', '.join(f'{p:,}' for p in ps)} tokens · {s.turn_tokens:,} new per turn · "
         f"{s.output_tokens} generated per turn · {plural(s.turns, 'turn')} × {measured} "
         f"measured (+{s.repetitions.warmup} warm-up) per cell"
@@ -254,29 +262,130 @@ def sizing_line(result: RunResult) -> str | None:
     return f"depths sized with {z.tokenizer}; shareable prefixes are estimates (~)"
 
 
-def render(result: RunResult) -> Group:
-    """Everything the console shows after a run."""
+def _latency_rows(
+    table: ReportTable, key: list[str], p: dict[str, Percentiles | None]
+) -> None:
+    for figure, (scale, digits) in _LATENCY_UNITS.items():
+        d = p[figure]
+        if d is None:
+            continue
+        values = [num(v * scale, digits) for v in (d.p50, d.p90, d.p99, d.max)]
+        table.add_row(*key, figure, *values, f"{d.n:,}")
+
+
+# seconds for TTFT and end-to-end latency, milliseconds for the gaps between chunks
+_LATENCY_UNITS = {"TTFT s": (1.0, None), "ITL ms": (1000.0, None), "E2E s": (1.0, None)}
+
+
+def latency_table(result: RunResult) -> ReportTable | None:
+    """TTFT, inter-token latency (ITL: each gap between content chunks) and end-to-end
+    latency (sent → end of stream): p50, p90, p99 and max over the valid measured
+    requests, per turn and for the run (per cell for a sweep). None when nothing is known."""
+    columns = ["p50", "p90", "p99", "max", "n"]
+    if result.cells is not None:
+        table = ReportTable(
+            "Per cell — latency over valid measured requests (ITL: gaps between content chunks)",
+            ["C", "prior target", "latency", *columns], key=3, name="latency",
+        )
+        for cell in result.cells:
+            run = cell.summary.run
+            _latency_rows(table, [str(cell.concurrency), f"{cell.prior_tokens:,}"], {
+                "TTFT s": run.ttft_percentiles, "ITL ms": run.itl_percentiles,
+                "E2E s": run.e2e_percentiles,
+            })
+    else:
+        table = ReportTable(
+            "Latency over valid measured requests (ITL: gaps between content chunks)",
+            ["turn", "latency", *columns], key=2, name="latency",
+        )
+        for t in result.summary.turns:
+            _latency_rows(table, [str(t.turn)], {
+                "TTFT s": t.ttft_percentiles, "ITL ms": t.itl_percentiles,
+                "E2E s": t.e2e_percentiles,
+            })
+        run = result.summary.run
+        if len(result.summary.turns) > 1:
+            _latency_rows(table, ["all"], {
+                "TTFT s": run.ttft_percentiles, "ITL ms": run.itl_percentiles,
+                "E2E s": run.e2e_percentiles,
+            })
+    if not table.rows:
+        return None
+    if not any(row[table.key - 1] == "ITL ms" for row in table.rows):
+        table.notes.append(
+            "ITL not recorded: these records carry no content-chunk arrival times"
+        )
+    return table
+
+
+def scenarios_table(scenarios: Sequence[Scenario]) -> ReportTable:
+    """The packaged scenarios: shape and what each is (a sweep axis as "low–high")."""
+
+    def axis(values: set[int]) -> str:
+        low, high = min(values), max(values)
+        return f"{low:,}" if low == high else f"{low:,}–{high:,}"
+
+    table = ReportTable(
+        "Scenarios — run one with: python -m workloads run NAME",
+        ["name", "users", "turns", "opening", "new/turn", "output", "what"],
+        name="scenarios", left=(6,),
+    )
+    for s in scenarios:
+        cells = s.cells()
+        table.add_row(
+            s.name, axis({c.concurrency for c in cells}), str(s.turns),
+            axis({c.prior_tokens for c in cells}), f"{s.turn_tokens:,}", str(s.output_tokens),
+            s.description or "",
+        )
+    return table
+
+
+def header_line(result: RunResult) -> str:
+    """Scenario → model @ target [label]."""
     target = result.target
     where = "simulated server" if target.simulated else target.base_url
-    header = Text.assemble(
-        (f"{result.scenario.name}", "bold"),
-        f" → {target.model} @ {where}",
-        (f"  [{result.label}]" if result.label else ""),
-    )
-    parts: list[object] = [header]
+    return (f"{result.scenario.name} → {target.model} @ {where}"
+            + (f"  [{result.label}]" if result.label else ""))
+
+
+def blocks(result: RunResult) -> list[Block]:
+    """The report as a sequence of lines, tables and labelled rows: what the console, the
+    Markdown and the HTML exports all draw."""
+    parts: list[Block] = [Line(header_line(result), "bold")]
     if result.cells is not None:
-        parts += [Text(sweep_line(result)), sweep_table(result)]
+        parts += [Line(sweep_line(result)), sweep_table(result)]
+        if (latency := latency_table(result)) is not None:
+            parts.append(latency)
     else:
-        parts += [Text(coordinates_line(result)), turn_table(result), cache_table(result)]
+        parts += [Line(coordinates_line(result)), turn_table(result), cache_table(result)]
+        if (latency := latency_table(result)) is not None:
+            parts.append(latency)
         if (oracle := what_if_table(result)) is not None:
             parts.append(oracle)
-        parts.append(Text(run_line(result), style="bold"))
+        parts.append(Line(run_line(result), "bold"))
     if (line := sizing_line(result)) is not None:
-        parts.append(Text(line))
+        parts.append(Line(line))
     if result.cells is None:
-        parts.append(window_section(result))
+        parts += window_blocks(result)
     for warning in result.warnings:
-        parts.append(Text(f"warning: {warning}", style="yellow"))
+        parts.append(Line(f"warning: {warning}", "warning"))
     if not result.complete:
-        parts.append(Text("INCOMPLETE RUN", style="bold red"))
-    return Group(*parts)  # type: ignore[arg-type]
+        parts.append(Line("INCOMPLETE RUN", "error"))
+    return parts
+
+
+def render(result: RunResult) -> Group:
+    """Everything the console shows after a run: tables reflow to the console's width and
+    never cut a value; a blank line sets each table and the window apart."""
+    out: list[Block | Text] = []
+    for number, block in enumerate(blocks(result)):
+        apart = isinstance(block, ReportTable) or (
+            number and isinstance(block, Line) and block.style == "bold"
+            and block.text.startswith("Window")
+        )
+        if apart and out and not isinstance(out[-1], Text):
+            out.append(Text(""))
+        out.append(block)
+        if isinstance(block, ReportTable):
+            out.append(Text(""))
+    return Group(*out)
