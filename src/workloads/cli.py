@@ -46,8 +46,6 @@ def _console() -> Any:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
     import workloads
     from workloads.report import console as report
 
@@ -70,32 +68,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         console.print("--model is only used with --target; ignoring it")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-{stamp}"
-    reps = scenario.repetitions.warmup + scenario.repetitions.measured
-    total = scenario.total_turns()
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[status]}"),
-        console=console,
-        transient=True,
-        disable=args.quiet,
-    ) as progress:
-        task = progress.add_task(f"{scenario.name}: turns", total=total, status="")
-        failed = 0
+    from workloads.live import LiveProgress
 
-        def on_record(record: workloads.TurnRecord) -> None:
-            nonlocal failed
-            failed += record.status != "ok"
-            phase = "warm-up" if record.warmup else "measured"
-            where = f"cell {record.cell + 1}/{len(scenario.cells())} " if scenario.swept else ""
-            progress.update(
-                task,
-                advance=1,
-                status=f"{where}rep {record.repetition + 1}/{reps} ({phase}) turn {record.turn}"
-                + (f" · {failed} failed" if failed else ""),
-            )
-
+    with LiveProgress(scenario, console, quiet=args.quiet) as live:
+        on_record = live.on_record
         try:
             with contextlib.ExitStack() as stack:
                 if args.launch:
@@ -281,11 +257,20 @@ def _target_arguments(parser: argparse.ArgumentParser, launch_does: str) -> None
                         help="environment variable holding the API key (default: %(default)s)")
 
 
+def _prog() -> str:
+    """The command as the user typed it: ``workloads`` (the installed script) or
+    ``python -m workloads``."""
+    return "python -m workloads" if Path(sys.argv[0]).name == "__main__.py" else "workloads"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from workloads._version import __version__
+
     parser = argparse.ArgumentParser(
-        prog="python -m workloads",
+        prog=_prog(),
         description="Simulate coding-agent users against OpenAI-compatible LLM servers.",
     )
+    parser.add_argument("--version", action="version", version=f"workloads {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a scenario and report per-turn figures")
@@ -308,7 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "(default: %(default)s)")
     run.add_argument("--label", help="name of this arm, stored in the result")
     run.add_argument("--note", help="free text (the stack, flags), stored in the result")
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--quiet", action="store_true",
+                     help="no progress (a bar in a terminal, else a line on stderr every 5 s)")
     run.add_argument("--no-plots", action="store_true", help="do not write DIR/plots/*.png")
     run.set_defaults(func=_cmd_run)
 
