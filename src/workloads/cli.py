@@ -98,7 +98,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     console.print(report.render(result))
     console.print(f"saved {out / 'result.json'} and {out / 'records.jsonl'}")
     _write_plots(result, out / "plots", console, wanted=not args.no_plots)
+    _write_html(result, out, console, with_plots=not args.no_plots)
     return 0
+
+
+def _write_html(result: Any, directory: Path, console: Any, *, with_plots: bool) -> None:
+    from workloads.report.html import write_html
+
+    console.print(f"report: {write_html(result, directory, with_plots=with_plots)}")
 
 
 @contextlib.contextmanager
@@ -141,13 +148,19 @@ def _cmd_show(args: argparse.Namespace) -> int:
     from workloads.core.aggregate import summarized
     from workloads.model.results import load_result
     from workloads.report import console as report
+    from workloads.report.export import export
 
     result = summarized(load_result(args.result))  # the file's summaries are a cache
+    where = Path(args.result)
+    directory = where if where.is_dir() else where.parent
+    for note in report.records_notes(result, directory / "records.jsonl"):
+        print(f"warning: {note}", file=sys.stderr)
+    if args.format != "text":
+        sys.stdout.write(export(result, args.format))
+        return 0
     console = _console()
     console.print(report.render(result))
     if args.plots:
-        where = Path(args.result)
-        directory = where if where.is_dir() else where.parent
         _write_plots(result, directory / "plots", console, wanted=True)
     return 0
 
@@ -304,6 +317,11 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print the report of a saved result")
     show.add_argument("result", help="result directory")
     show.add_argument("--plots", action="store_true", help="(re)write DIR/plots/*.png")
+    show.add_argument("--format", choices=["text", "md", "json", "csv", "html"],
+                      default="text", help="text (the console report), md (Markdown), json "
+                      "(the result, recomputed), csv (one row per cell and turn, raw figures) "
+                      "or html (the self-contained report with its plots) on stdout "
+                      "(default: %(default)s)")
     show.set_defaults(func=_cmd_show)
 
     comp = sub.add_parser("compare", help="compare two saved results (A/B arms)")

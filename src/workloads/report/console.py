@@ -5,6 +5,7 @@ renderables and text; printing is the CLI's job."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from rich.console import Group
 from rich.text import Text
@@ -28,6 +29,7 @@ __all__ = [
     "cache_table",
     "coordinates_line",
     "latency_table",
+    "records_notes",
     "render",
     "run_line",
     "scenarios_table",
@@ -338,6 +340,29 @@ def scenarios_table(scenarios: Sequence[Scenario]) -> ReportTable:
             s.description or "",
         )
     return table
+
+
+def records_notes(result: RunResult, records_path: Path) -> list[str]:
+    """What ``show`` must say about the records it recomputed from: a torn last line (a run
+    killed mid-write: the line is skipped), or fewer turns than the scenario sends."""
+    notes = []
+    if not records_path.exists():
+        return [f"{records_path} is missing: the figures are the summaries saved in the "
+                "result, not recomputed"]
+    with records_path.open("rb") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        f.seek(max(0, size - 1))
+        torn = size > 0 and f.read(1) != b"\n"
+    if torn:
+        notes.append(f"{records_path} ends in a torn line (the run was killed while writing "
+                     "it): that turn is left out")
+    expected = result.scenario.total_turns()
+    if len(result.records) < expected:
+        notes.append(f"{records_path} holds {len(result.records):,} of the {expected:,} turns "
+                     "the scenario sends: the run did not finish, and the figures cover only "
+                     "the turns recorded")
+    return notes
 
 
 def header_line(result: RunResult) -> str:
