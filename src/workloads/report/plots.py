@@ -82,8 +82,9 @@ def _bands(
 
 
 def _compact(value: float) -> str:
-    """Tick labels: 6,146 → 6.1K, 117,452 → 117K."""
-    if value >= 100_000:
+    """Tick labels: 6,146 → 6.1K, 67,584 → 68K, 117,452 → 117K (two close depths on a
+    log2 axis still get labels that do not run into each other)."""
+    if value >= 10_000:
         return f"{value / 1000:.0f}K"
     if value >= 1000:
         return f"{value / 1000:.1f}K".replace(".0K", "K")
@@ -120,7 +121,7 @@ class _Axis:
         xs = sorted({self.x(c) for c in cells})
         if self.by_depth:
             ax.set_xscale("log", base=2)
-            ax.set_xticks(xs, [_compact(x) for x in xs])
+            ax.set_xticks(xs, [_compact(x) for x in xs], fontsize=8)
             ax.minorticks_off()
             if xs:
                 ax.set_xlim(xs[0] / 1.25, xs[-1] * 1.25)
@@ -253,7 +254,8 @@ def _prefill(result: RunResult, path: Path | IO[bytes]) -> None:
     xs = [float(r.prompt_tokens or 0) for r in measured]
     ys = [(r.prompt_tokens or 0) / (r.ttft_ns or 1) * 1e9 for r in measured]
     ax.scatter(xs, ys, s=16, alpha=0.6, color="tab:blue", label="prompt / TTFT")
-    cached = [r for r in measured if r.cached_tokens is not None]
+    # Uncached prefill where something was cached; elsewhere it is the same point as above.
+    cached = [r for r in measured if r.cached_tokens]
     if cached:
         ax.scatter([float(r.prompt_tokens or 0) for r in cached],
                    [((r.prompt_tokens or 0) - (r.cached_tokens or 0)) / (r.ttft_ns or 1) * 1e9
@@ -262,7 +264,7 @@ def _prefill(result: RunResult, path: Path | IO[bytes]) -> None:
                    label="(prompt − cached) / TTFT")
     if max(xs) > 2 * min(xs):
         ax.set_xscale("log", base=2)
-        ticks = sorted({round(x, -2) for x in xs})
+        ticks = sorted(set(xs))
         if len(ticks) <= 8:
             ax.set_xticks(ticks, [_compact(t) for t in ticks])
             ax.minorticks_off()
