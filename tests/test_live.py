@@ -38,7 +38,7 @@ def test_the_line_has_turns_eta_rate_ttft_and_errors_by_kind():
     tally.add(rec(5, status="error", kind="http"))
     line = progress_line(tally, time.perf_counter_ns())
     assert "6/60 turns" in line and "ETA" in line
-    assert "rep 2/4 (measured) turn 1" in line
+    assert "measured 1/3 · turn 1" in line
     assert "TTFT p50 0.20 s" in line
     assert "errors: 2 timeout, 1 http" in line
     assert "tok/s" in line

@@ -37,8 +37,9 @@ class _Tally:
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         self.total = scenario.total_turns()
-        self.cells = len(scenario.cells())
-        self.reps = scenario.repetitions.warmup + scenario.repetitions.measured
+        self.coordinates = scenario.cells()
+        self.cells = len(self.coordinates)
+        self.measured = scenario.repetitions.measured
         self.start_ns = time.perf_counter_ns()
         self.done = 0
         self.errors: Counter[str] = Counter()
@@ -64,8 +65,8 @@ class _Tally:
 
 
 def progress_line(tally: _Tally, now_ns: int | None = None) -> str:
-    """The status as one line: ``12s · 15/60 turns · ETA 36s · cell 1/2 rep 2/4 (measured)
-    turn 3 · 1,180 tok/s · TTFT p50 0.21 s · errors: 2 timeout``."""
+    """The status as one line: ``12s · 15/60 turns · ETA 36s · measured 2/3 · turn 3 ·
+    1,180 tok/s · TTFT p50 0.21 s · errors: 2 timeout``."""
     now = time.perf_counter_ns() if now_ns is None else now_ns
     with tally.lock:
         elapsed = (now - tally.start_ns) / 1e9
@@ -76,10 +77,17 @@ def progress_line(tally: _Tally, now_ns: int | None = None) -> str:
         if last is None:
             parts.append("sizing prompts and sending the first turns")
         else:
-            phase = "warm-up" if last.warmup else "measured"
-            where = f"cell {last.cell + 1}/{tally.cells} " if tally.cells > 1 else ""
-            parts.append(f"{where}rep {last.repetition + 1}/{tally.reps} ({phase}) "
-                         f"turn {last.turn}")
+            # Cells keep their id (numbered from 0, as in records and plots) with their
+            # coordinate; repetitions are counted within their phase (warm-up 1/1).
+            warm = tally.scenario.repetitions.warmup
+            if last.warmup:
+                phase = f"warm-up {last.repetition + 1}/{warm}"
+            else:
+                phase = f"measured {last.repetition - warm + 1}/{tally.measured}"
+            if tally.cells > 1:
+                cell = tally.coordinates[last.cell]
+                phase = f"cell {last.cell} (C{cell.concurrency} · {cell.prior_tokens:,}) · {phase}"
+            parts.append(f"{phase} · turn {last.turn}")
             while tally.recent and now - tally.recent[0][0] > RATE_WINDOW_S * 1e9:
                 tally.recent.popleft()
             window = min(RATE_WINDOW_S, elapsed)
