@@ -19,7 +19,30 @@ from workloads.report.table import ReportTable
 DATA = Path(__file__).parent / "data"
 GOLDEN = DATA / "golden"
 WIDTHS = [80, 120, 200]
-RESULTS = ["v1-small-a", "v1-sweep"]
+RESULTS = ["v1-small-a", "v1-sweep", "v1-small-a+gaps"]
+
+
+def with_gaps(result: workloads.RunResult) -> workloads.RunResult:
+    """The stored result as a client that keeps chunk gaps would have recorded it: each
+    record's span from first to last content chunk split into its chunks' gaps, every
+    fourth one three times as long (a deterministic, uneven ITL)."""
+    records = []
+    for r in result.records:
+        if r.first_content_ns is None or r.last_content_ns is None or r.content_events < 2:
+            records.append(r)
+            continue
+        n = r.content_events - 1
+        weights = [3 if i % 4 == 3 else 1 for i in range(n)]
+        span_us = (r.last_content_ns - r.first_content_ns) / 1000
+        gaps = [round(span_us * w / sum(weights)) for w in weights]
+        records.append(r.model_copy(update={"chunk_gaps_us": gaps}))
+    return summarized(result.model_copy(update={"records": records}))
+
+
+def load(name: str) -> workloads.RunResult:
+    if name.endswith("+gaps"):
+        return with_gaps(workloads.load_result(DATA / name.removesuffix("+gaps")))
+    return summarized(workloads.load_result(DATA / name))
 
 
 def rendered(result: workloads.RunResult, width: int) -> str:
@@ -31,7 +54,7 @@ def rendered(result: workloads.RunResult, width: int) -> str:
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("name", RESULTS)
 def test_the_report_matches_its_golden_text(name, width):
-    result = summarized(workloads.load_result(DATA / name))
+    result = load(name)
     text = rendered(result, width)
     path = GOLDEN / f"{name}-{width}.txt"
     if os.environ.get("WORKLOADS_UPDATE_GOLDEN"):
@@ -42,7 +65,7 @@ def test_the_report_matches_its_golden_text(name, width):
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("name", RESULTS)
 def test_no_column_is_lost_and_no_value_cut(name, width):
-    result = summarized(workloads.load_result(DATA / name))
+    result = load(name)
     text = rendered(result, width)
     assert "…" not in text
     tables = [b for b in report.blocks(result) if isinstance(b, ReportTable)]
@@ -66,3 +89,12 @@ def test_a_narrow_console_stacks_blocks_that_repeat_the_turn_column():
     assert len(stacked) > 1 and all(b[0] == 0 for b in stacked)
     assert sorted({i for b in stacked for i in b}) == list(range(len(table.columns)))
     assert blocks(table, 200) == [list(range(len(table.columns)))]
+
+
+def test_recorded_chunk_gaps_give_itl_rows_in_milliseconds():
+    text = rendered(load("v1-small-a+gaps"), 120)
+    rows = [line.split() for line in text.splitlines() if " ITL ms " in line]
+    assert [row[0] for row in rows] == ["1", "2", "all"]
+    p50, p90, p99, top = (float(v) for v in rows[-1][3:7])
+    assert 0 < p50 < p90 <= p99 <= top  # every fourth gap three times as long
+    assert "ITL not recorded" not in text

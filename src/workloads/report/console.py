@@ -35,6 +35,7 @@ __all__ = [
     "scenarios_table",
     "sizing_line",
     "sweep_line",
+    "sweep_server_table",
     "sweep_table",
     "turn_table",
     "what_if_table",
@@ -264,6 +265,60 @@ def sizing_line(result: RunResult) -> str | None:
     return f"depths sized with {z.tokenizer}; shareable prefixes are estimates (~)"
 
 
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0%}"
+
+
+def sweep_server_table(result: RunResult) -> ReportTable | None:
+    """Per cell: cache effectiveness and hit rate from the responses' usage, beside the
+    server's own window figures (its prefix-cache hit rate, whether its counters reconcile
+    with usage, KV usage peak, preemptions, acceptance). None for a run without cells."""
+    if result.cells is None:
+        return None
+    table = ReportTable(
+        "Per cell — cache (from usage) and the server's window figures",
+        ["C", "prior target", "cache eff.", "hit rate", "server hit rate", "counters",
+         "KV peak", "preemptions"],
+        key=2, name="cells_server", left=(5,),
+    )
+    speculating = any(c.window.server is not None
+                      and c.window.server.spec_acceptance_rate is not None for c in result.cells)
+    if speculating:
+        table.columns.append("acceptance")
+    for cell in result.cells:
+        valid = [r for r in result.records if r.cell == cell.cell and r.valid
+                 and not r.warmup and r.cached_tokens is not None]
+        both = [r for r in valid if r.shareable_tokens is not None]
+        shareable = sum(r.shareable_tokens or 0 for r in both)
+        prompt = sum(r.prompt_tokens or 0 for r in valid)
+        if not valid:
+            eff, hit = NOT_REPORTED, NOT_REPORTED
+        else:
+            eff = ("— (none shareable)" if shareable == 0
+                   else _pct(sum(r.cached_tokens or 0 for r in both) / shareable))
+            hit = _pct(sum(r.cached_tokens or 0 for r in valid) / prompt if prompt else None)
+        t = cell.window.server
+        if t is None or t.server is None or not t.metrics_used:
+            server = [NOT_REPORTED, "not read", "—", "—", "—"]  # hit rate … acceptance
+        else:
+            verdicts = [r.verdict for r in t.reconciliation]
+            differs = verdicts.count("differs")
+            counters = ("reconcile" if verdicts and all(v == "reconciles" for v in verdicts)
+                        else f"{differs} differ" if differs else "unknown")
+            server = [
+                _pct(t.prefix_cache_hit_rate) if t.prefix_cache_hit_rate is not None
+                else NOT_REPORTED,
+                counters,
+                "—" if t.kv_usage_peak is None else f"{t.kv_usage_peak:.1%}",
+                NOT_REPORTED if t.preemptions is None else f"{t.preemptions:,.0f}",
+                "—" if t.spec_acceptance_rate is None else f"{t.spec_acceptance_rate:.3f}",
+            ]
+        if not speculating:
+            server = server[:4]
+        table.add_row(str(cell.concurrency), f"{cell.prior_tokens:,}", eff, hit, *server)
+    return table
+
+
 def _latency_rows(
     table: ReportTable, key: list[str], p: dict[str, Percentiles | None]
 ) -> None:
@@ -381,6 +436,8 @@ def blocks(result: RunResult) -> list[Block]:
         parts += [Line(sweep_line(result)), sweep_table(result)]
         if (latency := latency_table(result)) is not None:
             parts.append(latency)
+        if (server := sweep_server_table(result)) is not None:
+            parts.append(server)
     else:
         parts += [Line(coordinates_line(result)), turn_table(result), cache_table(result)]
         if (latency := latency_table(result)) is not None:
