@@ -28,7 +28,17 @@ def test_write_plots_makes_four_pngs(tmp_path):
 def test_a_sweep_is_plotted_per_cell(tmp_path):
     written = write_plots(workloads.load_result(DATA / "v1-sweep"), tmp_path)
     assert sorted(p.name for p in written) == [
-        "prefill.png", "rates.png", "timeline.png", "ttft.png"]
+        "cache.png", "prefill.png", "rates.png", "timeline.png", "ttft.png"]
+
+
+def test_a_cold_sweep_has_no_cache_plot_of_zeros():
+    sweep = summarized(workloads.load_result(DATA / "v1-sweep"))
+    cold = sweep.model_copy(update={
+        "records": [r.model_copy(update={"cached_tokens": 0}) for r in sweep.records],
+        "cells": [c.model_copy(update={"window": c.window.model_copy(update={"server": None})})
+                  for c in sweep.cells or []],
+    })
+    assert "cache.png" not in dict(figures(cold))
 
 
 def depth_sweep(concurrency: int = 1) -> workloads.RunResult:

@@ -10,6 +10,8 @@ library writes them where asked and returns their paths; it never shows a window
   jittered, with the median;
 * ``prefill.png`` — prefill rate (prompt / TTFT, and uncached) of every valid measured
   request against its prompt tokens (log2 when depths vary);
+* ``cache.png`` — a sweep's prefix cache per cell: cache effectiveness and hit rate from
+  usage beside the server's own hit rate (left out when nothing was cached anywhere);
 * ``timeline.png`` — every measured request as a bar from send to last token, split at the
   first token (waiting + prefill, then decode), one row per cell, repetition and session:
   the lock-step barriers, queueing and stragglers are visible at a glance.
@@ -333,9 +335,59 @@ def _timeline(result: RunResult, path: Path) -> None:
     plt.close(fig)
 
 
+def _sweep_cache(result: RunResult, path: Path | IO[bytes]) -> None:
+    """Per cell: cache effectiveness and hit rate from usage, and the server's own
+    prefix-cache hit rate over the cell's window. Not drawn when nothing was cached anywhere
+    (a cold depth sweep: every figure 0)."""
+    cells = result.cells
+    if not cells:
+        return
+    axis = _Axis(result)
+    series: dict[str, list[tuple[float, float]]] = {
+        "cache effectiveness (cached / shareable)": [],
+        "hit rate (cached / prompt, usage)": [],
+        "server prefix-cache hit rate (window)": [],
+    }
+    names = list(series)
+    for c in cells:
+        x = axis.x(c)
+        known = [r for r in result.records if r.cell == c.cell and r.valid and not r.warmup
+                 and r.cached_tokens is not None]
+        both = [r for r in known if r.shareable_tokens is not None]
+        shareable = sum(r.shareable_tokens or 0 for r in both)
+        prompt = sum(r.prompt_tokens or 0 for r in known)
+        if shareable:
+            series[names[0]].append((x, sum(r.cached_tokens or 0 for r in both) / shareable))
+        if prompt:
+            series[names[1]].append((x, sum(r.cached_tokens or 0 for r in known) / prompt))
+        t = c.window.server
+        if t is not None and t.prefix_cache_hit_rate is not None:
+            series[names[2]].append((x, t.prefix_cache_hit_rate))
+    if not any(y > 0 for points in series.values() for _, y in points):
+        return
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2), constrained_layout=True)
+    for (name, points), marker, color in zip(series.items(), "os^", _COLORS, strict=False):
+        if points:
+            points.sort()
+            ax.plot([x for x, _ in points], [y for _, y in points], marker=marker,
+                    color=color, label=name)
+    axis.apply(ax, cells)
+    ax.set_ylim(0, 1.05)
+    from matplotlib.ticker import PercentFormatter
+
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.grid(alpha=0.3)
+    # Below the axes: a legend inside would cover points at 0% or 100%.
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+    ax.set_title(_title(result) + "\nprefix cache per cell, valid measured turns", fontsize=9)
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
 _FIGURES: list[tuple[str, Any]] = [
     ("rates.png", _rates), ("ttft.png", _ttft), ("prefill.png", _prefill),
-    ("timeline.png", _timeline),
+    ("cache.png", _sweep_cache), ("timeline.png", _timeline),
 ]
 
 
