@@ -67,3 +67,15 @@ def test_quiet_runs_print_no_progress_and_piped_runs_print_a_line(tmp_path, caps
     assert capsys.readouterr().err == ""
     assert main(["run", "five-user-coding", "--out", str(tmp_path / "p"), *small]) == 0
     assert "five-user-coding: 0s · 0/2 turns" in capsys.readouterr().err
+
+
+def test_a_terminal_gets_a_bar_that_ends_cleanly():
+    scenario = workloads.load_scenario("five-user-coding")
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=100)
+    with LiveProgress(scenario, console) as live:
+        assert live.terminal
+        live.on_record(rec(0))
+        live.on_record(rec(1, status="error", kind="timeout"))
+    drawn = screen.getvalue()
+    assert "five-user-coding" in drawn and "errors: 1 timeout" in drawn

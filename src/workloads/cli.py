@@ -115,7 +115,8 @@ def _launch(kind: str, console: Any, *, parallel: int, context_per_slot: int) ->
 
     server = LlamaCppServer(parallel=parallel, context_per_slot=context_per_slot)
     console.print(
-        f"starting llama-server ({kind}, Gemma 3 270M) with {parallel} slots of "
+        f"starting llama-server ({kind}, Gemma 3 270M) with {parallel} "
+        f"slot{'' if parallel == 1 else 's'} of "
         f"{server.context_per_slot:,} tokens on 127.0.0.1 …"
     )
     with server:
@@ -166,11 +167,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     from workloads.model.results import load_result
-    from workloads.report.compare import compare
-    from workloads.report.text import format_band
+    from workloads.report.compare import compare, comparison_table
 
     a, b = load_result(args.a), load_result(args.b)
     result = compare(a, b, force=args.force)
@@ -186,12 +184,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     console.print(f"A = {name_a}, B = {name_b} · {result.match} · {delta}")
     for problem in result.forced_over:
         console.print(f"forced: {problem}", style="yellow")
-    table = Table("figure", "A", "B", "B vs A", title="median over measured repetitions "
-                  "(min–max); significant only with ≥ 2 repetitions a side whose ranges do "
-                  "not overlap")
-    for m in result.metrics:
-        table.add_row(f"{m.name} ({m.unit})", format_band(m.a), format_band(m.b), m.verdict)
-    console.print(table)
+    console.print(comparison_table(result))
     return 0
 
 

@@ -93,7 +93,7 @@ def progress_line(tally: _Tally, now_ns: int | None = None) -> str:
             window = min(RATE_WINDOW_S, elapsed)
             tokens = sum(t for _, t in tally.recent)
             if window > 0 and tokens:
-                parts.append(f"{tokens / window:,.0f} tok/s")
+                parts.append(f"{tokens / window:,.0f} tok/s last {window:.0f}s")
             idle = (now - (tally.last_ns or now)) / 1e9
             if idle >= PLAIN_INTERVAL_S and tally.done < tally.total:
                 parts.append(f"waiting {_duration(idle)} (sizing, a barrier or long turns)")

@@ -35,8 +35,10 @@ from workloads.model.errors import IncomparableError
 from workloads.model.records import TurnRecord
 from workloads.model.results import RunResult
 from workloads.model.summary import BandSummary
+from workloads.report.table import ReportTable
+from workloads.report.text import format_band
 
-__all__ = ["Comparison", "MetricComparison", "compare"]
+__all__ = ["Comparison", "MetricComparison", "compare", "comparison_table"]
 
 MatchClass = Literal["matched", "matched_with_tokenizer_delta", "unmatched"]
 TOKENIZER_DELTA_LIMIT = 0.01
@@ -247,3 +249,16 @@ def compare(a: RunResult, b: RunResult, *, force: bool = False) -> Comparison:
         metrics=metrics,
         prompt_delta_at=where,
     )
+
+
+def comparison_table(result: Comparison) -> ReportTable:
+    """The figures of a comparison as a report table (the console reflows it to any width;
+    the verdict column wraps at spaces)."""
+    table = ReportTable(
+        "median over measured repetitions (min–max); significant only with ≥ 2 repetitions a "
+        "side whose ranges do not overlap",
+        ["figure", "A", "B", "B vs A"], name="compare", left=(3,),
+    )
+    for m in result.metrics:
+        table.add_row(f"{m.name} ({m.unit})", format_band(m.a), format_band(m.b), m.verdict)
+    return table

@@ -79,7 +79,7 @@ def turn_table(result: RunResult) -> ReportTable:
             notes.append(
                 f"turn {t.turn}: {plural(t.partial_repetitions, 'repetition')} of "
                 f"{t.streams.n if t.streams else 0} summed fewer valid streams than the "
-                f"{users} users ({span(t.streams)} streams per repetition)"
+                f"{plural(users, 'user')} ({span(t.streams)} streams per repetition)"
             )
         table.add_row(
             str(t.turn),

@@ -360,7 +360,7 @@ def sizing_warnings(
     if mismatched:
         r = mismatched[0]
         out.append(
-            f"{len(mismatched)} measured turns: the target's /tokenize counted a different "
+            f"{plural_turns(len(mismatched))}: the target's /tokenize counted a different "
             f"prompt than its usage reports (first: {r.tokenized_prompt_tokens} vs "
             f"{r.prompt_tokens}); its /tokenize does not render chats as its chat endpoint "
             "does, so depths and shareable prefixes are not exact"
