@@ -90,7 +90,7 @@ def progress_line(tally: _Tally, now_ns: int | None = None) -> str:
             parts.append(f"{phase} · turn {last.turn}")
             while tally.recent and now - tally.recent[0][0] > RATE_WINDOW_S * 1e9:
                 tally.recent.popleft()
-            window = min(RATE_WINDOW_S, elapsed)
+            window = max(1.0, min(RATE_WINDOW_S, elapsed))  # no rate from a blink
             tokens = sum(t for _, t in tally.recent)
             if window > 0 and tokens:
                 parts.append(f"{tokens / window:,.0f} tok/s last {window:.0f}s")
@@ -139,8 +139,7 @@ class LiveProgress:
         self.stream = stream
         self.terminal = console.is_terminal if terminal is None else terminal
         self._console = console
-        self._progress: Any = None
-        self._task: Any = None
+        self._live: Any = None
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
 
@@ -148,43 +147,47 @@ class LiveProgress:
         if self.quiet:
             return self
         if self.terminal:
-            from rich.progress import BarColumn, Progress, TextColumn
+            from rich.live import Live
 
-            self._progress = Progress(
-                TextColumn(self.tally.scenario.name),
-                BarColumn(),
-                TextColumn("{task.fields[status]}"),
-                console=self._console,
-                transient=True,
-            )
-            self._progress.__enter__()
-            self._task = self._progress.add_task("turns", total=self.tally.total, status="")
-            interval = 1.0  # the bar's elapsed time and ETA tick every second
-        else:
-            interval = self.interval_s
+            # Redrawn by rich's own refresh thread: the bar on one line, the status under it
+            # (wrapping in a narrow terminal rather than being cut).
+            self._live = Live(console=self._console, transient=True, refresh_per_second=2,
+                              get_renderable=self._renderable)
+            self._live.__enter__()
+            return self
         self._ticker = threading.Thread(
-            target=self._tick, args=(interval,), name="workloads-progress", daemon=True
+            target=self._tick, args=(self.interval_s,), name="workloads-progress", daemon=True
         )
         self._ticker.start()
         return self
 
+    def _renderable(self) -> Any:
+        from rich.console import Group
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
+        with self.tally.lock:
+            done, total = self.tally.done, self.tally.total
+        bar = Table.grid(padding=(0, 1))
+        bar.add_row(Text(self.tally.scenario.name, style="bold"),
+                    ProgressBar(total=total, completed=done, width=30),
+                    Text(f"{done:,}/{total:,}"))
+        return Group(bar, Text(progress_line(self.tally)))
+
     def on_record(self, record: TurnRecord) -> None:
-        """The run's ``on_record`` callback: count the turn, redraw the bar (terminal)."""
+        """The run's ``on_record`` callback: count the turn (the display reads the count)."""
         self.tally.add(record)
-        if self._progress is not None:
-            self._progress.update(self._task, completed=self.tally.done,
-                                  status=progress_line(self.tally))
+        if self._live is not None:
+            self._live.refresh()
 
     def _tick(self, interval: float) -> None:
         first = True  # a plain log gets a line at once: the run has started
         while first or not self._stop.wait(interval):
             first = False
-            line = progress_line(self.tally)
-            if self._progress is not None:
-                self._progress.update(self._task, status=line)
-            else:
-                out = self.stream or sys.stderr
-                print(f"{self.tally.scenario.name}: {line}", file=out, flush=True)
+            out = self.stream or sys.stderr
+            print(f"{self.tally.scenario.name}: {progress_line(self.tally)}", file=out,
+                  flush=True)
 
     def __exit__(
         self, kind: type[BaseException] | None, err: BaseException | None,
@@ -193,5 +196,5 @@ class LiveProgress:
         self._stop.set()
         if self._ticker is not None:
             self._ticker.join(timeout=5)
-        if self._progress is not None:
-            self._progress.__exit__(kind, err, tb)
+        if self._live is not None:
+            self._live.__exit__(kind, err, tb)
