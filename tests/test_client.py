@@ -5,11 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+import aiohttp
+import pytest
+
+from workloads.model.errors import RequestError
+from workloads.model.records import TurnRecord
 from workloads.model.scenario import Timeouts
-from workloads.wire.client import AiohttpChatClient, parse_chunk
+from workloads.runner.session import record_from_response
+from workloads.wire.client import (
+    AiohttpChatClient,
+    _unwritten,
+    parse_chunk,
+    partial_response,
+    retry_kinds,
+)
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[bool]]
 
@@ -60,19 +73,34 @@ async def end_stream(writer: asyncio.StreamWriter) -> None:
     await writer.drain()
 
 
+class Served:
+    """What a scripted server saw: its base URL, connections opened, requests read."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.connections = 0
+        self.requests = 0
+
+    def __str__(self) -> str:
+        return self.url
+
+
 @asynccontextmanager
-async def scripted_server(handler: Handler) -> AsyncIterator[str]:
+async def scripted_server(handler: Handler) -> AsyncIterator[Served]:
     """Serve ``handler(reader, writer, request_index_on_this_connection)``; it returns False
     to close the connection."""
     connections: list[asyncio.StreamWriter] = []
+    served = Served("")
 
     async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connections.append(writer)
+        served.connections += 1
         index = 0
         try:
             for _ in range(100):  # bounded
                 if await read_request(reader) is None:
                     break
+                served.requests += 1
                 if not await handler(reader, writer, index):
                     break
                 index += 1
@@ -81,8 +109,9 @@ async def scripted_server(handler: Handler) -> AsyncIterator[str]:
 
     server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
+    served.url = f"http://127.0.0.1:{port}/v1"
     try:
-        yield f"http://127.0.0.1:{port}/v1"
+        yield served
     finally:
         server.close()
         for w in connections:
@@ -106,7 +135,7 @@ async def test_ttft_starts_at_first_content_not_the_role_chunk():
         await end_stream(writer)
         return True
 
-    async with scripted_server(handler) as url, AiohttpChatClient(url) as client:
+    async with scripted_server(handler) as s, AiohttpChatClient(s.url) as client:
         r = await client.stream_chat(BODY)
     assert r.ok and r.text == "abc" and r.finish_reason == "length" and r.saw_done
     assert r.usage is not None and r.usage.cached_tokens == 64
@@ -116,40 +145,232 @@ async def test_ttft_starts_at_first_content_not_the_role_chunk():
     assert r.content_events == 3 and r.request_id == "c1"
 
 
-async def test_dead_pooled_connection_is_resent_not_an_error():
-    # Like llama.cpp's server: the connection is kept alive after a streamed response, but
-    # the next request on it is dropped before any response byte.
+async def full_stream(writer: asyncio.StreamWriter, *parts: bytes) -> None:
+    await start_stream(writer)
+    for part in parts:
+        await send(writer, part)
+    await end_stream(writer)
+
+
+async def respond(writer: asyncio.StreamWriter, status: str, headers: str, body: bytes) -> None:
+    writer.write(f"HTTP/1.1 {status}\r\n{headers}Content-Length: {len(body)}\r\n\r\n".encode()
+                 + body)
+    await writer.drain()
+
+
+async def one(handler: Handler, **options) -> tuple[Served, object]:
+    async with scripted_server(handler) as s, AiohttpChatClient(s.url, **options) as client:
+        return s, await client.stream_chat(BODY)
+
+
+# --- never re-send silently ----------------------------------------------------------------
+
+
+async def test_request_read_then_dropped_on_a_reused_connection_is_recorded_not_resent():
+    # The server reads the second request on the kept-alive connection, then closes without
+    # answering: it may have prefilled it, so sending it again would be a silent second request.
     async def handler(reader, writer, index):
         if index > 0:
             return False
-        await start_stream(writer)
-        for part in (content("x"), FINISH, USAGE, DONE):
-            await send(writer, part)
-        await end_stream(writer)
+        await full_stream(writer, content("x"), FINISH, USAGE, DONE)
         return True
 
-    async with scripted_server(handler) as url, AiohttpChatClient(url, connections=1) as client:
+    async with scripted_server(handler) as s, AiohttpChatClient(s.url, connections=1) as client:
         first = await client.stream_chat(BODY)
         second = await client.stream_chat(BODY)
     assert first.ok and first.resends == 0
-    assert second.ok, second.error_message
-    assert second.resends == 1
+    assert second.error_kind == "disconnected" and second.resends == 0
+    assert "before any response" in (second.error_message or "")
+    assert second.sent_ns is not None and second.error_ns is not None
+    assert second.error_ns >= second.sent_ns
+    assert s.requests == 2  # what the server counted is what the records say
 
 
-async def test_http_429_keeps_status_and_retry_after():
+async def test_after_a_dropped_kept_alive_connection_every_request_gets_its_own():
     async def handler(reader, writer, index):
-        writer.write(b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 3\r\n"
-                     b"Content-Length: 9\r\n\r\nslow down")
-        await writer.drain()
+        if index > 0:
+            return False  # reads a second request on the connection, then drops it
+        await full_stream(writer, content("x"), FINISH, USAGE, DONE)
         return True
 
-    async with scripted_server(handler) as url, AiohttpChatClient(url) as client:
-        r = await client.stream_chat(BODY)
-    assert r.error_kind == "http" and r.http_status == 429 and r.retry_after_s == 3.0
-    assert "slow down" in (r.error_message or "")
+    async with scripted_server(handler) as s, AiohttpChatClient(s.url, connections=1) as client:
+        responses = [await client.stream_chat(BODY) for _ in range(5)]
+    assert [r.error_kind for r in responses] == [None, "disconnected", None, None, None]
+    assert s.requests == 5 and s.connections == 4  # one lost, then a connection each
 
 
-async def test_error_object_inside_a_200_stream_is_a_protocol_error():
+async def test_server_closing_after_every_streamed_response_loses_no_request():
+    # llama.cpp's pattern: the connection is closed right after a streamed response, with no
+    # "Connection: close" to say so. The next request must find a live connection.
+    async def handler(reader, writer, index):
+        await full_stream(writer, content("x"), FINISH, USAGE, DONE)
+        return False
+
+    async with scripted_server(handler) as s, AiohttpChatClient(s.url, connections=1) as client:
+        responses = [await client.stream_chat(BODY) for _ in range(30)]
+    assert [r.error_kind for r in responses] == [None] * 30
+    assert sum(r.resends for r in responses) == 0
+    assert s.requests == 30
+
+
+async def test_without_reuse_every_request_opens_its_own_connection():
+    async def handler(reader, writer, index):
+        await full_stream(writer, content("x"), FINISH, USAGE, DONE)
+        return True
+
+    async with scripted_server(handler) as s, AiohttpChatClient(
+        s.url, reuse_connections=False
+    ) as client:
+        responses = [await client.stream_chat(BODY) for _ in range(3)]
+    assert all(r.ok for r in responses) and s.connections == 3
+
+
+async def test_kept_alive_connection_is_reused():
+    async def handler(reader, writer, index):
+        await full_stream(writer, content("x"), FINISH, USAGE, DONE)
+        return True
+
+    async with scripted_server(handler) as s, AiohttpChatClient(s.url) as client:
+        responses = [await client.stream_chat(BODY) for _ in range(3)]
+    assert all(r.ok for r in responses) and s.connections == 1
+
+
+def test_only_a_reused_connection_found_closing_before_the_first_write_is_unwritten():
+    closing = aiohttp.ClientConnectionResetError("Cannot write to closing transport")
+    assert _unwritten(closing, {"reused": True, "sent_ns": 1, "chunks": 1})
+    assert _unwritten(aiohttp.ServerDisconnectedError(), {"reused": True})  # before writing
+    assert not _unwritten(closing, {"sent_ns": 1, "chunks": 1})  # a fresh connection
+    assert not _unwritten(closing, {"reused": True, "sent_ns": 1, "chunks": 2})  # 1st went out
+    lost = aiohttp.ClientConnectionResetError("Connection lost")  # raised after a write
+    assert not _unwritten(lost, {"reused": True, "sent_ns": 1, "chunks": 1})
+    assert not _unwritten(aiohttp.ServerDisconnectedError(), {"reused": True, "sent_ns": 1})
+
+
+# --- retry_on ------------------------------------------------------------------------------
+
+
+async def test_retry_on_429_honours_retry_after_and_records_every_attempt():
+    async def handler(reader, writer, index):
+        if index == 0:
+            await respond(writer, "429 Too Many Requests", "Retry-After: 0.2\r\n", b"busy")
+            return True
+        await full_stream(writer, content("x"), FINISH, USAGE, DONE)
+        return True
+
+    s, r = await one(handler, retry_on={"429", "5xx"})
+    assert r.ok and r.retries == 1 and s.requests == 2
+    (attempt,) = r.attempts
+    assert attempt.error_kind == "http_429" and attempt.retry_after_s == 0.2
+    assert attempt.http_status == 429 and attempt.sent_ns is not None
+    assert r.started_ns - attempt.error_ns >= 0.2e9  # waited as the server asked
+
+
+async def test_retries_stop_at_max_retries_and_keep_the_last_failure():
+    async def handler(reader, writer, index):
+        await respond(writer, "503 Service Unavailable", "Retry-After: 0\r\n", b"down")
+        return True
+
+    s, r = await one(handler, retry_on={"5xx"}, max_retries=2)
+    assert r.error_kind == "http_5xx" and r.retries == 2 and len(r.attempts) == 2
+    assert s.requests == 3
+
+
+async def test_no_retry_unless_asked():
+    async def handler(reader, writer, index):
+        await respond(writer, "429 Too Many Requests", "Retry-After: 0\r\n", b"busy")
+        return True
+
+    s, r = await one(handler)
+    assert r.error_kind == "http_429" and r.retries == 0 and s.requests == 1
+
+
+def test_retry_on_names_are_checked():
+    assert retry_kinds({"429", "5xx"}) == {"http_429", "http_5xx"}
+    assert retry_kinds(["connect_refused"]) == {"connect_refused"}
+    with pytest.raises(ValueError, match="use 429, 4xx, 5xx"):
+        retry_kinds({"500"})
+    with pytest.raises(ValueError):
+        retry_kinds({"cancelled"})
+
+
+async def test_turn_cancelled_while_waiting_to_retry_keeps_the_attempt():
+    async def handler(reader, writer, index):
+        await respond(writer, "429 Too Many Requests", "Retry-After: 30\r\n", b"busy")
+        return True
+
+    async with scripted_server(handler) as s, AiohttpChatClient(
+        s.url, retry_on={"429"}
+    ) as client:
+        task = asyncio.create_task(client.stream_chat(BODY))
+        for _ in range(200):  # until the 429 arrived
+            await asyncio.sleep(0.01)
+            if s.requests:
+                break
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError) as caught:
+            await task
+    partial = partial_response(caught.value)
+    assert partial is not None and partial.error_kind == "cancelled"
+    assert [a.error_kind for a in partial.attempts] == ["http_429"]
+
+
+# --- the error kinds, each from a real socket --------------------------------------------------
+
+
+async def test_http_4xx_and_5xx_and_redirects_not_followed():
+    async def handler_404(reader, writer, index):
+        await respond(writer, "404 Not Found", "", b'{"error":"model not found"}')
+        return True
+
+    async def handler_502(reader, writer, index):
+        await respond(writer, "502 Bad Gateway", "", b"upstream")
+        return True
+
+    async def handler_302(reader, writer, index):
+        await respond(writer, "302 Found", "Location: /elsewhere\r\n", b"")
+        return True
+
+    _, r = await one(handler_404)
+    assert r.error_kind == "http_4xx" and r.http_status == 404
+    assert "model not found" in (r.error_message or "") and r.error_ns is not None
+    _, r = await one(handler_502)
+    assert r.error_kind == "http_5xx" and r.http_status == 502
+    s, r = await one(handler_302)
+    assert r.error_kind == "http_other" and r.http_status == 302 and s.requests == 1
+
+
+async def test_a_200_html_page_is_not_an_event_stream():
+    async def handler(reader, writer, index):
+        await respond(writer, "200 OK", "Content-Type: text/html\r\n",
+                      b"<html><body>Please log in</body></html>")
+        return True
+
+    _, r = await one(handler)
+    assert r.error_kind == "not_event_stream" and r.http_status == 200
+    assert "text/html" in (r.error_message or "") and "log in" in (r.error_message or "")
+
+
+async def test_malformed_json_in_the_stream():
+    async def handler(reader, writer, index):
+        await full_stream(writer, content("a"), b"data: {not json\n\n", DONE)
+        return True
+
+    _, r = await one(handler)
+    assert r.error_kind == "malformed" and r.text == "a" and r.first_content_ns is not None
+
+
+async def test_a_response_that_is_not_http_is_malformed():
+    async def handler(reader, writer, index):
+        writer.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+        await writer.drain()
+        return False
+
+    _, r = await one(handler)
+    assert r.error_kind == "malformed"
+
+
+async def test_error_event_inside_a_200_stream_keeps_what_came_before():
     async def handler(reader, writer, index):
         await start_stream(writer)
         await send(writer, content("par"))
@@ -157,41 +378,213 @@ async def test_error_object_inside_a_200_stream_is_a_protocol_error():
         await end_stream(writer)
         return True
 
-    async with scripted_server(handler) as url, AiohttpChatClient(url) as client:
-        r = await client.stream_chat(BODY)
-    assert r.error_kind == "protocol" and "KV cache exhausted" in (r.error_message or "")
-    assert r.text == "par"  # what came before the error is kept
+    _, r = await one(handler)
+    assert r.error_kind == "error_event" and "KV cache exhausted" in (r.error_message or "")
+    assert r.text == "par" and r.content_events == 1 and r.http_status == 200
 
 
-async def test_disconnect_mid_stream_keeps_partial_text():
+async def test_named_error_event_is_an_error_event():
+    async def handler(reader, writer, index):
+        await full_stream(writer, content("a"), b"event: error\ndata: overloaded\n\n")
+        return True
+
+    _, r = await one(handler)
+    assert r.error_kind == "error_event" and "overloaded" in (r.error_message or "")
+
+
+async def test_stream_ended_without_done_is_truncated_even_after_the_finish_reason():
+    async def handler(reader, writer, index):
+        await full_stream(writer, content("a"), content("b"), FINISH)
+        return True
+
+    _, r = await one(handler)
+    assert r.error_kind == "truncated" and not r.saw_done
+    assert r.text == "ab" and r.finish_reason == "length" and r.content_events == 2
+    record = record_from_response(
+        r, repetition=0, warmup=False, session=0, turn=1, configured_prior_tokens=0,
+        output_tokens=2, exact_output=False, shareable_tokens=None, shareable_exact=False,
+    )
+    assert record.status == "error" and not record.valid and record.error_kind == "truncated"
+
+
+async def test_disconnect_mid_stream_keeps_every_stamp_and_the_partial_text():
     async def handler(reader, writer, index):
         await start_stream(writer)
-        await send(writer, content("half"))
+        await send(writer, ROLE)
+        await send(writer, content("ha"))
+        await asyncio.sleep(0.05)
+        await send(writer, content("lf"))
+        await asyncio.sleep(0.05)
         return False  # close without finishing the chunked body
 
-    async with scripted_server(handler) as url, AiohttpChatClient(url) as client:
-        r = await client.stream_chat(BODY)
+    _, r = await one(handler)
     assert r.error_kind == "disconnected" and r.text == "half" and r.resends == 0
+    assert "after the response began" in (r.error_message or "")
+    assert r.sent_ns <= r.headers_ns <= r.first_content_ns < r.last_content_ns < r.error_ns
+    assert r.content_events == 2 and r.request_id == "c1" and r.http_status == 200
 
 
-async def test_stalled_stream_times_out_on_the_read_gap():
+async def test_stalled_stream_is_a_read_stall():
     async def handler(reader, writer, index):
         await start_stream(writer)
         await send(writer, content("x"))
         await asyncio.sleep(5)
         return False
 
-    async with scripted_server(handler) as url, AiohttpChatClient(
-        url, timeouts=Timeouts(read_gap_s=0.3)
+    _, r = await one(handler, timeouts=Timeouts(read_gap_s=0.3))
+    assert r.error_kind == "read_stall" and r.text == "x"
+    assert r.error_ns - r.last_content_ns >= 0.3e9
+
+
+async def test_a_trickling_stream_meets_the_turn_deadline():
+    async def handler(reader, writer, index):
+        await start_stream(writer)
+        for _ in range(100):
+            await send(writer, content("x"))
+            await asyncio.sleep(0.05)
+        return False
+
+    _, r = await one(handler, timeouts=Timeouts(read_gap_s=5, turn_s=0.5))
+    assert r.error_kind == "turn_deadline" and r.content_events >= 2
+    assert r.error_ns - r.started_ns >= 0.5e9 and r.first_content_ns is not None
+
+
+async def test_refused_connection():
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with AiohttpChatClient(f"http://127.0.0.1:{port}/v1") as client:
+        r = await client.stream_chat(BODY)
+    assert r.error_kind == "connect_refused" and r.sent_ns is None and r.error_ns is not None
+
+
+async def test_connect_timeout_on_a_full_accept_queue():
+    # A listener that never accepts, with its backlog filled: Linux drops further SYNs, so the
+    # connection attempt hangs until the connect timeout.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        fillers = []
+        for _ in range(4):
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", port))  # in progress: no exception, no wait
+            fillers.append(filler)
+        try:
+            async with AiohttpChatClient(
+                f"http://127.0.0.1:{port}/v1", timeouts=Timeouts(connect_s=0.3)
+            ) as client:
+                r = await client.stream_chat(BODY)
+        finally:
+            for filler in fillers:
+                filler.close()
+    assert r.error_kind == "connect_timeout" and r.sent_ns is None
+
+
+async def test_unresolvable_host_is_name_resolution():
+    async with AiohttpChatClient(
+        "http://no-such-host.invalid/v1", timeouts=Timeouts(connect_s=5)
     ) as client:
         r = await client.stream_chat(BODY)
-    assert r.error_kind == "timeout"
+    assert r.error_kind == "name_resolution", r.error_message
 
 
-async def test_refused_connection_is_a_connect_error():
-    async with AiohttpChatClient("http://127.0.0.1:9/v1", timeouts=Timeouts(connect_s=2)) as client:
-        r = await client.stream_chat(BODY)
-    assert r.error_kind == "connect"
+async def test_tls_to_a_plain_http_server():
+    async def handler(reader, writer, index):
+        return False
+
+    async def plain(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)  # the ClientHello
+        writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(plain, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with AiohttpChatClient(f"https://127.0.0.1:{port}/v1") as client:
+            r = await client.stream_chat(BODY)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert r.error_kind == "tls", r.error_message
+
+
+async def test_cancelled_turn_keeps_what_it_measured():
+    async def handler(reader, writer, index):
+        await start_stream(writer)
+        await send(writer, content("so far"))
+        await asyncio.sleep(5)
+        return False
+
+    async with scripted_server(handler) as s, AiohttpChatClient(s.url) as client:
+        task = asyncio.create_task(client.stream_chat(BODY))
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if s.requests:
+                break
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError) as caught:
+            await task
+    r = partial_response(caught.value)
+    assert r is not None and r.error_kind == "cancelled" and r.http_status == 200
+    assert r.text == "so far" and r.content_events == 1
+    assert r.sent_ns <= r.headers_ns <= r.first_content_ns < r.error_ns
+    record = record_from_response(
+        r, repetition=0, warmup=False, session=0, turn=1, configured_prior_tokens=0,
+        output_tokens=2, exact_output=False, shareable_tokens=None, shareable_exact=False,
+    )
+    assert record.status == "incomplete" and record.error_kind == "cancelled"
+    assert record.first_content_ns == r.first_content_ns and record.error_ns == r.error_ns
+
+
+async def test_early_stop_is_ok_but_not_valid_for_an_exact_length_turn():
+    stop = chunk({"id": "c1", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    usage = chunk({"id": "c1", "choices": [], "usage": {
+        "prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}})
+
+    async def handler(reader, writer, index):
+        await full_stream(writer, content("a"), content("b"), stop, usage, DONE)
+        return True
+
+    _, r = await one(handler)
+    assert r.ok and r.finish_reason == "stop"
+    record = record_from_response(
+        r, repetition=0, warmup=False, session=0, turn=1, configured_prior_tokens=0,
+        output_tokens=8, exact_output=True, shareable_tokens=None, shareable_exact=False,
+    )
+    assert record.status == "ok" and record.error_kind is None and not record.valid
+
+
+def test_records_written_with_the_old_kinds_still_load():
+    base = dict(repetition=0, warmup=False, session=0, turn=1, status="error",
+                configured_prior_tokens=0, started_ns=0)
+    cases = [
+        ("http", 429, "HTTP 429: slow", "http_429"),
+        ("http", 404, "HTTP 404: nope", "http_4xx"),
+        ("http", 500, "HTTP 500: boom", "http_5xx"),
+        ("protocol", 200, "error in stream: KV", "error_event"),
+        ("protocol", 200, "malformed JSON in stream: x", "malformed"),
+        ("timeout", 200, "no data for too long: Timeout on reading data from socket",
+         "read_stall"),
+        ("timeout", None, "request exceeded 600 s", "turn_deadline"),
+        ("connect", None, "cannot connect to http://h/v1/chat/completions: Cannot connect to "
+         "host h:1 ssl:default [Connect call failed ('127.0.0.1', 1)]", "connect_refused"),
+        ("connect", None, "ServerDisconnectedError: Server disconnected", "disconnected"),
+        ("disconnected", 200, "stream broken", "disconnected"),
+        ("cancelled", None, None, "cancelled"),
+    ]
+    for old, status, message, new in cases:
+        line = json.dumps({**base, "error_kind": old, "http_status": status,
+                           "error_message": message})
+        assert TurnRecord.model_validate_json(line).error_kind == new, old
+
+
+def test_request_error_kinds_are_the_closed_set():
+    with pytest.raises(RequestError):
+        parse_chunk("[1, 2]")
 
 
 def test_usage_null_on_ordinary_chunks_is_not_usage():
@@ -218,8 +611,7 @@ def test_odd_but_valid_json_shapes_do_not_raise():
         '{"choices":[],"usage":{"prompt_tokens":"n/a","completion_tokens":true}}',
         '{"choices":[{"delta":{"content":5},"finish_reason":7}],"id":3}',
     ):
-        chunk = parse_chunk(data)
-        assert chunk.error is None
+        parse_chunk(data)
     parts = parse_chunk('{"choices":[{"delta":{"content":[{"type":"text","text":"hi"}]}}]}')
     assert parts.content == "hi" and parts.has_content
     usage = parse_chunk('{"choices":[],"usage":{"prompt_tokens":"n/a"}}').usage

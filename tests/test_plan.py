@@ -10,7 +10,8 @@ from workloads.runner.sizing import PreparedTurn
 def _record(prompt: int | None, completion: int | None) -> TurnRecord:
     return TurnRecord(
         repetition=0, warmup=True, session=0, turn=1, status="ok", valid=True,
-        prompt_tokens=prompt, completion_tokens=completion, configured_prior_tokens=100, started_ns=0,
+        prompt_tokens=prompt, completion_tokens=completion, configured_prior_tokens=100,
+        started_ns=0,
     )
 
 

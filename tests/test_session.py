@@ -63,7 +63,7 @@ def test_a_failed_turn_is_a_record_and_the_session_goes_on():
     class Flaky(FakeChatClient):
         async def stream_chat(self, body):
             if next(outcomes) == "fail":
-                return ChatResponse(started_ns=1, http_status=500, error_kind="http",
+                return ChatResponse(started_ns=1, http_status=500, error_kind="http_5xx",
                                     error_message="HTTP 500: boom")
             return await super().stream_chat(body)
 
@@ -76,12 +76,12 @@ def test_a_failed_turn_is_a_record_and_the_session_goes_on():
 
     asyncio.run(go())
     assert [r.status for r in records] == ["ok", "error", "ok"]
-    assert records[1].error_kind == "http" and records[1].http_status == 500
+    assert records[1].error_kind == "http_5xx" and records[1].http_status == 500
     assert records[1].shareable_tokens == 123 + 8 and not records[1].shareable_exact
     assert records[2].shareable_tokens is None  # nothing known after a failed turn
     roles = [m["role"] for m in session.conversation.messages]
     assert roles == ["system", "user", "assistant", "user", "assistant", "user", "assistant"]
-    assert session.conversation.messages[4]["content"] == "(no reply: http)"
+    assert session.conversation.messages[4]["content"] == "(no reply: http_5xx)"
     assert [r.configured_prompt_tokens for r in records] == [480, 568, 656]
 
 

@@ -259,14 +259,14 @@ async def test_fault_429_carries_retry_after():
     with faulty("429", **{"faults.retry_after_s": 2.5}) as server:
         response = await stream(server, max_tokens=5)
         assert server.truths()[0].http_status == 429
-    assert response.error_kind == "http" and response.http_status == 429
+    assert response.error_kind == "http_429" and response.http_status == 429
     assert response.retry_after_s == 2.5
 
 
 async def test_fault_500():
     with faulty("500") as server:
         response = await stream(server, max_tokens=5)
-    assert response.error_kind == "http" and response.http_status == 500
+    assert response.error_kind == "http_5xx" and response.http_status == 500
 
 
 async def test_fault_disconnect_after_k_tokens():
@@ -281,14 +281,14 @@ async def test_fault_disconnect_after_k_tokens():
 async def test_fault_malformed_sse_line():
     with faulty("malformed") as server:
         response = await stream(server, max_tokens=30, ignore_eos=True)
-    assert response.error_kind == "protocol" and "malformed" in (response.error_message or "")
+    assert response.error_kind == "malformed" and "malformed" in (response.error_message or "")
 
 
 async def test_fault_error_object_inside_a_200_stream():
     with faulty("error_in_stream") as server:
         response = await stream(server, max_tokens=30, ignore_eos=True)
         truth = server.truths()[0]
-    assert response.http_status == 200 and response.error_kind == "protocol"
+    assert response.http_status == 200 and response.error_kind == "error_event"
     assert "error in stream" in (response.error_message or "")
     assert truth.finish_reason == "error"
 

@@ -24,6 +24,10 @@ def split(data: bytes, cuts: list[int]) -> list[bytes]:
     return pieces
 
 
+def ev(data: str, event: str | None = None, id: str = "", retry_ms: int | None = None):
+    return ServerSentEvent(data.encode(), event, id, retry_ms)
+
+
 payload_text = st.text(
     alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)),
     max_size=40,
@@ -43,16 +47,92 @@ def test_events_are_independent_of_chunking(payloads, newline, cuts):
     assert decode_all([bytes([b]) for b in stream]) == whole
 
 
+field_line = st.one_of(
+    payload_text.map(lambda t: f"data: {t}"),
+    payload_text.map(lambda t: f"data:{t}"),
+    payload_text.map(lambda t: f": {t}"),  # comment
+    payload_text.map(lambda t: f"event: {t}"),
+    payload_text.map(lambda t: f"id: {t}"),
+    st.integers(0, 10**6).map(lambda n: f"retry: {n}"),
+    st.just("retry: soon"),  # ignored: not digits
+    payload_text.map(lambda t: f"other: {t}"),  # unknown field: ignored
+    st.just(""),  # dispatch
+)
+
+
+@given(
+    lines=st.lists(field_line, max_size=20),
+    newline=st.sampled_from(["\n", "\r\n", "\r"]),
+    bom=st.booleans(),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=20),
+)
+def test_any_chunking_of_any_field_mix_gives_the_same_events(lines, newline, bom, cuts):
+    stream = ("\ufeff" if bom else "") + "".join(line + newline for line in lines)
+    data = stream.encode()
+    whole = decode_all([data])
+    assert decode_all(split(data, cuts)) == whole
+    assert decode_all([bytes([b]) for b in data]) == whole
+    # the BOM is never part of an event
+    assert all(not e.raw.startswith(b"\xef\xbb\xbf") for e in whole) or not bom
+
+
+@given(st.lists(st.binary(max_size=64), max_size=20))
+def test_arbitrary_bytes_never_crash(chunks):
+    for event in decode_all(chunks):
+        assert isinstance(event.data, str)
+
+
 def test_multiline_data_comments_and_event_names():
     stream = b": keep-alive\nevent: delta\ndata: a\ndata: b\n\ndata:c\n\n"
-    assert decode_all([stream]) == [ServerSentEvent("a\nb", "delta"), ServerSentEvent("c")]
+    assert decode_all([stream]) == [ev("a\nb", "delta"), ev("c")]
+
+
+def test_id_and_retry_fields_are_kept_and_carry_over():
+    stream = b"id: 7\nretry: 1500\ndata: a\n\ndata: b\n\nid\nretry: x\ndata: c\n\n"
+    assert decode_all([stream]) == [ev("a", id="7", retry_ms=1500), ev("b", id="7",
+                                    retry_ms=1500), ev("c", id="", retry_ms=1500)]
+
+
+def test_a_leading_bom_is_dropped_even_split_across_reads():
+    stream = b"\xef\xbb\xbfdata: x\n\n"
+    assert decode_all([stream]) == [ev("x")]
+    assert decode_all([stream[:1], stream[1:2], stream[2:]]) == [ev("x")]
+    # only at the start: a BOM later is data
+    assert decode_all([b"data: \xef\xbb\xbfy\n\n"]) == [ev("\ufeffy")]
+
+
+def test_crlf_split_between_reads_is_one_line_break():
+    assert decode_all([b"data: a\r", b"\n\r", b"\ndata: b\r\n\r\n"]) == [ev("a"), ev("b")]
 
 
 def test_event_without_final_blank_line_is_flushed_on_close():
-    assert decode_all([b"data: [DONE]"]) == [ServerSentEvent("[DONE]")]
+    assert decode_all([b"data: [DONE]"]) == [ev("[DONE]")]
+
+
+def test_empty_data_line_still_dispatches_and_a_blank_line_alone_does_not():
+    assert decode_all([b"\n\ndata:\n\n"]) == [ev("")]
 
 
 def test_utf8_split_inside_a_character():
     stream = "data: héllo ✓\n\n".encode()
     cut = stream.index("✓".encode()) + 1
-    assert decode_all([stream[:cut], stream[cut:]]) == [ServerSentEvent("héllo ✓")]
+    assert decode_all([stream[:cut], stream[cut:]]) == [ev("héllo ✓")]
+
+
+def test_events_over_one_megabyte_in_small_reads():
+    big = "x" * (2 * 1024 * 1024)
+    stream = f"data: {big}\n\n".encode()
+    reads = [stream[i:i + 1024] for i in range(0, len(stream), 1024)]
+    assert decode_all(reads) == [ev(big)]
+
+
+def test_an_unterminated_line_is_kept_in_pieces_not_rejoined_on_every_read():
+    # Linear cost, checked without a clock: re-joining the whole buffer on every read (the old
+    # decoder) copied ~n²/2 bytes for an n-byte event; the pieces are joined once, at its end.
+    decoder = SSEDecoder()
+    reads = [b"data: "] + [b"y" * 1024] * 2048
+    for read in reads:
+        assert decoder.feed(read) == []
+    assert len(decoder._pending) == len(reads)
+    assert decoder.feed(b"\n\n") == [ServerSentEvent(b"y" * 1024 * 2048)]
+    assert decoder._pending == []

@@ -124,3 +124,51 @@ def test_a_failing_tokenize_call_is_a_tokenize_error():
 
     with pytest.raises(tokens.TokenizeError, match=r"127\.0\.0\.1:9/tokenize"):
         asyncio.run(call())
+
+
+# --- the segment memo behind estimate sizing -------------------------------------------------
+
+_PIECES = st.sampled_from(
+    ["\n", "\n\n", "  ", "\t", "\r\n", "def", " f(x):", ")", ".", "'s", "123", "é", " ", "\u3000",
+     "x", "    return", "#", "\x0c", "```", "αβ", "\u2028", ":\n"]
+)
+
+
+@given(st.lists(_PIECES, max_size=40))
+@settings(max_examples=400)
+def test_segments_join_back_and_encode_exactly_as_the_whole_text(pieces):
+    text = "".join(pieces)
+    segs = tokens.segments(text)
+    assert "".join(segs) == text
+    enc = tokens.encoding()
+    assert [i for s in segs for i in enc.encode_ordinary(s)] == enc.encode_ordinary(text)
+
+
+def test_segments_encode_exactly_on_real_source_files():
+    from workloads.core.corpus import load_corpus
+
+    enc = tokens.encoding()
+    for f in load_corpus("stdlib").files[:60]:
+        segs = tokens.segments(f.text)
+        assert [i for s in segs for i in enc.encode_ordinary(s)] == enc.encode_ordinary(f.text)
+
+
+def test_the_estimate_re_encodes_only_what_is_new():
+    tok = EstimateTokenizer()
+    history = [{"role": "user", "content": "def f(x):\n    return x\n" * 400}]
+    first = asyncio.run(tok.render(history, "generate"))
+    assert tok.memo.missing([history[0]["content"]]) == []  # all of it is memoised now
+    grown = [*history, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "go"}]
+    assert tok.memo.missing([m["content"] for m in grown]) == ["ok", "go"]
+    again = asyncio.run(tok.render(grown, "generate"))
+    assert again[: len(first) - 3] == first[:-3]  # the generation prompt moved to the end
+
+
+def test_a_bounded_memo_forgets_the_least_recently_used():
+    memo = tokens.SegmentMemo(max_tokens=50)
+    memo.learn(["alpha beta gamma\n" * 10])  # 40+ tokens
+    memo.learn(["delta epsilon\n" * 10])
+    assert memo.missing(["alpha beta gamma\n" * 10]) != []  # evicted to stay under 50 tokens
+    assert memo.ids("delta epsilon\n" * 10) == tokens.encoding().encode_ordinary(
+        "delta epsilon\n" * 10
+    )

@@ -9,8 +9,12 @@ nothing is downloaded at run time) are *estimates* of the target's tokens; the t
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Sequence
+import re
+from array import array
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -20,12 +24,14 @@ __all__ = [
     "ENCODING_NAME",
     "EstimateTokenizer",
     "Fit",
+    "SegmentMemo",
     "TargetTokenizer",
     "TokenizeError",
     "common_prefix_length",
     "count",
     "encoding",
     "fit",
+    "segments",
     "truncate",
 ]
 
@@ -163,12 +169,130 @@ class TargetTokenizer(Protocol):
         ...
 
 
+# segments(): where tiktoken's pre-tokenizer always starts a new piece. In cl100k's patterns
+# only whitespace runs and ``[\r\n]*`` after punctuation can take a newline, and none of them
+# reaches past a newline into a visible character; ``\s*[\r\n]+`` stops at the last newline
+# of a run, so a line whose indent (spaces, tabs) is followed by a visible character starts a
+# new piece. BPE never merges across pieces, so the ids of a text are the ids of its
+# segments, joined, exactly (tests/test_tokens.py checks it on real text).
+_BOUNDARY = re.compile(r"\n(?=[ \t]*\S)")
+
+
+def segments(text: str) -> list[str]:
+    """``text`` cut after each newline that starts a new tiktoken piece (joined, the segments
+    are ``text``). Linear: one regex scan."""
+    out: list[str] = []
+    start = 0
+    for match in _BOUNDARY.finditer(text):
+        out.append(text[start : match.end()])
+        start = match.end()
+    out.append(text[start:])
+    return out
+
+
+# Texts this long are encoded in a worker thread: tiktoken releases the GIL, so streams being
+# timed on the event loop keep their clock (an 85K-token history is ~30 ms of encoding).
+_THREAD_CHARS = 20_000
+_WHOLE_CHARS = 2_000  # texts at least this long are also memoised whole (history messages)
+
+
+class SegmentMemo:
+    """tiktoken ids of texts, memoised whole and by segment (see :func:`segments`): a chat
+    history that grows by a turn is encoded only where it is new, so counting a turn costs
+    O(new tokens), not O(context). Bounded: least recently used entries go first past
+    ``max_tokens`` (each of the two memos)."""
+
+    def __init__(self, max_tokens: int = 4_000_000) -> None:  # 32 MB of ids per memo at most
+        self.max_tokens = max_tokens
+        self._segments: _Lru = _Lru(max_tokens)
+        self._whole: _Lru = _Lru(max_tokens)
+
+    def missing(self, texts: Iterable[str]) -> list[str]:
+        """The segments of ``texts`` not memoised yet (what :meth:`learn` should encode)."""
+        return [
+            seg
+            for text in texts if text not in self._whole
+            for seg in segments(text) if seg not in self._segments
+        ]
+
+    def learn(self, segs: Sequence[str]) -> None:
+        """Encode and keep ``segs`` (may run in a worker thread)."""
+        enc = encoding()
+        for seg in segs:
+            if seg not in self._segments:
+                self._segments.put(seg, array("l", enc.encode_ordinary(seg)))
+
+    def ids(self, text: str) -> list[int]:
+        """The ids of ``text`` (encoding what is missing, on this thread)."""
+        out: array[int] = array("l")
+        self.extend(out, text)
+        return out.tolist()
+
+    def extend(self, out: array[int], text: str) -> None:
+        """Append the ids of ``text`` to ``out``."""
+        whole = self._whole.get(text)
+        if whole is not None:
+            out.extend(whole)
+            return
+        start = len(out)
+        for seg in segments(text):
+            ids = self._segments.get(seg)
+            if ids is None:
+                self.learn([seg])
+                ids = self._segments.get(seg)
+                assert ids is not None
+            out.extend(ids)
+        if len(text) >= _WHOLE_CHARS:
+            self._whole.put(text, out[start:])
+
+    async def prepare(self, texts: Sequence[str]) -> None:
+        """Encode what :meth:`ids` will need for ``texts``, off the event loop when large."""
+        todo = self.missing(texts)
+        if sum(map(len, todo)) > _THREAD_CHARS:
+            await asyncio.to_thread(self.learn, todo)
+        elif todo:
+            self.learn(todo)
+
+
+class _Lru:
+    """text -> ids, least recently used dropped first past ``max_tokens`` ids in all."""
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = max_tokens
+        self._items: OrderedDict[str, array[int]] = OrderedDict()
+        self._tokens = 0
+
+    def __contains__(self, text: str) -> bool:
+        return text in self._items
+
+    def get(self, text: str) -> array[int] | None:
+        ids = self._items.get(text)
+        if ids is not None:
+            self._items.move_to_end(text)
+        return ids
+
+    def put(self, text: str, ids: array[int]) -> None:
+        if text in self._items:
+            return
+        self._items[text] = ids
+        self._tokens += len(ids)
+        while self._tokens > self.max_tokens and len(self._items) > 1:
+            _, dropped = self._items.popitem(last=False)
+            self._tokens -= len(dropped)
+
+
+_MARKERS = array("l", [-1] * 4)  # a message's role markers, in the estimate
+_GENERATION = array("l", [-1] * 3)  # the generation prompt
+
+
 class EstimateTokenizer:
     """tiktoken with a generic chat-template allowance: an estimate, never exact.
 
     Per message: 4 tokens of role markers (plus 1 more once it is closed), 3 for the
     generation prompt, the middle of what ChatML, Llama 3 and Gemma templates add. The ids
-    are tiktoken's, with -1 standing for template tokens; only their number means anything.
+    are tiktoken's, with -1 standing for template tokens. Texts are encoded through a
+    :class:`SegmentMemo`: re-rendering a history costs only its new part, and large encodes
+    run in a worker thread.
     """
 
     description = f"tiktoken {ENCODING_NAME} (estimate)"
@@ -177,16 +301,21 @@ class EstimateTokenizer:
     def __init__(self) -> None:
         self.calls = 0
         self.seconds = 0.0
+        self.memo = SegmentMemo()
 
     async def render(self, messages: Sequence[Message], mode: Render) -> list[int]:
-        ids: list[int] = []
-        for index, message in enumerate(messages):
-            ids += [-1] * 4 + encoding().encode_ordinary(message.get("content") or "")
+        contents = [message.get("content") or "" for message in messages]
+        await self.memo.prepare(contents)
+        ids: array[int] = array("l")  # signed: template tokens are -1
+        for index, content in enumerate(contents):
+            ids.extend(_MARKERS)
+            self.memo.extend(ids, content)
             if not (mode == "continue" and index == len(messages) - 1):
                 ids.append(-1)
         if mode == "generate":
-            ids += [-1] * 3
-        return ids
+            ids.extend(_GENERATION)
+        return ids.tolist()
 
     async def encode(self, text: str) -> list[int]:
-        return encoding().encode_ordinary(text)
+        await self.memo.prepare([text])
+        return self.memo.ids(text)

@@ -12,12 +12,49 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from workloads.model.base import Frozen
-from workloads.model.errors import ErrorKind, ResultFormatError
+from pydantic import model_validator
 
-__all__ = ["RecordWriter", "TurnRecord", "read_records"]
+from workloads.model.base import Frozen
+from workloads.model.errors import (
+    LEGACY_ERROR_KINDS,
+    ErrorKind,
+    ResultFormatError,
+    legacy_error_kind,
+)
+
+__all__ = ["AttemptRecord", "RecordWriter", "TurnRecord", "read_records"]
 
 Status = Literal["ok", "error", "incomplete"]
+
+
+class AttemptRecord(Frozen):
+    """An earlier attempt at a turn that failed and was sent again: a resend (a pooled
+    connection dead before any byte of the request was written) or a retry (the client's
+    ``retry_on`` policy). Times are perf_counter_ns, like the record's."""
+
+    started_ns: int
+    sent_ns: int | None = None  # None: no byte of this attempt was written
+    error_ns: int
+    error_kind: ErrorKind
+    error_message: str | None = None
+    http_status: int | None = None
+    retry_after_s: float | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_kind(cls, data: Any) -> Any:
+        return _read_legacy_kind(data)
+
+
+def _read_legacy_kind(data: Any) -> Any:
+    """Records written before the fine-grained kinds carry "connect", "timeout", "http" or
+    "protocol": read them as today's kind (the mapping is in model/errors.py)."""
+    if isinstance(data, dict) and data.get("error_kind") in LEGACY_ERROR_KINDS:
+        data = dict(data)
+        data["error_kind"] = legacy_error_kind(
+            data["error_kind"], data.get("http_status"), data.get("error_message")
+        )
+    return data
 
 
 class TurnRecord(Frozen):
@@ -57,9 +94,17 @@ class TurnRecord(Frozen):
     request_id: str | None = None  # the server's id for the completion
     system_fingerprint: str | None = None
     timings: dict[str, Any] | None = None  # llama.cpp per-response timings, verbatim
+    error_ns: int | None = None  # when the failure arrived (perf_counter_ns); None when ok
+    retries: int = 0  # attempts re-sent by the retry_on policy (each one in attempts)
+    attempts: tuple[AttemptRecord, ...] = ()  # earlier failed attempts, oldest first
     # Gaps between consecutive content chunks' arrivals, integer microseconds (n − 1 values
     # for n chunks): the inter-token latency distribution, compact. None: not recorded.
     chunk_gaps_us: list[int] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_kind(cls, data: Any) -> Any:
+        return _read_legacy_kind(data)
 
 
 class RecordWriter:

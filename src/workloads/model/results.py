@@ -22,10 +22,10 @@ from workloads.model.errors import ResultFormatError
 from workloads.model.figures import EnergyFigures, ServerTelemetry
 from workloads.model.records import TurnRecord, read_records
 from workloads.model.scenario import Scenario
-from workloads.model.summary import BandSummary, Summary
+from workloads.model.summary import BandSummary, ConcurrencySummary, Summary
 from workloads.model.whatif import WhatIfTurn
 
-__all__ = ["FORMAT_VERSION", "CellSummary", "RunResult", "Sizing", "load_result"]
+__all__ = ["FORMAT_VERSION", "CellSummary", "ClientHealth", "RunResult", "Sizing", "load_result"]
 
 FORMAT_VERSION = 1
 RESULT_FILE = "result.json"
@@ -98,6 +98,19 @@ class Sizing(Frozen):
     scale: dict[str, dict[str, float]] = Field(default_factory=dict)
 
 
+class ClientHealth(Frozen):
+    """How the client itself fared over the run (:mod:`workloads.runner.monitor`): figures
+    that say whether the numbers could be the client's, not the server's. None: not known."""
+
+    loop_lag_samples: int
+    loop_lag_p50_ms: float | None  # how late the event loop woke, sampled every 10 ms
+    loop_lag_p99_ms: float | None
+    loop_lag_max_ms: float | None
+    cpu_share: float | None  # this process's CPU seconds / wall seconds (1.0 = one core)
+    send_delay_p50_ms: float | None  # measured requests: started -> written (pool, connect)
+    send_delay_p99_ms: float | None
+
+
 class RunResult(Frozen):
     """Everything a run produced. Save with :meth:`save`, read back with :func:`load_result`.
 
@@ -126,6 +139,10 @@ class RunResult(Frozen):
     warnings: list[str] = Field(default_factory=list)
     environment: dict[str, str] = Field(default_factory=dict)
     records: list[TurnRecord] = Field(default_factory=list, exclude=True, repr=False)
+    client: ClientHealth | None = None  # the client's own health; None in older results
+    # Requests in flight over the measured span (None: no measured span); with free pacing
+    # and arrivals it is an outcome, not a setting.
+    concurrency: ConcurrencySummary | None = None
 
     def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
         """Write ``result.json`` into ``directory`` (and records.jsonl if not there yet)."""

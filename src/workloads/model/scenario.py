@@ -21,6 +21,7 @@ from workloads.model.base import Frozen
 from workloads.model.errors import ScenarioError
 
 __all__ = [
+    "Arrivals",
     "Cell",
     "Content",
     "Distribution",
@@ -56,20 +57,41 @@ class Distribution(Frozen):
     max_s: float = Field(default=600.0, gt=0.0)
 
 
+class Arrivals(Frozen):
+    """An open-loop fleet: sessions arrive as a Poisson process at ``rate_per_s``, until
+    ``duration_s`` has passed (None: no time bound) or ``users`` sessions have arrived,
+    whichever comes first. Concurrency is then an outcome, not a setting."""
+
+    rate_per_s: float = Field(gt=0.0, le=100_000.0)
+    duration_s: float | None = Field(default=None, gt=0.0)
+
+
 class Pacing(Frozen):
     """When turns start.
 
     ``lockstep``: turn k of every session starts together (a barrier per turn), the way the
     seed records were made; a session with think or tool time waits that long after the
-    barrier. ``free``: each session runs on its own clock. Either way a session waits
-    ``think_time`` before every turn (before turn 1 it staggers the arrivals) and also
-    ``tool_time`` before turns after the first (the tool ran on the previous reply), counted
-    from the end of its previous turn as an absolute deadline.
+    barrier. ``free``: each session runs on its own clock. ``arrivals``: sessions arrive one
+    by one (``arrivals``: a Poisson process), each then runs its turns on its own clock: an
+    agent fleet. Either way a session waits ``think_time`` before every turn (before turn 1
+    it staggers the starts) and also ``tool_time`` before turns after the first (the tool
+    ran on the previous reply), counted from the end of its previous turn as an absolute
+    deadline.
     """
 
-    mode: Literal["lockstep", "free"] = "lockstep"
+    mode: Literal["lockstep", "free", "arrivals"] = "lockstep"
     think_time: Distribution = Distribution()
     tool_time: Distribution = Distribution()
+    arrivals: Arrivals | None = None  # required with mode = "arrivals"
+
+    @model_validator(mode="after")
+    def _arrivals_go_together(self) -> Pacing:
+        if (self.mode == "arrivals") != (self.arrivals is not None):
+            raise ValueError(
+                'pacing.mode = "arrivals" and pacing.arrivals (rate_per_s, duration_s) go '
+                "together: set both or neither"
+            )
+        return self
 
 
 class Content(Frozen):
@@ -188,6 +210,15 @@ class Scenario(Frozen):
             raise ValueError(
                 f"shared_prefix_tokens ({self.shared_prefix_tokens}) must fit in the opening "
                 f"context ({smallest} tokens); raise opening_tokens or lower it"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _arrivals_set_no_concurrency(self) -> Scenario:
+        if self.pacing.mode == "arrivals" and self.concurrency is not None:
+            raise ValueError(
+                "with pacing.mode = \"arrivals\" concurrency is an outcome of the arrival "
+                "rate: sweep pacing.arrivals.rate_per_s in separate runs, not concurrency"
             )
         return self
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from workloads.model.base import Frozen
 
-__all__ = ["BandSummary", "Percentiles", "RunSummary", "Summary", "TurnSummary"]
+__all__ = [
+    "BandSummary", "ConcurrencySummary", "Percentiles", "RunSummary", "Summary", "TurnSummary",
+]
 
 
 class BandSummary(Frozen):
@@ -95,3 +97,13 @@ class Summary(Frozen):
 
     turns: list[TurnSummary]
     run: RunSummary
+
+
+class ConcurrencySummary(Frozen):
+    """Requests in flight over the measured span (:mod:`workloads.core.concurrency`)."""
+
+    mean: float  # time-weighted
+    max: int
+    span_s: float
+    samples: list[tuple[float, int]]  # (seconds from the first send, requests in flight)
+

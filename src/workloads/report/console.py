@@ -55,7 +55,7 @@ def _effectiveness(t: TurnSummary) -> str:
 
 
 def _free(result: RunResult) -> bool:
-    return result.scenario.pacing.mode == "free"
+    return result.scenario.pacing.mode != "lockstep"  # free or arrivals: streams need not overlap
 
 
 def turn_table(result: RunResult) -> ReportTable:

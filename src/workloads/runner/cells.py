@@ -19,6 +19,7 @@ from workloads.core.tokens import TargetTokenizer
 from workloads.model.records import RecordWriter, TurnRecord
 from workloads.model.results import RunResult, TargetInfo
 from workloads.model.scenario import Cell, Scenario
+from workloads.runner.monitor import ClientMonitor
 from workloads.runner.outcome import Measured, build_result, window
 from workloads.runner.repetition import Repetition, open_sessions, play
 from workloads.runner.sizing import CellSizing
@@ -78,13 +79,16 @@ class Run:
     async def execute(self) -> RunResult:
         """Run every cell; save and return the result (partial when stopped)."""
         complete = False
+        monitor = ClientMonitor()  # the client watches itself: loop lag, CPU share
         try:
-            for cell in self.measured.cells:
-                await self._cell(cell)
+            async with monitor:
+                for cell in self.measured.cells:
+                    await self._cell(cell)
             complete = True
         finally:
             # Also on Ctrl-C or a crash: the result says what was measured, and that it stopped.
             m = self.measured
+            m.client = monitor.health(m.records)
             m.telemetry_warnings = list(self.telemetry.warnings)
             result = build_result(m, complete=complete)
             if self.out is not None:

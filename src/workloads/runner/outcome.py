@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from workloads.core import aggregate
+from workloads.core.concurrency import concurrency
 from workloads.core.corpus import Corpus
 from workloads.core.tokens import TargetTokenizer
 from workloads.core.whatif import OracleRequest, what_if
@@ -19,6 +20,7 @@ from workloads.model.figures import EnergyFigures, ServerTelemetry
 from workloads.model.records import TurnRecord
 from workloads.model.results import (
     CellSummary,
+    ClientHealth,
     RepetitionNonces,
     RunResult,
     Sizing,
@@ -29,6 +31,7 @@ from workloads.model.results import (
 from workloads.model.scenario import Cell, Scenario
 from workloads.model.summary import Summary
 from workloads.model.whatif import WhatIfTurn
+from workloads.runner.monitor import health_warnings
 from workloads.runner.session import TokenTrace
 from workloads.runner.sizing import CellSizing, sizing_warnings
 
@@ -55,6 +58,7 @@ class Measured:
     fingerprint: str | None = None  # the last system_fingerprint the server sent
     traces: dict[int, list[TokenTrace]] = field(default_factory=dict)  # per cell, measured
     telemetry_warnings: list[str] = field(default_factory=list)
+    client: ClientHealth | None = None  # the client's own health over the run
 
     def kv_capacity(self) -> tuple[int | None, int]:
         """The server's KV capacity in tokens (None: unknown) and its block size; known for
@@ -153,8 +157,11 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
         sizing=_sizing(m),
         environment=environment(),
         records=m.records,
+        client=m.client,
+        concurrency=concurrency(m.records),
     )
     warnings = [*_warnings(result.summary, complete), *m.telemetry_warnings]
+    warnings += health_warnings(m.client)
     warnings += sizing_warnings(m.records, result.sizing or _sizing(m), s)
     return result.model_copy(update={"warnings": warnings})
 

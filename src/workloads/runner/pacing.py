@@ -1,12 +1,13 @@
 """When turns start: draws of think and tool time, and waits on absolute deadlines.
 
-Two pacings (``Pacing.mode``): ``lockstep`` — a barrier per turn: every session prepares
+Three pacings (``Pacing.mode``): ``lockstep`` — a barrier per turn: every session prepares
 turn k, then all send it (each after its own think/tool time, if any); ``free`` — each
-session on its own clock. Either way the wait before a turn is an absolute deadline
-(``perf_counter`` seconds) fixed when the previous turn ended (or when the repetition or
-barrier began), and the work done meanwhile — sizing the next prompt with the target's
-tokenizer — comes out of that wait instead of adding to it. A chain of relative sleeps
-drifts; trio's ``sleep_until`` is the model.
+session on its own clock; ``arrivals`` — each session starts at its arrival time (a Poisson
+process, :func:`arrival_times`) and then runs on its own clock. Either way the wait before
+a turn is an absolute deadline (``perf_counter`` seconds) fixed when the previous turn ended
+(or when the repetition or barrier began), and the work done meanwhile — sizing the next
+prompt with the target's tokenizer — comes out of that wait instead of adding to it. A chain
+of relative sleeps drifts; trio's ``sleep_until`` is the model.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from __future__ import annotations
 import math
 import random
 
-from workloads.model.scenario import Distribution, Pacing
+from workloads.model.scenario import Arrivals, Distribution, Pacing
 
-__all__ = ["draw", "pause_before_turn", "turn_deadline"]
+__all__ = ["arrival_times", "draw", "pause_before_turn", "turn_deadline"]
 
 
 def draw(dist: Distribution, rng: random.Random) -> float:
@@ -45,3 +46,18 @@ def turn_deadline(since: float, pacing: Pacing, turn: int, rng: random.Random) -
     """The absolute time (``perf_counter`` seconds) turn ``turn`` is due: ``since`` (the end
     of the previous turn, or the start of the repetition or barrier) plus its pause. Pure."""
     return since + pause_before_turn(pacing, turn, rng)
+
+
+def arrival_times(arrivals: Arrivals, sessions: int, rng: random.Random) -> list[float]:
+    """Seconds after the start at which sessions arrive: a Poisson process at
+    ``rate_per_s`` (exponential gaps), at most ``sessions`` of them, none after
+    ``duration_s``. The first arrives after one gap, as in any Poisson process. Pure."""
+    out: list[float] = []
+    at = 0.0
+    for _ in range(sessions):
+        at += rng.expovariate(arrivals.rate_per_s)
+        if arrivals.duration_s is not None and at > arrivals.duration_s:
+            break
+        out.append(at)
+    return out
+

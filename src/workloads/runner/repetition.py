@@ -21,7 +21,7 @@ from workloads.core.corpus import Corpus
 from workloads.model.records import TurnRecord
 from workloads.model.results import RepetitionNonces
 from workloads.model.scenario import Cell, Scenario
-from workloads.runner.pacing import turn_deadline
+from workloads.runner.pacing import arrival_times, turn_deadline
 from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
 from workloads.wire.client import ChatClient
@@ -106,6 +106,15 @@ async def play(
                 for session, rng in zip(sessions, rngs, strict=True):
                     due = turn_deadline(barrier, s.pacing, turn, rng)
                     tg.create_task(_send_at(session, turn, due))
+    elif s.pacing.arrivals is not None:  # an open-loop fleet: each session has its arrival
+        start = time.perf_counter()
+        times = arrival_times(
+            s.pacing.arrivals, len(sessions),
+            corpus.rng(s.content.seed, "arrivals", repetition.cell.index, repetition.index),
+        )
+        async with asyncio.TaskGroup() as tg:
+            for session, rng, at in zip(sessions, rngs, times, strict=False):
+                tg.create_task(_free_running(session, s, start + at, rng))
     else:
         start = time.perf_counter()
         async with asyncio.TaskGroup() as tg:

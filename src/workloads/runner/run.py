@@ -19,6 +19,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from workloads.core import tokens
 from workloads.core.tokens import EstimateTokenizer, TargetTokenizer
 from workloads.model.records import RecordWriter, TurnRecord
 from workloads.model.results import RECORDS_FILE, RESULT_FILE, RunResult, ServerIdentity, TargetInfo
@@ -64,6 +65,9 @@ async def run_async(
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
+    # tiktoken's tables take 0.3 s to load (seconds on a busy machine): load them off the event
+    # loop now, not on it in the middle of the first sessions' sizing.
+    await asyncio.to_thread(tokens.encoding)
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
         for name in (RESULT_FILE, RECORDS_FILE):

@@ -30,7 +30,7 @@ from workloads.runner.plan import (
     turn_base,
 )
 from workloads.runner.sizing import CellSizing, PreparedTurn
-from workloads.wire.client import ChatClient, ChatResponse
+from workloads.wire.client import ChatClient, ChatResponse, partial_response
 
 __all__ = ["Session", "build_body", "record_from_response"]
 
@@ -81,6 +81,8 @@ def record_from_response(
     if completion is not None and completion > 1 and first is not None and last is not None:
         rate = (completion - 1) / ((last - first) / 1e9) if last > first else None
     status: Status = "ok" if response.ok else "error"
+    if response.error_kind == "cancelled":
+        status = "incomplete"
     valid = status == "ok" and completion is not None
     if exact_output:
         valid = valid and response.finish_reason == "length" and completion == output_tokens
@@ -122,6 +124,9 @@ def record_from_response(
         request_id=response.request_id,
         system_fingerprint=response.system_fingerprint,
         timings=response.timings,
+        error_ns=response.error_ns,
+        retries=response.retries,
+        attempts=tuple(response.attempts),
     )
 
 
@@ -242,8 +247,20 @@ class Session:
         started = time.perf_counter_ns()
         try:
             response = await self.client.stream_chat(body)
-        except asyncio.CancelledError:
-            # The run ended with this turn in flight: keep it as an incomplete record.
+        except asyncio.CancelledError as err:
+            # The run ended with this turn in flight: keep it as an incomplete record, with
+            # what the client measured before the cancellation when it kept it.
+            partial = partial_response(err)
+            if partial is not None:
+                self.on_record(record_from_response(
+                    partial,
+                    **common,  # type: ignore[arg-type]
+                    output_tokens=self.scenario.output_tokens,
+                    exact_output=self.scenario.exact_output,
+                    shareable_tokens=plan.shareable,
+                    shareable_exact=plan.shareable_exact,
+                ))
+                raise
             self.on_record(
                 TurnRecord(
                     **common,

@@ -93,6 +93,10 @@ class CellSizing:
     shared_n_system: int | None = None
     fallbacks: int = 0  # turns sized by estimate because a /tokenize call failed
 
+    def __post_init__(self) -> None:
+        if isinstance(self.tokenizer, EstimateTokenizer):
+            self.estimate = self.tokenizer  # one memo of what was already encoded
+
     @property
     def exact(self) -> bool:
         return self.tokenizer.exact

@@ -1,50 +1,60 @@
-"""The streaming chat client: POST with ``stream=true``, stamp every chunk, decode, map errors.
+"""The streaming chat client: POST with ``stream=true``, stamp every read, decode, map errors.
 
 This is the only module that knows aiohttp's exceptions; they are translated here into the
 closed set of :data:`workloads.model.errors.ErrorKind` and returned as data on the
-:class:`ChatResponse` (a failed request never raises out of :meth:`ChatClient.stream_chat`).
+:class:`ChatResponse` (a failed request never raises out of :meth:`ChatClient.stream_chat`;
+cancellation propagates, with the partial response on the exception: :func:`partial_response`).
+
+A request is never sent twice without a record of it. It is sent again only when (a) a pooled
+connection was found dead before any byte of the request was written (a *resend*, counted), or
+(b) the caller asked for it with ``retry_on`` (a *retry*, counted); every earlier attempt is
+kept in :attr:`ChatResponse.attempts`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import ssl
 import time
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Protocol
+from typing import Any, Protocol, get_args
 
 import aiohttp
 
-from workloads.core.sse import SSEDecoder
+from workloads.core.chat_stream import ChatStream, Usage, parse_chunk
 from workloads.model.errors import ErrorKind, RequestError
+from workloads.model.records import AttemptRecord
 from workloads.model.scenario import Timeouts
 
-__all__ = ["AiohttpChatClient", "ChatClient", "ChatResponse", "Usage", "parse_chunk"]
+__all__ = [
+    "AiohttpChatClient", "ChatClient", "ChatResponse", "Usage", "parse_chunk", "partial_response",
+]
 
-# A request whose pooled connection turns out to be dead before any response byte is sent
-# again on a fresh connection, at most this many times. Seen on llama.cpp's server: it closes
-# a kept-alive connection after each streamed response, and the next request on it fails with
-# "Server disconnected" before the server has read it.
+# A request whose pooled connection turns out to be dead before any byte of it was written is
+# sent again on a fresh connection, at most this many times.
 MAX_RESENDS = 2
 DEFAULT_TIMEOUTS = Timeouts()  # the scenario's defaults: one home for them
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Token counts as the server reported them. None = not reported (never 0)."""
-
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    cached_tokens: int | None
+# Idle pooled connections older than this are not reused. Below the 5 s keep-alive of uvicorn
+# (vLLM, SGLang) and cpp-httplib (llama.cpp), so we do not send on a connection the server is
+# closing at that moment: such a request is written, then lost, and may not be re-sent.
+KEEPALIVE_S = 4.0
+RETRY_ALIASES: dict[str, ErrorKind] = {"429": "http_429", "4xx": "http_4xx", "5xx": "http_5xx"}
+NEVER_RETRIED = frozenset({"cancelled", "turn_deadline"})
+MAX_RETRY_WAIT_S = 60.0  # a Retry-After longer than this is cut to it
+FIRST_BACKOFF_S = 0.5  # without Retry-After: 0.5, 1, 2, ... s
+_ATTR = "workloads_response"  # where a cancelled request's partial response rides
 
 
 @dataclass(slots=True)
 class ChatResponse:
     """Everything one streamed request produced, success or not. Times are perf_counter_ns."""
 
-    started_ns: int  # the client began the request (before waiting for a connection)
-    sent_ns: int | None = None  # the request body was written
+    started_ns: int  # the client began this attempt (before waiting for a connection)
+    sent_ns: int | None = None  # the request was written
     headers_ns: int | None = None  # response headers arrived
     first_content_ns: int | None = None  # first chunk with generated content
     last_content_ns: int | None = None  # last chunk with generated content
@@ -63,10 +73,20 @@ class ChatResponse:
     error_kind: ErrorKind | None = None
     error_message: str | None = None
     retry_after_s: float | None = None
+    error_ns: int | None = None  # when the failure arrived
+    retries: int = 0  # times re-sent by the retry_on policy
+    attempts: list[AttemptRecord] = field(default_factory=list)  # earlier failed attempts
 
     @property
     def ok(self) -> bool:
         return self.error_kind is None
+
+    def fail(self, kind: ErrorKind, message: str) -> None:
+        """Mark this attempt failed now (the first failure wins: it is the cause)."""
+        if self.error_kind is None:
+            self.error_kind = kind
+            self.error_message = message
+            self.error_ns = time.perf_counter_ns()
 
 
 class ChatClient(Protocol):
@@ -75,87 +95,27 @@ class ChatClient(Protocol):
     async def stream_chat(self, body: dict[str, Any]) -> ChatResponse: ...
 
 
-@dataclass(frozen=True, slots=True)
-class _Chunk:
-    content: str = ""
-    has_content: bool = False
-    finish_reason: str | None = None
-    usage: Usage | None = None
-    timings: dict[str, Any] | None = None
-    system_fingerprint: str | None = None
-    model: str | None = None
-    request_id: str | None = None
-    error: str | None = None
+def partial_response(err: BaseException) -> ChatResponse | None:
+    """What a cancelled :meth:`AiohttpChatClient.stream_chat` measured before it was
+    cancelled (``error_kind="cancelled"``), or None when the client kept nothing."""
+    response = getattr(err, _ATTR, None)
+    return response if isinstance(response, ChatResponse) else None
 
 
-def _count(value: Any) -> int | None:
-    """A token count, or None when absent or not a number (bool is not a count)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return int(value)
-
-
-def _text(value: Any) -> str:
-    """Delta text: a string, or OpenAI content parts ``[{"type": "text", "text": ...}]``."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        return "".join(p["text"] for p in value if isinstance(p, dict) and isinstance(
-            p.get("text"), str))
-    return ""
-
-
-def _parse_usage(raw: dict[str, Any]) -> Usage:
-    details = raw.get("prompt_tokens_details")
-    return Usage(
-        prompt_tokens=_count(raw.get("prompt_tokens")),
-        completion_tokens=_count(raw.get("completion_tokens")),
-        cached_tokens=_count(details.get("cached_tokens")) if isinstance(details, dict) else None,
-    )
-
-
-def parse_chunk(data: str) -> _Chunk:
-    """Interpret one ``chat.completion.chunk`` JSON payload. Pure."""
-    try:
-        obj = json.loads(data)
-    except json.JSONDecodeError as err:
-        return _Chunk(error=f"malformed JSON in stream: {err.msg} in {data[:80]!r}")
-    if not isinstance(obj, dict):
-        return _Chunk(error=f"stream chunk is not an object: {data[:80]!r}")
-    if "error" in obj:
-        error = obj["error"]
-        message = error.get("message", error) if isinstance(error, dict) else error
-        return _Chunk(error=f"error in stream: {message}")
-    content = reasoning = ""
-    has_content = False
-    finish_reason = None
-    choices = obj.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        choice = choices[0]
-        delta = choice.get("delta")
-        if not isinstance(delta, dict):
-            delta = {}
-        content = _text(delta.get("content"))
-        reasoning = _text(delta.get("reasoning_content")) or _text(delta.get("reasoning"))
-        has_content = bool(content or reasoning or delta.get("tool_calls"))
-        reason = choice.get("finish_reason")
-        finish_reason = reason if isinstance(reason, str) else None
-    raw_usage = obj.get("usage")  # OpenAI and TGI send "usage": null on ordinary chunks
-    timings = obj.get("timings")
-    return _Chunk(
-        content=content,
-        has_content=has_content,
-        finish_reason=finish_reason,
-        usage=_parse_usage(raw_usage) if isinstance(raw_usage, dict) else None,
-        timings=timings if isinstance(timings, dict) else None,
-        system_fingerprint=_str(obj.get("system_fingerprint")),
-        model=_str(obj.get("model")),
-        request_id=_str(obj.get("id")),
-    )
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
+def retry_kinds(retry_on: Collection[str]) -> frozenset[ErrorKind]:
+    """The error kinds ``retry_on`` names: "429", "4xx", "5xx" or any error kind except
+    cancelled and turn_deadline. ValueError names what is allowed."""
+    allowed = set(get_args(ErrorKind)) - NEVER_RETRIED
+    kinds: set[ErrorKind] = set()
+    for name in retry_on:
+        kind = RETRY_ALIASES.get(name.strip(), name.strip())
+        if kind not in allowed:
+            raise ValueError(
+                f"retry_on: cannot retry on {name!r}; use 429, 4xx, 5xx or one of "
+                + ", ".join(sorted(allowed))
+            )
+        kinds.add(kind)  # type: ignore[arg-type]  # checked against ErrorKind just above
+    return frozenset(kinds)
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -167,6 +127,33 @@ def _retry_after(value: str | None) -> float | None:
         return None  # an HTTP date; rare from inference servers
 
 
+def _status_kind(status: int) -> ErrorKind:
+    if status == 429:
+        return "http_429"
+    if 400 <= status < 500:
+        return "http_4xx"
+    if 500 <= status < 600:
+        return "http_5xx"
+    return "http_other"
+
+
+def _connect_kind(err: aiohttp.ClientConnectorError) -> ErrorKind:
+    if isinstance(err, aiohttp.ClientConnectorDNSError):
+        return "name_resolution"
+    if isinstance(err, aiohttp.ClientSSLError):  # certificate and handshake errors
+        return "tls"
+    cause = err.os_error
+    if isinstance(cause, ConnectionRefusedError):
+        return "connect_refused"
+    if isinstance(cause, socket.gaierror):
+        return "name_resolution"
+    if isinstance(cause, ssl.SSLError):
+        return "tls"
+    if isinstance(cause, TimeoutError):
+        return "connect_timeout"
+    return "connect_failed"
+
+
 class AiohttpChatClient:
     """Streams ``POST {base_url}/chat/completions`` over one pooled aiohttp session.
 
@@ -174,7 +161,11 @@ class AiohttpChatClient:
             response = await client.stream_chat({"model": "m", "messages": [...]})
 
     ``connections`` should be at least the number of concurrent sessions, so no request
-    waits for a connection (that wait would be counted in TTFT).
+    waits for a connection (that wait would be counted in TTFT). ``retry_on`` (e.g.
+    ``{"429", "5xx"}``) sends a failed request again, up to ``max_retries`` times, after the
+    server's Retry-After or an exponential backoff; off by default, because a retried request
+    is a second request the server counts. ``reuse_connections=False`` opens a connection per
+    request (for servers that close kept-alive connections without saying so).
     """
 
     def __init__(
@@ -184,39 +175,75 @@ class AiohttpChatClient:
         connections: int = 100,
         api_key: str | None = None,
         timeouts: Timeouts = DEFAULT_TIMEOUTS,  # connect, read gap, whole request
+        retry_on: Collection[str] = (),  # measure what the server does: no retries
+        max_retries: int = 3,
+        reuse_connections: bool = True,  # keep-alive, as every real client does
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self._connections = connections
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
         self._timeout = aiohttp.ClientTimeout(
             total=None, connect=timeouts.connect_s, sock_read=timeouts.read_gap_s
         )
         self._request_timeout_s = timeouts.turn_s
+        self._retry_on = retry_kinds(retry_on)
+        self._max_retries = max(0, max_retries)
+        self._reuse = reuse_connections
+        self._retired: list[aiohttp.ClientSession] = []  # pools left by _stop_reusing
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> AiohttpChatClient:
-        trace = aiohttp.TraceConfig()
-        trace.on_request_headers_sent.append(self._on_sent)
-        trace.on_request_chunk_sent.append(self._on_sent)
-        trace.on_connection_reuseconn.append(self._on_reuse)
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self._connections, limit_per_host=0),
-            timeout=self._timeout,
-            headers=self._headers,
-            trace_configs=[trace],
-        )
+        self._session = self._new_session(reuse=self._reuse)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (*self._retired, self._session):
+            if session is not None:
+                await session.close()
+        self._session = None
+        self._retired = []
 
+    def _new_session(self, *, reuse: bool) -> aiohttp.ClientSession:
+        trace = aiohttp.TraceConfig()
+        trace.on_request_headers_sent.append(self._on_sent)
+        trace.on_request_chunk_sent.append(self._on_chunk)
+        trace.on_connection_reuseconn.append(self._on_reuse)
+        connector = aiohttp.TCPConnector(
+            limit=self._connections, limit_per_host=0, force_close=not reuse,
+            keepalive_timeout=KEEPALIVE_S if reuse else None,
+        )
+        return aiohttp.ClientSession(
+            connector=connector, timeout=self._timeout, headers=self._headers,
+            trace_configs=[trace],
+        )
+
+    def _stop_reusing(self) -> None:
+        """The server dropped a kept-alive connection under a request: it closes idle
+        connections sooner than we expect. From now on every request gets its own connection,
+        so no further request is lost this way (requests in flight finish on the old pool)."""
+        if self._reuse and self._session is not None:
+            self._reuse = False
+            self._retired.append(self._session)
+            self._session = self._new_session(reuse=False)
+
+    # aiohttp calls these just *before* it hands the bytes to the transport (3.10+ buffers
+    # the headers and writes them with the body), so "sent" is conservative: set a moment
+    # early, never late. sent_ns is the last such moment, right before the body goes out.
     @staticmethod
     async def _on_sent(
         session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object
     ) -> None:
         ctx.trace_request_ctx["sent_ns"] = time.perf_counter_ns()
+
+    @staticmethod
+    async def _on_chunk(
+        session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object
+    ) -> None:
+        trace = ctx.trace_request_ctx
+        trace["sent_ns"] = time.perf_counter_ns()
+        trace["chunks"] = trace.get("chunks", 0) + 1
 
     @staticmethod
     async def _on_reuse(
@@ -228,113 +255,183 @@ class AiohttpChatClient:
         """Stream one chat completion; failures come back as data on the response."""
         if self._session is None:
             raise RuntimeError("use 'async with AiohttpChatClient(...)' before stream_chat")
-        started = time.perf_counter_ns()
-        resends = 0
-        while True:
-            response = ChatResponse(started_ns=started, resends=resends)
-            try:
-                async with asyncio.timeout(self._request_timeout_s):
-                    await self._stream_once(body, response)
+        payload = json.dumps(body).encode()  # encoded once: every attempt sends the same bytes
+        attempts: list[AttemptRecord] = []
+        resends = retries = 0
+        for _ in range(MAX_RESENDS + self._max_retries + 1):  # bounded: each pass counts one
+            response = ChatResponse(
+                started_ns=time.perf_counter_ns(), resends=resends, retries=retries,
+                attempts=attempts,
+            )
+            unwritten = await self._attempt(payload, response)
+            kind = response.error_kind
+            if kind is None:
                 return response
-            except RequestError as err:
-                if not err.sent and resends < MAX_RESENDS:
-                    resends += 1
-                    continue
-                response.error_kind = err.kind
-                response.error_message = str(err)
-                response.http_status = err.http_status or response.http_status
-                response.retry_after_s = err.retry_after_s
+            if unwritten and resends < MAX_RESENDS:
+                resends += 1
+            elif kind in self._retry_on and retries < self._max_retries:
+                retries += 1
+                wait = response.retry_after_s
+                if wait is None:
+                    wait = FIRST_BACKOFF_S * 2 ** (retries - 1)
+                attempts.append(_attempt_record(response))
+                try:
+                    await asyncio.sleep(min(wait, MAX_RETRY_WAIT_S))
+                except asyncio.CancelledError as err:  # cancelled between attempts
+                    waiting = ChatResponse(
+                        started_ns=time.perf_counter_ns(), resends=resends, retries=retries,
+                        attempts=attempts,
+                    )
+                    waiting.fail("cancelled", "the run ended while waiting to retry")
+                    setattr(err, _ATTR, waiting)
+                    raise
+                continue
+            else:
                 return response
-            except TimeoutError:
-                response.error_kind = "timeout"
-                response.error_message = f"request exceeded {self._request_timeout_s:g} s"
-                return response
-            except Exception as err:  # a server's odd stream must cost a record, not the run
-                response.error_kind = "protocol"
-                name = type(err).__name__
-                response.error_message = f"unexpected {name} reading the stream: {err}"
-                return response
+            attempts.append(_attempt_record(response))
+        return response
 
-    async def _stream_once(self, body: dict[str, Any], out: ChatResponse) -> None:
-        assert self._session is not None
+    async def _attempt(self, payload: bytes, out: ChatResponse) -> bool:
+        """One attempt, filling ``out``; True when it failed before any byte was written on
+        a reused connection (safe to send again)."""
         trace: dict[str, Any] = {}
-        got_bytes = False
         try:
-            async with self._session.post(self.url, json=body, trace_request_ctx=trace) as resp:
+            async with asyncio.timeout(self._request_timeout_s):
+                await self._exchange(payload, out, trace)
+        except RequestError as err:
+            out.fail(err.kind, str(err))
+            if err.http_status is not None:
+                out.http_status = err.http_status
+            out.retry_after_s = err.retry_after_s
+            return not err.sent
+        except TimeoutError:
+            out.fail("turn_deadline", f"request exceeded {self._request_timeout_s:g} s")
+        except asyncio.CancelledError as err:
+            out.fail("cancelled", "the run ended while this turn was in flight")
+            setattr(err, _ATTR, out)
+            raise
+        except Exception as err:  # a server's odd stream must cost a record, not the run
+            out.fail("malformed", f"unexpected {type(err).__name__} reading the stream: {err}")
+        finally:
+            if out.sent_ns is None:
+                out.sent_ns = trace.get("sent_ns")
+        return False
+
+    async def _exchange(self, payload: bytes, out: ChatResponse, trace: dict[str, Any]) -> None:
+        assert self._session is not None
+        got_response = False
+        # One pass of the event loop before taking a pooled connection: a server that closes
+        # the connection right after a response (llama.cpp's pattern) has its FIN read by then,
+        # so the pool drops that connection instead of handing it to this request.
+        await asyncio.sleep(0)
+        try:
+            async with self._session.post(
+                self.url, data=payload, trace_request_ctx=trace, allow_redirects=False
+            ) as resp:
                 out.headers_ns = time.perf_counter_ns()
                 out.sent_ns = trace.get("sent_ns", out.started_ns)
                 out.http_status = resp.status
-                got_bytes = True
+                got_response = True
                 if resp.status != 200:
                     detail = (await resp.content.read(2048)).decode("utf-8", "replace")
                     raise RequestError(
-                        "http",
+                        _status_kind(resp.status),
                         f"HTTP {resp.status}: {detail.strip()[:300]}",
                         http_status=resp.status,
                         retry_after_s=_retry_after(resp.headers.get("Retry-After")),
                     )
-                await self._read_stream(resp, out)
+                content_type = resp.headers.get("Content-Type")
+                if content_type is not None and resp.content_type != "text/event-stream":
+                    detail = (await resp.content.read(200)).decode("utf-8", "replace")
+                    raise RequestError(
+                        "not_event_stream",
+                        f"HTTP 200 with Content-Type {content_type!r}, not text/event-stream "
+                        f"(a proxy's page, or a server that ignored stream=true): "
+                        f"{detail.strip()[:120]!r}",
+                    )
+                await _read_stream(resp, out)
         except RequestError:
             raise
         except aiohttp.ClientConnectorError as err:  # a ClientOSError: catch it first
-            raise RequestError("connect", f"cannot connect to {self.url}: {err}") from err
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as err:
-            never_reached = not got_bytes and trace.get("reused", False)
-            kind: ErrorKind = "disconnected" if got_bytes or never_reached else "connect"
-            message = f"{type(err).__name__}: {err}"
-            raise RequestError(kind, message, sent=not never_reached) from err
-        except (aiohttp.ServerTimeoutError, TimeoutError) as err:
-            raise RequestError("timeout", f"no data for too long: {err}") from err
-        except aiohttp.ClientPayloadError as err:
-            raise RequestError("disconnected", f"stream broken: {err}") from err
-        except aiohttp.ClientError as err:
-            raise RequestError("protocol", f"{type(err).__name__}: {err}") from err
+            raise RequestError(_connect_kind(err), f"cannot connect to {self.url}: {err}") \
+                from err
+        except aiohttp.ConnectionTimeoutError as err:
+            raise RequestError("connect_timeout", f"cannot connect to {self.url}: {err}") \
+                from err
+        except aiohttp.ServerTimeoutError as err:  # SocketTimeoutError: the read gap
+            raise RequestError("read_stall", f"no data for too long: {err}") from err
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError,
+                aiohttp.ClientPayloadError) as err:
+            unwritten = not got_response and _unwritten(err, trace)
+            if not got_response and trace.get("reused"):
+                self._stop_reusing()
+            where = "after the response began" if got_response else "before any response"
+            message = f"connection closed {where}: {type(err).__name__}: {err}"
+            raise RequestError("disconnected", message, sent=not unwritten) from err
+        except aiohttp.ClientResponseError as err:  # HTTP the parser could not read
+            raise RequestError("malformed", f"bad HTTP response: {err}") from err
+        except (aiohttp.ClientError, ValueError) as err:
+            raise RequestError("malformed", f"{type(err).__name__}: {err}") from err
 
-    async def _read_stream(self, resp: aiohttp.ClientResponse, out: ChatResponse) -> None:
-        decoder = SSEDecoder()
-        text: list[str] = []
-        try:
-            async for raw in resp.content.iter_any():
-                now = time.perf_counter_ns()
-                for event in decoder.feed(raw):
-                    if self._apply(event.data, now, out, text):
-                        return
-            for event in decoder.close():
-                if self._apply(event.data, time.perf_counter_ns(), out, text):
-                    return
-        finally:
-            out.text = "".join(text)
-            if out.done_ns is None:
-                out.done_ns = time.perf_counter_ns()
-        if not out.saw_done and out.finish_reason is None:
-            raise RequestError("disconnected", "stream ended before [DONE] or a finish_reason")
 
-    @staticmethod
-    def _apply(
-        data: str, now: int, out: ChatResponse, text: list[str]
-    ) -> bool:
-        """Fold one event into ``out``; True when the stream is over."""
-        if data.strip() == "[DONE]":
-            out.saw_done = True
-            out.done_ns = now
-            return True
-        chunk = parse_chunk(data)
-        if chunk.error is not None:
-            raise RequestError("protocol", chunk.error)
-        if chunk.has_content:
-            if out.first_content_ns is None:
-                out.first_content_ns = now
-            out.last_content_ns = now
-            out.content_events += 1
-            text.append(chunk.content)
-        if chunk.finish_reason is not None:
-            out.finish_reason = chunk.finish_reason
-        if chunk.usage is not None:
-            out.usage = chunk.usage
-        if chunk.timings is not None:
-            out.timings = chunk.timings
-        out.system_fingerprint = chunk.system_fingerprint or out.system_fingerprint
-        out.model = chunk.model or out.model
-        out.request_id = out.request_id or chunk.request_id
+def _unwritten(err: BaseException, trace: dict[str, Any]) -> bool:
+    """Provably no byte of the request went out: a *reused* connection aiohttp found closing
+    when it came to write the first (coalesced headers + body) bytes. Anything else may have
+    reached the server (it may have read and prefilled it), so it is a recorded failure."""
+    if not trace.get("reused"):
         return False
+    if "sent_ns" not in trace:
+        return True  # failed before the write path began
+    first_write = trace.get("chunks", 0) <= 1
+    return (
+        first_write
+        and isinstance(err, aiohttp.ClientConnectionResetError)
+        and str(err) == "Cannot write to closing transport"  # aiohttp's check before writing
+    )
 
+
+async def _read_stream(resp: aiohttp.ClientResponse, out: ChatResponse) -> None:
+    """Read the event stream into ``out``; every read is stamped as soon as it returns and
+    holds all the bytes buffered by then (one wake-up, one pass)."""
+    stream = ChatStream()
+    content = resp.content
+    clock = time.perf_counter_ns
+    try:
+        for _ in range(1 << 40):  # bounded by the read gap and the turn deadline
+            raw = await content.readany()
+            now = clock()
+            if not raw:
+                if not stream.close(now):
+                    raise RequestError(
+                        "truncated", "the stream ended without data: [DONE]"
+                        + ("" if stream.finish_reason else " and without a finish_reason")
+                    )
+                break
+            if stream.feed(raw, now):
+                break
+    finally:
+        out.text = stream.text
+        out.first_content_ns = stream.first_content_ns
+        out.last_content_ns = stream.last_content_ns
+        out.content_events = stream.content_events
+        out.finish_reason = stream.finish_reason
+        out.usage = stream.usage
+        out.timings = stream.timings
+        out.system_fingerprint = stream.system_fingerprint
+        out.model = stream.model
+        out.request_id = stream.request_id
+        out.saw_done = stream.saw_done
+        out.done_ns = stream.done_ns if stream.done_ns is not None else clock()
+
+
+def _attempt_record(response: ChatResponse) -> AttemptRecord:
+    assert response.error_kind is not None and response.error_ns is not None
+    return AttemptRecord(
+        started_ns=response.started_ns,
+        sent_ns=response.sent_ns,
+        error_ns=response.error_ns,
+        error_kind=response.error_kind,
+        error_message=response.error_message,
+        http_status=response.http_status,
+        retry_after_s=response.retry_after_s,
+    )

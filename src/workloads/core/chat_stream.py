@@ -1,0 +1,213 @@
+"""One chat completion stream folded into what a turn needs: raw bytes in, stamps, text,
+finish_reason, usage out. Pure: the caller passes the arrival time of every read.
+
+This is the client's hot path, run once per read of the socket, so it keeps no per-event
+objects beyond what :class:`~workloads.core.sse.SSEDecoder` returns and parses each event once.
+Failures the stream itself shows (a malformed event, an error object) raise
+:class:`~workloads.model.errors.RequestError` with the partial state kept on the instance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+try:  # orjson parses a chunk ~4x faster than json (benchmarks in the commit); same results
+    from orjson import loads
+except ImportError:  # a platform without an orjson wheel: the standard library
+    from json import loads  # type: ignore[assignment]
+
+from workloads.core.sse import SSEDecoder
+from workloads.model.errors import RequestError
+
+__all__ = ["ChatStream", "Chunk", "Usage", "parse_chunk"]
+
+DONE = b"[DONE]"
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts as the server reported them. None = not reported (never 0)."""
+
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cached_tokens: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """What one ``chat.completion.chunk`` says (see :func:`parse_chunk`)."""
+
+    content: str = ""
+    has_content: bool = False
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    timings: dict[str, Any] | None = None
+    system_fingerprint: str | None = None
+    model: str | None = None
+    request_id: str | None = None
+
+
+def _count(value: Any) -> int | None:
+    """A token count, or None when absent or not a number (bool is not a count)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value)
+
+
+def _text(value: Any) -> str:
+    """Delta text: a string, or OpenAI content parts ``[{"type": "text", "text": ...}]``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(p["text"] for p in value if isinstance(p, dict) and isinstance(
+            p.get("text"), str))
+    return ""
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _usage(raw: dict[str, Any]) -> Usage:
+    details = raw.get("prompt_tokens_details")
+    return Usage(
+        prompt_tokens=_count(raw.get("prompt_tokens")),
+        completion_tokens=_count(raw.get("completion_tokens")),
+        cached_tokens=_count(details.get("cached_tokens")) if isinstance(details, dict) else None,
+    )
+
+
+def _load(data: bytes | str) -> dict[str, Any]:
+    """The event's JSON object; RequestError ``malformed`` or ``error_event`` otherwise."""
+    try:
+        obj = loads(data)
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, bad UTF-8, deep nesting
+        raise RequestError("malformed", f"malformed JSON in stream: {err} in {data[:80]!r}") \
+            from err
+    if type(obj) is not dict:
+        raise RequestError("malformed", f"stream chunk is not an object: {data[:80]!r}")
+    if "error" in obj:
+        error = obj["error"]
+        message = error.get("message", error) if isinstance(error, dict) else error
+        raise RequestError("error_event", f"error in stream: {message}")
+    return obj
+
+
+def _delta(obj: dict[str, Any]) -> tuple[str, bool, str | None]:
+    """(content text, carries generated content, finish_reason) of the first choice."""
+    choices = obj.get("choices")
+    if not choices or type(choices) is not list:
+        return "", False, None
+    choice = choices[0]
+    if type(choice) is not dict:
+        return "", False, None
+    delta = choice.get("delta")
+    reason = choice.get("finish_reason")
+    reason = reason if type(reason) is str else None
+    if type(delta) is not dict:
+        return "", False, reason
+    content = delta.get("content")
+    if type(content) is not str:  # content parts, or absent
+        content = _text(content)
+    if content:
+        return content, True, reason
+    reasoning = _text(delta.get("reasoning_content")) or _text(delta.get("reasoning"))
+    return "", bool(reasoning or delta.get("tool_calls")), reason
+
+
+def parse_chunk(data: bytes | str) -> Chunk:
+    """Interpret one ``chat.completion.chunk`` JSON payload. Pure; raises RequestError
+    (``malformed`` or ``error_event``) for what is not a chunk."""
+    obj = _load(data)
+    content, has_content, reason = _delta(obj)
+    raw_usage = obj.get("usage")  # OpenAI and TGI send "usage": null on ordinary chunks
+    timings = obj.get("timings")
+    return Chunk(
+        content=content,
+        has_content=has_content,
+        finish_reason=reason,
+        usage=_usage(raw_usage) if isinstance(raw_usage, dict) else None,
+        timings=timings if isinstance(timings, dict) else None,
+        system_fingerprint=_str(obj.get("system_fingerprint")),
+        model=_str(obj.get("model")),
+        request_id=_str(obj.get("id")),
+    )
+
+
+class ChatStream:
+    """The state of one streamed chat completion, fed with every read and its arrival time.
+
+        stream = ChatStream()
+        for raw, now in reads:
+            if stream.feed(raw, now):   # True once ``data: [DONE]`` arrived
+                break
+        stream.close(now)               # the body ended: flush an undispatched event
+    """
+
+    __slots__ = (
+        "_decoder", "_parts", "content_events", "done_ns", "finish_reason", "first_content_ns",
+        "last_content_ns", "model", "request_id", "saw_done", "system_fingerprint", "timings",
+        "usage",
+    )
+
+    def __init__(self) -> None:
+        self._decoder = SSEDecoder()
+        self._parts: list[str] = []
+        self.first_content_ns: int | None = None
+        self.last_content_ns: int | None = None
+        self.done_ns: int | None = None
+        self.content_events = 0
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+        self.timings: dict[str, Any] | None = None
+        self.system_fingerprint: str | None = None
+        self.model: str | None = None
+        self.request_id: str | None = None
+        self.saw_done = False
+
+    @property
+    def text(self) -> str:
+        """The generated content so far, in order."""
+        return "".join(self._parts)
+
+    def feed(self, raw: bytes, now: int) -> bool:
+        """Fold the bytes of one read, which arrived at ``now``; True when the stream is
+        over (``[DONE]``)."""
+        for event in self._decoder.feed(raw):  # noqa: SIM110  (any() costs a generator per read)
+            if self._event(event.raw, event.event, now):
+                return True
+        return False
+
+    def close(self, now: int) -> bool:
+        """The body ended at ``now``: fold an event left without its blank line."""
+        return any(self._event(e.raw, e.event, now) for e in self._decoder.close())
+
+    def _event(self, data: bytes, name: str | None, now: int) -> bool:
+        if data == DONE or (len(data) < 16 and data.strip() == DONE):
+            self.saw_done = True
+            self.done_ns = now
+            return True
+        if name == "error":
+            message = data.decode("utf-8", "replace")[:300]
+            raise RequestError("error_event", f"error event in stream: {message}")
+        obj = _load(data)
+        content, has_content, reason = _delta(obj)
+        if has_content:
+            if self.first_content_ns is None:
+                self.first_content_ns = now
+            self.last_content_ns = now
+            self.content_events += 1
+            if content:
+                self._parts.append(content)
+        if reason is not None:
+            self.finish_reason = reason
+        if self.request_id is None:  # the first chunk names the completion and the model
+            self.request_id = _str(obj.get("id"))
+            self.model = _str(obj.get("model"))
+            self.system_fingerprint = _str(obj.get("system_fingerprint"))
+        if (raw_usage := obj.get("usage")) is not None and type(raw_usage) is dict:
+            self.usage = _usage(raw_usage)
+        if (timings := obj.get("timings")) is not None and type(timings) is dict:
+            self.timings = timings
+        return False

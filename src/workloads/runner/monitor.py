@@ -1,0 +1,117 @@
+"""The client watches itself: a load generator that falls behind reports wrong numbers
+without a word (at saturation TTFT reads hundreds of milliseconds high), so every run samples
+its own event-loop lag and CPU share, and the report says when the client, not the server,
+may be the bottleneck.
+
+* event-loop lag — a task wakes every ``interval_s`` on absolute deadlines; how late each wake
+  is, is time every chunk arriving then waited before it was stamped;
+* CPU share — this process's CPU seconds (all threads) over wall seconds: near 1.0 means one
+  core is saturated (the event loop runs on one);
+* send delay — per record, request started → written (pool wait, connect, write), from the
+  records themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from array import array
+from collections.abc import Sequence
+from types import TracebackType
+
+from workloads.core import stats
+from workloads.model.records import TurnRecord
+from workloads.model.results import ClientHealth
+
+__all__ = ["LOOP_LAG_P99_LIMIT_MS", "ClientMonitor", "health_warnings"]
+
+LOOP_LAG_P99_LIMIT_MS = 5.0  # a chunk may wait this long to be stamped: 1% of wakes
+LOOP_LAG_MAX_LIMIT_MS = 50.0  # one stall this long shifts a TTFT by as much
+CPU_SHARE_LIMIT = 0.9  # of one core
+MAX_SAMPLES = 1_000_000  # at 10 ms: 2.7 hours of samples, 8 MB; later wakes are not kept
+
+
+class ClientMonitor:
+    """Samples the event loop's lag and the process's CPU while the ``async with`` block runs.
+
+        async with ClientMonitor() as monitor:
+            ...  # the run
+        health = monitor.health(records)
+    """
+
+    def __init__(self, interval_s: float = 0.01) -> None:
+        self.interval_s = interval_s
+        self._lags_ms: array[float] = array("d")
+        self._task: asyncio.Task[None] | None = None
+        self._wall = 0.0
+        self._cpu = 0.0
+
+    async def __aenter__(self) -> ClientMonitor:
+        self._wall, self._cpu = time.perf_counter(), time.process_time()
+        self._task = asyncio.create_task(self._sample())
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._wall = time.perf_counter() - self._wall
+        self._cpu = time.process_time() - self._cpu
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _sample(self) -> None:
+        due = time.perf_counter() + self.interval_s
+        while len(self._lags_ms) < MAX_SAMPLES:
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            now = time.perf_counter()
+            self._lags_ms.append(max(0.0, now - due) * 1000)
+            # The next wake is on the grid, skipping wakes a stall swallowed: a 200 ms stall
+            # is one sample of 200 ms, not twenty that each look late.
+            due += self.interval_s * (1 + int((now - due) // self.interval_s))
+
+    def health(self, records: Sequence[TurnRecord]) -> ClientHealth:
+        """What the monitor saw, with the send delays of ``records``."""
+        lags = list(self._lags_ms)
+        delays = [
+            (r.sent_ns - r.started_ns) / 1e6
+            for r in records
+            if r.sent_ns is not None and not r.warmup
+        ]
+        return ClientHealth(
+            loop_lag_samples=len(lags),
+            loop_lag_p50_ms=stats.percentile(lags, 50),
+            loop_lag_p99_ms=stats.percentile(lags, 99),
+            loop_lag_max_ms=max(lags, default=None),
+            cpu_share=self._cpu / self._wall if self._wall > 0 else None,
+            send_delay_p50_ms=stats.percentile(delays, 50),
+            send_delay_p99_ms=stats.percentile(delays, 99),
+        )
+
+
+def health_warnings(h: ClientHealth | None) -> list[str]:
+    """What the report should say when the client itself may be the bottleneck. Pure."""
+    if h is None:
+        return []
+    out = []
+    if h.loop_lag_p99_ms is not None and h.loop_lag_p99_ms > LOOP_LAG_P99_LIMIT_MS:
+        out.append(
+            f"the client may be the bottleneck: event-loop lag p99 {h.loop_lag_p99_ms:.1f} ms "
+            f"(max {h.loop_lag_max_ms or 0:.0f} ms; over {LOOP_LAG_P99_LIMIT_MS:g} ms): chunks "
+            "waited that long to be stamped, so TTFT and rates may read high/low; run fewer "
+            "sessions per process or on a less busy machine"
+        )
+    elif h.loop_lag_max_ms is not None and h.loop_lag_max_ms > LOOP_LAG_MAX_LIMIT_MS:
+        out.append(
+            f"the client stalled once for {h.loop_lag_max_ms:.0f} ms (event-loop lag max; p99 "
+            f"{h.loop_lag_p99_ms or 0:.1f} ms): a request in flight then has that much added "
+            "to its TTFT or inter-token gaps"
+        )
+    if h.cpu_share is not None and h.cpu_share > CPU_SHARE_LIMIT:
+        out.append(
+            f"the client may be the bottleneck: it used {h.cpu_share:.0%} of a core over the run "
+            "(its event loop runs on one)"
+        )
+    return out

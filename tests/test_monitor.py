@@ -1,0 +1,47 @@
+"""The client watches itself (runner/monitor.py): a loop blocked on purpose is reported."""
+
+from __future__ import annotations
+
+import time
+
+import workloads
+from fakes import FakeChatClient
+from workloads.model.results import ClientHealth
+from workloads.runner.monitor import health_warnings
+
+
+def _scenario() -> workloads.Scenario:
+    return workloads.Scenario.model_validate({
+        "name": "blocked", "users": 2, "turns": 3, "opening_tokens": 0, "turn_tokens": 40,
+        "output_tokens": 8, "repetitions": {"warmup": 0, "measured": 1},
+    })
+
+
+def test_a_loop_blocked_on_purpose_is_reported_as_a_client_bottleneck():
+    def handler(body):
+        time.sleep(0.08)  # blocks the event loop: no chunk could be stamped meanwhile
+        return 50, "ok " * 8
+
+    client = FakeChatClient(handler, delay=lambda body: 0.05)
+    result = workloads.run(_scenario(), client=client)
+    health = result.client
+    assert health is not None and health.loop_lag_samples > 0
+    assert health.loop_lag_max_ms is not None and health.loop_lag_max_ms >= 60
+    assert any(w.startswith("the client may be the bottleneck: event-loop lag") or
+               w.startswith("the client stalled") for w in result.warnings), result.warnings
+    assert result.model_dump()["client"]["loop_lag_max_ms"] == health.loop_lag_max_ms
+
+
+def test_a_healthy_client_gets_no_warning_and_unknown_is_not_zero():
+    calm = ClientHealth(loop_lag_samples=1000, loop_lag_p50_ms=0.1, loop_lag_p99_ms=0.9,
+                        loop_lag_max_ms=3.0, cpu_share=0.2, send_delay_p50_ms=0.2,
+                        send_delay_p99_ms=0.5)
+    assert health_warnings(calm) == []
+    assert health_warnings(None) == []
+    busy = calm.model_copy(update={"cpu_share": 0.97})
+    assert health_warnings(busy) == [
+        "the client may be the bottleneck: it used 97% of a core over the run "
+        "(its event loop runs on one)"
+    ]
+    stalled = calm.model_copy(update={"loop_lag_max_ms": 120.0})
+    assert health_warnings(stalled)[0].startswith("the client stalled once for 120 ms")
