@@ -20,7 +20,7 @@ def test_a_rejected_turn_adds_nothing_to_the_next_turns_shareable_prefix():
     assert any(r.valid for r in records)
     for r in records:
         if r.status == "error":
-            assert r.error_kind == "http" and r.retry_after_s is not None
+            assert r.error_kind == "http_429" and r.retry_after_s is not None
         elif r.valid and r.turn > 1 and r.shareable_tokens:
             # Ample KV: the server caches exactly the shareable prefix, rounded down to blocks.
             assert r.shareable_exact

@@ -93,3 +93,27 @@ def test_estimates_are_scaled_by_what_the_warm_up_taught_per_session():
     assert sizing.turn_target(1, 0, est, session=1) == round(3400 / 1.3)
     assert sizing.turn_target(1, 0, est, session=5) == round(3400 / 1.2)  # unseen: median
     assert sizing.turn_target(2, 7000, est, session=0) == 7000 + 320
+
+
+def _turn2(shareable: int, cached: int):
+    from workloads.model.records import TurnRecord
+
+    return TurnRecord(repetition=0, warmup=False, session=0, turn=2, status="ok", valid=True,
+                      prompt_tokens=shareable + 100, completion_tokens=500,
+                      cached_tokens=cached, shareable_tokens=shareable, shareable_exact=True,
+                      configured_prior_tokens=0, started_ns=0)
+
+
+def test_sampled_replies_that_go_uncached_are_explained_not_blamed_on_the_cache():
+    from workloads.model.results import Sizing
+    from workloads.runner.sizing import sizing_warnings
+
+    sizing = Sizing(tokenizer="t", exact=True, calls=1, seconds=0.1)
+    sampled = scenario(output_tokens=500, sampling={"temperature": 0.7})
+    records = [_turn2(9_000, 8_512), _turn2(9_500, 9_008)]  # ~490 of 500 reply tokens missed
+    (warning,) = [w for w in sizing_warnings(records, sizing, sampled) if "reads low" in w]
+    assert "median shareable − cached = 490 tokens" in warning
+    greedy = scenario(output_tokens=500, sampling={"temperature": 0})
+    assert not [w for w in sizing_warnings(records, sizing, greedy) if "reads low" in w]
+    reused = [_turn2(9_000, 8_992)]  # the cache served what was shareable
+    assert not [w for w in sizing_warnings(reused, sizing, sampled) if "reads low" in w]

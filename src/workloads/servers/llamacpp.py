@@ -129,6 +129,11 @@ class LlamaCppServer:
             "--parallel", str(self.parallel),
             "--ctx-size", str(self.parallel * self.context_per_slot),
             "--threads", str(self.threads),
+            # No host-memory prompt cache: llama.cpp's default (--cache-ram 8192) saves idle
+            # slots' KV to RAM and restores it, which on an H200 run evicted 1.2-1.6 GiB
+            # every 0.8 s and drove TTFT to minutes at C16; what we measure is the slots' own
+            # prefix cache, which the server reports in cached_tokens.
+            "--cache-ram", "0",
             *(GEMMA_ARGS if bundled else ()),
             *self.extra_args,
         ]  # fmt: skip

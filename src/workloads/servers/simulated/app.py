@@ -173,7 +173,7 @@ class _Handlers:
             )
         # Tokenizing and planning the reply run on one worker thread: off the event loop,
         # which the engine's step loop shares (64 prompts arriving together stalled the steps
-        # by ~130 ms in benchmarks/ttft_truth.py), and first come, first served, so requests
+        # by ~130 ms in a timing-truth benchmark), and first come, first served, so requests
         # reach the engine in the order they arrived. With a short KV cache that order decides
         # whose cached prefix survives; a thread pool reordered them and made the hit rate of
         # the same run swing between 0.18 and 0.49.

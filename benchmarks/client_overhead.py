@@ -1,0 +1,648 @@
+"""What the client costs, and how true its clock is: the library against a raw streaming server.
+
+The server (benchmarks/stream_server.py, a separate process) is pinned to one core and the
+client (the library, through its public API, in a separate process) to another; the harness
+sits on the server's core. Every run is one 1-turn scenario with ``users`` = concurrency,
+lock-step (all streams start together), 512-token streams (and 64-token streams at zero delay,
+for the marginal cost), a fresh server and client process per run.
+
+Figures, each the median over the runs (``--runs``, 3 by default):
+
+- all-in µs/token: the client's CPU time over ``run_async`` (checking the target, sizing the
+  prompts, streaming, records, the result file; the import excluded) / streamed tokens.
+- marginal µs/token: the slope of that CPU between 512- and 64-token streams at the same
+  concurrency and request count: what one more streamed token costs, with every per-request
+  and per-run cost excluded. Zero delay only. fixed ms/request: the rest, (all-in CPU −
+  marginal × tokens) / requests (per-run costs spread over the requests, and per-request ones).
+- stream µs/token, client core: the client's CPU inside the streaming windows only (first
+  request sent → last stream done, per repetition; read from /proc/PID/task/*/schedstat in ns,
+  sampled by the harness) / tokens, and that CPU / the windows' wall time, the client core's
+  use: near 100% the client is saturated. Shown where the windows last ≥ 0.2 s in all.
+- tok/s per core: tokens / streaming-window CPU seconds; at zero delay with the client core
+  saturated this is the most one core streams.
+- peak RSS of the client process.
+- TTFT bias: the client's TTFT minus the server's truth for the same request (matched by the
+  response id): (first content chunk read − request written) − (first content chunk written −
+  request read). p50 and p99 over the run's requests.
+- ITL bias: per request, (client's last − first content time) − (server's last − first content
+  write), over the 511 gaps; p50 and p99, µs per token.
+- start-up CPU: user + system CPU of ``python -c "import workloads"`` (median of 5), beside
+  ``python -c pass``.
+
+Both processes stamp with time.perf_counter_ns (CLOCK_MONOTONIC on Linux, one clock for the
+whole host), so the server's stamps and the client's records compare directly.
+
+    python benchmarks/client_overhead.py --quick         # < 2 minutes, one run of each
+    python benchmarks/client_overhead.py                 # ~7 minutes on 2 cores
+    python benchmarks/client_overhead.py --nice -19      # cores shared with other work
+    python benchmarks/client_overhead.py --json out.json --profile c64.prof
+    python benchmarks/client_overhead.py --python venv-a/bin/python venv-b/bin/python
+
+``--profile`` adds one cProfile'd client run at C64, zero delay, and prints its hot spots.
+``--python`` runs the clients of several interpreters (say, the venvs of two checkouts)
+alternately, so a before/after comparison shares one machine state: on a VM whose other
+vCPU is busy, a core's speed moves by up to 2× within minutes (the yardstick line shows it).
+Loopback only (127.0.0.1). Linux only (sched_setaffinity, /proc). Results and conditions of
+record: benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import itertools
+import json
+import os
+import platform
+import pstats
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+SERVER = HERE / "stream_server.py"
+MODEL = "bench-model"
+CONCURRENCIES = (1, 5, 64, 256, 1000)
+STREAM_TOKENS = 512
+SHORT_TOKENS = 64  # the second stream length for the marginal slope
+PACED = (100.0, 10.0)  # TTFT ms, inter-token ms
+SAMPLE_S = 0.005  # the harness reads the client's CPU this often
+MIN_WINDOW_S = 0.2  # streaming-window figures need at least this much streaming in all
+BUSY_LOAD = 1.5  # a 1-minute load average above this: other work shares the cores
+SERVER_BUSY = 0.9  # zero delay with the server core this busy: the server may be the limit
+RUN_TIMEOUT_S = 300.0  # one client run, however slow; then it is killed and reported
+SERVER_START_S = 10.0
+
+# Repetitions per run (requests = concurrency × repetitions), full and --quick.
+ZERO_REPS = {1: 128, 5: 32, 64: 4, 256: 2, 1000: 1}
+ZERO_REPS_QUICK = {1: 16, 5: 8, 64: 1, 256: 1, 1000: 1}
+PACED_REPS = {1: 4, 5: 2, 64: 2, 256: 1, 1000: 1}
+PACED_REPS_QUICK = {5: 1, 64: 1, 256: 1, 1000: 1}  # C1 paced is left out of --quick
+MARGINAL_QUICK = (5, 64)  # --quick measures the marginal cost at these only
+
+SCENARIO = """\
+description = "client overhead benchmark: {users} users, 1 turn, {tokens}-token streams"
+users = {users}
+turns = 1
+opening_tokens = 0
+turn_tokens = 32
+output_tokens = {tokens}
+exact_output = true
+nonce = "session"
+
+[repetitions]
+warmup = 0
+measured = {reps}
+
+[pacing]
+mode = "lockstep"
+
+[content]
+corpus = "synthetic"
+style = "chat"
+seed = 0
+"""
+
+
+# ---------------------------------------------------------------------------------------------
+# The client process: the library through its public API, and nothing else.
+
+
+def client_main(config: dict[str, Any]) -> None:
+    """Run one scenario with the library; print one JSON line of what it cost."""
+    os.sched_setaffinity(0, {config["cpu"]})
+    cpu_start = time.process_time()
+    import asyncio
+
+    import workloads
+
+    cpu_imported = time.process_time()
+    scenario = workloads.load_scenario(Path(config["scenario"]))
+    target = workloads.Target(config["url"], MODEL)
+    run = workloads.run_async(scenario, target=target, out_dir=config["out"])
+    cpu_before = time.process_time()
+    if config.get("profile"):
+        profiler = cProfile.Profile()
+        result = profiler.runcall(asyncio.run, run)
+        profiler.dump_stats(config["profile"])
+    else:
+        result = asyncio.run(run)
+    cpu_after = time.process_time()
+    print(json.dumps({
+        "import_cpu_s": cpu_imported - cpu_start,
+        "run_cpu_s": cpu_after - cpu_before,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "complete": result.complete,
+        "warnings": result.warnings,
+    }), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The harness.
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Where and how the processes run."""
+
+    server_cpu: int = 0
+    client_cpu: int = 1
+    burst: int = 1  # zero delay: content chunks per server write
+    nice: int = 0  # 0: leave the scheduler alone
+
+
+def prioritize(pid: int, nice: int) -> None:
+    """Give ``pid`` the nice value ``nice``. With autogroups on (the Linux default for
+    desktops and many VMs) a nice value only counts inside the process's session, so each
+    process is started in a session of its own and its autogroup gets the value too."""
+    if not nice:
+        return
+    os.setpriority(os.PRIO_PROCESS, pid, nice)
+    group = Path(f"/proc/{pid}/autogroup")
+    if group.exists():
+        group.write_text(str(nice))
+
+
+def spawn(command: list[str], setup: Setup, **options: Any) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(command, text=True, start_new_session=bool(setup.nice), **options)
+    prioritize(proc.pid, setup.nice)
+    return proc
+
+
+@dataclass
+class Run:
+    """One client run against a fresh server, and what it measured."""
+
+    mode: str
+    users: int
+    tokens: int
+    reps: int
+    python: str = sys.executable
+    requests: int = 0
+    valid: int = 0
+    streamed: int = 0  # Σ completion tokens over valid requests
+    run_cpu_s: float = 0.0
+    import_cpu_s: float = 0.0
+    peak_rss_mb: float = 0.0
+    window_s: float = 0.0  # Σ streaming windows (per repetition: first sent → last done)
+    window_cpu_s: float | None = None  # client CPU inside them
+    server_cpu_s: float | None = None  # server CPU inside them
+    ttft_bias_ms: list[float] = field(default_factory=list)
+    itl_bias_us: list[float] = field(default_factory=list)
+    uplink_ms: list[float] = field(default_factory=list)  # request written → read by server
+    downlink_ms: list[float] = field(default_factory=list)  # first chunk written → read
+    unmatched: int = 0
+    warnings: list[str] = field(default_factory=list)  # the library's, from its result
+    error: str | None = None
+
+
+def task_cpu_ns(pid: int) -> int | None:
+    """On-CPU time of every thread of ``pid``, in ns (schedstat: not tick-rounded)."""
+    total = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return None
+    return total
+
+
+def interpolate(samples: list[tuple[int, int]], t: int) -> float:
+    """CPU ns at time ``t`` from (time, cpu) samples, linear between neighbours."""
+    if t <= samples[0][0]:
+        return samples[0][1]
+    for (t0, c0), (t1, c1) in itertools.pairwise(samples):
+        if t0 <= t <= t1:
+            return c0 + (c1 - c0) * (t - t0) / max(1, t1 - t0)
+    return samples[-1][1]
+
+
+def start_server(mode: str, truth: Path, setup: Setup) -> tuple[subprocess.Popen[str], str]:
+    ttft, itl = PACED if mode == "paced" else (0.0, 0.0)
+    proc = spawn(
+        [sys.executable, str(SERVER), "--cpu", str(setup.server_cpu), "--truth", str(truth),
+         "--ttft-ms", str(ttft), "--itl-ms", str(itl),
+         "--burst", str(setup.burst if mode == "zero" else 1)],
+        setup, stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + SERVER_START_S
+    line = ""
+    while time.monotonic() < deadline and not line:
+        line = proc.stdout.readline().strip()
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise RuntimeError(f"stream server did not start: {line!r}")
+    return proc, line.removeprefix("listening on ")
+
+
+def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def run_client(
+    mode: str, users: int, tokens: int, reps: int, work: Path, setup: Setup,
+    profile: Path | None = None, python: str = sys.executable,
+) -> Run:
+    """One fresh server, one client process; the figures of that run."""
+    tag = f"{mode}-c{users}-n{tokens}-{time.monotonic_ns()}"
+    out = work / tag
+    out.mkdir(parents=True)
+    scenario = out / "scenario.toml"
+    scenario.write_text(SCENARIO.format(users=users, tokens=tokens, reps=reps))
+    truth_path = out / "truth.jsonl"
+    run = Run(mode=mode, users=users, tokens=tokens, reps=reps, python=python)
+    server, url = start_server(mode, truth_path, setup)
+    samples: list[tuple[int, int]] = []
+    server_samples: list[tuple[int, int]] = []
+    try:
+        config = {"cpu": setup.client_cpu, "scenario": str(scenario), "url": url,
+                  "out": str(out / "run"), "profile": str(profile) if profile else None}
+        client = spawn(
+            [python, str(Path(__file__).resolve()), "--client", json.dumps(config)],
+            setup, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while client.poll() is None and time.monotonic() < deadline:
+            now = time.perf_counter_ns()
+            cpu, server_cpu = task_cpu_ns(client.pid), task_cpu_ns(server.pid)
+            if cpu is not None:
+                samples.append((now, cpu))
+            if server_cpu is not None:
+                server_samples.append((now, server_cpu))
+            time.sleep(SAMPLE_S)
+        if client.poll() is None:
+            stop(client, signal.SIGKILL)
+            run.error = f"client still running after {RUN_TIMEOUT_S:g} s: killed"
+            return run
+        stdout, stderr = client.communicate(timeout=30)
+    finally:
+        stop(server)
+    if client.returncode != 0:
+        run.error = f"client exit {client.returncode}: {stderr.strip()[-500:]}"
+        return run
+    report = json.loads(stdout.strip().splitlines()[-1])
+    run.run_cpu_s = report["run_cpu_s"]
+    run.import_cpu_s = report["import_cpu_s"]
+    run.peak_rss_mb = report["peak_rss_mb"]
+    run.warnings = report["warnings"]
+    records = [json.loads(line) for line in (out / "run" / "records.jsonl").open()]
+    truths = {t["id"]: t for t in map(json.loads, truth_path.open())}
+    match(run, records, truths)
+    windows = streaming_windows(records)
+    run.window_s = sum(end - start for start, end in windows) / 1e9
+    if len(samples) >= 2:
+        run.window_cpu_s = sum(
+            interpolate(samples, end) - interpolate(samples, start) for start, end in windows
+        ) / 1e9
+    if len(server_samples) >= 2:
+        run.server_cpu_s = sum(
+            interpolate(server_samples, end) - interpolate(server_samples, start)
+            for start, end in windows
+        ) / 1e9
+    return run
+
+
+def streaming_windows(records: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """Per repetition: the first request sent → the last stream done."""
+    spans: dict[int, tuple[int, int]] = {}
+    for r in records:
+        if r.get("sent_ns") is None or r.get("done_ns") is None:
+            continue
+        start, end = spans.get(r["repetition"], (r["sent_ns"], r["done_ns"]))
+        spans[r["repetition"]] = (min(start, r["sent_ns"]), max(end, r["done_ns"]))
+    return sorted(spans.values())
+
+
+def match(run: Run, records: list[dict[str, Any]], truths: dict[str, dict[str, Any]]) -> None:
+    """Client records against the server's truth, request by request."""
+    run.requests = len(records)
+    for r in records:
+        if not r.get("valid"):
+            continue
+        run.valid += 1
+        run.streamed += r["completion_tokens"]
+        t = truths.get(r.get("request_id") or "")
+        if t is None or t["first_ns"] is None or r.get("ttft_ns") is None:
+            run.unmatched += 1
+            continue
+        true_ttft = t["first_ns"] - t["received_ns"]
+        run.ttft_bias_ms.append((r["ttft_ns"] - true_ttft) / 1e6)
+        run.uplink_ms.append((t["received_ns"] - r["sent_ns"]) / 1e6)
+        run.downlink_ms.append((r["first_content_ns"] - t["first_ns"]) / 1e6)
+        gaps = t["tokens"] - 1
+        if gaps > 0:
+            client_span = r["last_content_ns"] - r["first_content_ns"]
+            server_span = t["last_ns"] - t["first_ns"]
+            run.itl_bias_us.append((client_span - server_span) / gaps / 1e3)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def median_of(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+@dataclass
+class Row:
+    """One (client, mode, concurrency) line of the table: medians over runs."""
+
+    client: str
+    mode: str
+    users: int
+    runs: int
+    requests: int
+    allin_us: float | None = None
+    marginal_us: float | None = None
+    fixed_ms: float | None = None  # all-in CPU less the marginal cost of its tokens, per request
+    stream_us: float | None = None
+    client_core: float | None = None
+    server_core: float | None = None
+    tokens_per_core_s: float | None = None
+    peak_rss_mb: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    itl_p50_us: float | None = None
+    itl_p99_us: float | None = None
+    uplink_p50_ms: float | None = None
+    downlink_p50_ms: float | None = None
+
+
+def summarize(
+    client: str, mode: str, users: int, long: list[Run], short: list[Run]
+) -> Row:
+    ok = [r for r in long if r.error is None and r.valid]
+    row = Row(client, mode, users, len(ok), ok[0].requests if ok else 0)
+    if not ok:
+        return row
+    row.allin_us = median_of([r.run_cpu_s / r.streamed * 1e6 for r in ok])
+    timed = [r for r in ok if r.window_cpu_s is not None and r.window_s >= MIN_WINDOW_S]
+    if timed:
+        row.stream_us = median_of([r.window_cpu_s / r.streamed * 1e6 for r in timed
+                                   if r.window_cpu_s])
+        row.client_core = median_of([r.window_cpu_s / r.window_s for r in timed
+                                     if r.window_cpu_s])
+        row.server_core = median_of([r.server_cpu_s / r.window_s for r in timed
+                                     if r.server_cpu_s])
+        row.tokens_per_core_s = median_of([r.streamed / r.window_cpu_s for r in timed
+                                           if r.window_cpu_s])
+    short_ok = [r for r in short if r.error is None and r.valid]
+    if short_ok:
+        cpu_long = statistics.median(r.run_cpu_s for r in ok)
+        cpu_short = statistics.median(r.run_cpu_s for r in short_ok)
+        tok_long = statistics.median(r.streamed for r in ok)
+        tok_short = statistics.median(r.streamed for r in short_ok)
+        if tok_long > tok_short:
+            row.marginal_us = (cpu_long - cpu_short) / (tok_long - tok_short) * 1e6
+            fixed_s = cpu_long - row.marginal_us / 1e6 * tok_long
+            row.fixed_ms = fixed_s / statistics.median(r.valid for r in ok) * 1e3
+    row.peak_rss_mb = median_of([r.peak_rss_mb for r in ok])
+    if all(r.ttft_bias_ms for r in ok):
+        row.ttft_p50_ms = median_of([percentile(r.ttft_bias_ms, 50) for r in ok])
+        row.ttft_p99_ms = median_of([percentile(r.ttft_bias_ms, 99) for r in ok])
+        row.uplink_p50_ms = median_of([percentile(r.uplink_ms, 50) for r in ok])
+        row.downlink_p50_ms = median_of([percentile(r.downlink_ms, 50) for r in ok])
+    if all(r.itl_bias_us for r in ok):
+        row.itl_p50_us = median_of([percentile(r.itl_bias_us, 50) for r in ok])
+        row.itl_p99_us = median_of([percentile(r.itl_bias_us, 99) for r in ok])
+    return row
+
+
+def startup_cpu(code: str, python: str = sys.executable, times: int = 5) -> float:
+    """Median user + system CPU seconds of ``python -c code``, a fresh process each time."""
+    values = []
+    for _ in range(times):
+        proc = subprocess.Popen([python, "-c", code])
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            raise RuntimeError(f"python -c {code!r} failed")
+        values.append(usage.ru_utime + usage.ru_stime)
+    return statistics.median(values)
+
+
+CALIBRATION_CHUNK = (
+    '{"id":"chatcmpl-bench-1-1","object":"chat.completion.chunk","created":1796074528,'
+    '"model":"bench-model","choices":[{"index":0,"delta":{"content":" the"},'
+    '"logprobs":null,"finish_reason":null}]}'
+)
+
+
+def calibrate(cpu: int, loops: int = 20_000, rounds: int = 7) -> float:
+    """This core's speed today, to compare figures across machines and machine states: µs
+    per ``json.loads`` of one stream chunk, best of ``rounds``, on the client's core."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        best = float("inf")
+        for _ in range(rounds):
+            start = time.process_time()
+            for _ in range(loops):
+                json.loads(CALIBRATION_CHUNK)
+            best = min(best, time.process_time() - start)
+    finally:
+        os.sched_setaffinity(0, before)
+    return best / loops * 1e6
+
+
+def client_name(python: str) -> str:
+    """A short name for a client interpreter: its virtual environment's folder."""
+    path = Path(python)
+    return path.parent.parent.name if path.parent.name == "bin" else path.name
+
+
+def machine() -> str:
+    import aiohttp
+
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (f"{platform.node()} · {model} · {os.cpu_count()} cores · "
+            f"{platform.python_implementation()} {platform.python_version()} · "
+            f"aiohttp {aiohttp.__version__} · load average {load}")
+
+
+def fmt(value: float | None, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def table(rows: list[Row]) -> str:
+    columns = [("client", "", 13, "<"), ("mode", "", 6, "<"), ("C", "", 5, ">"),
+               ("req", "", 6, ">"),
+               ("all-in", "µs/tok", 8, ">"), ("margin", "µs/tok", 8, ">"),
+               ("fixed", "ms/req", 8, ">"), ("stream", "µs/tok", 8, ">"),
+               ("client", "core", 7, ">"), ("server", "core", 7, ">"),
+               ("tok/s", "/core", 8, ">"), ("RSS", "MB", 6, ">"),
+               ("TTFT bias ms", "p50 / p99", 20, ">"), ("ITL bias µs", "p50 / p99", 20, ">")]
+
+    def line(cells: list[str]) -> str:
+        return "".join(f"{c:{a}{w}}" for c, (_, _, w, a) in zip(cells, columns, strict=True))
+
+    lines = [line([c[0] for c in columns]), line([c[1] for c in columns])]
+    for r in rows:
+        lines.append(line([
+            r.client[:12], r.mode, str(r.users), str(r.requests), fmt(r.allin_us, ".1f"),
+            fmt(r.marginal_us, ".1f"), fmt(r.fixed_ms, ".2f"), fmt(r.stream_us, ".1f"),
+            "–" if r.client_core is None else f"{r.client_core:.0%}",
+            "–" if r.server_core is None else f"{r.server_core:.0%}",
+            "–" if r.tokens_per_core_s is None else f"{r.tokens_per_core_s / 1e3:.1f}k",
+            fmt(r.peak_rss_mb, ".0f"),
+            f"{fmt(r.ttft_p50_ms, '.2f')} / {fmt(r.ttft_p99_ms, '.2f')}",
+            f"{fmt(r.itl_p50_us, '.1f')} / {fmt(r.itl_p99_us, '.1f')}",
+        ]))
+    return "\n".join(lines)
+
+
+def hot_spots(stats_path: Path, top: int = 25) -> str:
+    buffer = io.StringIO()
+    stats = pstats.Stats(str(stats_path), stream=buffer)
+    stats.strip_dirs().sort_stats("tottime").print_stats(top)
+    return buffer.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--quick", action="store_true", help="one run of each, fewer requests")
+    parser.add_argument("--runs", type=int, help="runs per figure (median); default 3, quick 1")
+    parser.add_argument("--users", type=int, nargs="+", default=list(CONCURRENCIES))
+    parser.add_argument("--modes", nargs="+", choices=("zero", "paced"),
+                        default=["zero", "paced"])
+    parser.add_argument("--cpus", type=int, nargs=2, default=(0, 1), metavar=("SERVER", "CLIENT"),
+                        help="the cores for the server (and harness) and for the client")
+    parser.add_argument("--burst", type=int, default=1,
+                        help="zero delay: content chunks per server write (default 1)")
+    parser.add_argument("--nice", type=int, default=0, metavar="N",
+                        help="run the harness, server and client at this nice value, each in "
+                        "an autogroup of its own (-20..19; negative needs root): on cores "
+                        "shared with other work, -19 keeps them from waiting behind it")
+    parser.add_argument("--json", type=Path, help="write every run's raw figures here")
+    parser.add_argument("--profile", type=Path,
+                        help="also profile one client run at C64 zero delay; stats file here")
+    parser.add_argument("--python", nargs="+", default=[sys.executable], metavar="PY",
+                        help="the clients' interpreters (e.g. venvs of two checkouts, before "
+                        "and after): runs alternate between them, so each comparison is made "
+                        "under the same machine state; default: this interpreter")
+    parser.add_argument("--client", help=argparse.SUPPRESS)  # internal: the client process
+    args = parser.parse_args(argv)
+    if args.client:
+        client_main(json.loads(args.client))
+        return 0
+    available = os.sched_getaffinity(0)
+    if not set(args.cpus) <= available or args.cpus[0] == args.cpus[1]:
+        parser.error(f"--cpus must be two different cores of {sorted(available)}")
+    os.sched_setaffinity(0, {args.cpus[0]})
+    setup = Setup(args.cpus[0], args.cpus[1], args.burst, args.nice)
+    prioritize(os.getpid(), args.nice)  # the harness samples on time too
+    runs = args.runs or (1 if args.quick else 3)
+    zero_reps = ZERO_REPS_QUICK if args.quick else ZERO_REPS
+    paced_reps = PACED_REPS_QUICK if args.quick else PACED_REPS
+    started = time.monotonic()
+    print(machine(), flush=True)
+    if args.nice:
+        print(f"nice {args.nice} (process and autogroup): harness, server and client",
+              flush=True)
+    if os.getloadavg()[0] > BUSY_LOAD:
+        print(f"warning: load average {os.getloadavg()[0]:.1f} before the runs: other work "
+              "shares these cores; CPU figures are inflated and the biases are not the "
+              "client's alone", flush=True)
+    names = {py: client_name(py) for py in args.python}
+    imports = {py: startup_cpu("import workloads", py) for py in args.python}
+    bare_s = startup_cpu("pass")
+    yardstick_us = calibrate(setup.client_cpu)
+    for py in args.python:
+        print(f"start-up CPU ({names[py]}): python -c 'import workloads' {imports[py]:.2f} s "
+              f"(python -c pass {bare_s:.2f} s), median of 5", flush=True)
+    print(f"yardstick: json.loads of one chunk {yardstick_us:.2f} µs on the client core",
+          flush=True)
+    rows: list[Row] = []
+    raw: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="client-overhead-") as tmp:
+        work = Path(tmp)
+        for mode in args.modes:
+            for users in args.users:
+                reps_of = zero_reps if mode == "zero" else paced_reps
+                if args.quick and users not in reps_of:
+                    continue
+                reps = reps_of.get(users, 1)
+                marginal = mode == "zero" and (not args.quick or users in MARGINAL_QUICK)
+                long: dict[str, list[Run]] = {py: [] for py in args.python}
+                short: dict[str, list[Run]] = {py: [] for py in args.python}
+                for _ in range(runs):
+                    for py in args.python:  # alternating: the same machine state for each
+                        long[py].append(run_client(mode, users, STREAM_TOKENS, reps, work,
+                                                   setup, python=py))
+                        if marginal:
+                            short[py].append(run_client(mode, users, SHORT_TOKENS, reps, work,
+                                                        setup, python=py))
+                for py in args.python:
+                    for r in long[py] + short[py]:
+                        if r.error:
+                            print(f"  {names[py]} {mode} C{users} n{r.tokens}: {r.error}",
+                                  file=sys.stderr)
+                        elif r.valid < r.requests or r.unmatched:
+                            print(f"  {names[py]} {mode} C{users} n{r.tokens}: {r.valid}/"
+                                  f"{r.requests} valid, {r.unmatched} unmatched",
+                                  file=sys.stderr)
+                    raw += [asdict(r) for r in long[py] + short[py]]
+                    rows.append(summarize(names[py], mode, users, long[py], short[py]))
+                print(f"  {mode} C{users}: {runs} run(s) done, "
+                      f"{time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+        modes = {"zero": "zero delay",
+                 "paced": "paced (TTFT {:g} ms, {:g} ms between tokens)".format(*PACED)}
+        print(f"\n{' and '.join(modes[m] for m in args.modes)} · {STREAM_TOKENS}-token streams"
+              f" (marginal: against {SHORT_TOKENS}) · median of {runs} run(s)")
+        print(table(rows))
+        for row in rows:
+            if row.mode == "zero" and row.server_core and row.server_core > SERVER_BUSY:
+                print(f"warning: zero delay C{row.users}: the server core was "
+                      f"{row.server_core:.0%} busy; the server may have set the pace")
+        if args.profile:
+            run_client("zero", 64, STREAM_TOKENS, zero_reps[64], work, setup, args.profile,
+                       args.python[0])
+            print(f"\ncProfile of the client ({names[args.python[0]]}) at C64, zero delay "
+                  f"(stats: {args.profile}):")
+            print(hot_spots(args.profile))
+    print(f"yardstick after: {calibrate(setup.client_cpu):.2f} µs · load average after: "
+          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} · "
+          f"{time.monotonic() - started:.0f} s in all")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "machine": machine(), "import_cpu_s": imports, "bare_python_cpu_s": bare_s,
+            "yardstick_us": yardstick_us,
+            "rows": [asdict(r) for r in rows], "runs": raw,
+        }, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
