@@ -33,14 +33,14 @@ def test_the_line_has_turns_eta_rate_ttft_and_errors_by_kind():
     assert "sizing prompts" in progress_line(tally, start + S)
     for s, ttft in enumerate([0.1, 0.2, 0.3]):
         tally.add(rec(s, ttft=ttft))
-    tally.add(rec(3, status="error", kind="timeout"))
-    tally.add(rec(4, status="error", kind="timeout"))
-    tally.add(rec(5, status="error", kind="http"))
+    tally.add(rec(3, status="error", kind="read_stall"))
+    tally.add(rec(4, status="error", kind="read_stall"))
+    tally.add(rec(5, status="error", kind="http_5xx"))
     line = progress_line(tally, time.perf_counter_ns())
     assert "6/60 turns" in line and "ETA" in line
     assert "measured 1/3 · turn 1" in line
     assert "TTFT p50 0.20 s" in line
-    assert "errors: 2 timeout, 1 http" in line
+    assert "errors: 2 read_stall, 1 http_5xx" in line
     assert "tok/s" in line
 
 
@@ -76,7 +76,7 @@ def test_a_terminal_gets_a_bar_that_ends_cleanly():
     with LiveProgress(scenario, console) as live:
         assert live.terminal
         live.on_record(rec(0))
-        live.on_record(rec(1, status="error", kind="timeout"))
+        live.on_record(rec(1, status="error", kind="read_stall"))
     drawn = " ".join(screen.getvalue().split())  # the status wraps in a narrow terminal
-    assert "five-user-coding" in drawn and "errors: 1 timeout" in drawn
+    assert "five-user-coding" in drawn and "errors: 1 read_stall" in drawn
     assert "…" not in drawn  # wrapped, never cut
