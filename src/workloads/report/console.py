@@ -95,8 +95,8 @@ def turn_table(result: RunResult) -> ReportTable:
     captions = []
     if free:
         captions.append(
-            "† free pacing: a turn's streams need not overlap in time, so their Σ overstates "
-            "throughput; wall tok/s = Σ tokens / the turn's span"
+            f"† {result.scenario.pacing.mode} pacing: a turn's streams need not overlap in "
+            "time, so their Σ overstates throughput; wall tok/s = Σ tokens / the turn's span"
         )
     if notes:
         captions.append(
