@@ -71,3 +71,13 @@ def test_tick_labels_and_jitter():
     offsets = _jitter(20, 0.2)
     assert len(set(offsets)) == 20 and all(-0.2 <= o <= 0.2 for o in offsets)
     assert _jitter(20, 0.2) == offsets  # the same plot from the same result
+
+
+def test_concurrency_over_time_is_plotted_when_the_result_has_it():
+    from workloads.model.summary import ConcurrencySummary
+
+    result = summarized(workloads.load_result(DATA / "v1-small-a"))
+    assert "concurrency.png" not in dict(figures(result))  # older results: nothing to draw
+    timed = result.model_copy(update={"concurrency": ConcurrencySummary(
+        mean=1.5, max=2, span_s=1.0, samples=[(0.0, 1), (0.5, 2), (1.0, 0)])})
+    assert "concurrency.png" in dict(figures(timed))

@@ -155,3 +155,21 @@ def test_scenarios_piped_is_readable(capsys):
     assert all(len(line) <= 120 for line in out.splitlines())
     described = workloads.load_scenario("five-user-coding").description
     assert any(line.rstrip().endswith(described) for line in out.splitlines())
+
+
+def test_the_report_says_what_was_in_flight_and_how_the_client_fared():
+    from workloads.model.results import ClientHealth
+    from workloads.model.summary import ConcurrencySummary
+
+    result = small().model_copy(update={
+        "concurrency": ConcurrencySummary(mean=1.84, max=2, span_s=0.46,
+                                          samples=[(0.0, 2), (0.3, 1), (0.46, 0)]),
+        "client": ClientHealth(loop_lag_samples=40, loop_lag_p50_ms=0.2, loop_lag_p99_ms=4.9,
+                               loop_lag_max_ms=86.0, cpu_share=0.45, send_delay_p50_ms=0.3,
+                               send_delay_p99_ms=1.2),
+    })
+    text = " ".join(rendered(result).split())
+    assert "in flight: mean 1.8, max 2 requests over the measured 0.5 s" in text
+    assert ("client: event-loop lag p50 0.20 ms, p99 4.90 ms, max 86.0 ms · CPU 0.45 of a core "
+            "· send delay p50 0.30 ms, p99 1.20 ms") in text
+    assert report.client_line(small()) is None and report.concurrency_line(small()) is None

@@ -27,6 +27,8 @@ from workloads.report.window import window_blocks
 __all__ = [
     "blocks",
     "cache_table",
+    "client_line",
+    "concurrency_line",
     "coordinates_line",
     "latency_table",
     "records_notes",
@@ -397,6 +399,34 @@ def scenarios_table(scenarios: Sequence[Scenario]) -> ReportTable:
     return table
 
 
+def concurrency_line(result: RunResult) -> str | None:
+    """Requests in flight over the measured span: set by the scenario in lock-step, an
+    outcome of arrivals and the server's speed otherwise."""
+    c = result.concurrency
+    if c is None:
+        return None
+    return (f"in flight: mean {c.mean:.1f}, max {c.max} requests over the measured "
+            f"{c.span_s:,.1f} s")
+
+
+def client_line(result: RunResult) -> str | None:
+    """How the client itself fared: event-loop lag, CPU share, send delay."""
+    c = result.client
+    if c is None:
+        return None
+
+    def ms(value: float | None) -> str:
+        return "—" if value is None else f"{num(value)} ms"
+
+    parts = [f"event-loop lag p50 {ms(c.loop_lag_p50_ms)}, p99 {ms(c.loop_lag_p99_ms)}, "
+             f"max {ms(c.loop_lag_max_ms)}"]
+    if c.cpu_share is not None:
+        parts.append(f"CPU {c.cpu_share:.2f} of a core")
+    if c.send_delay_p50_ms is not None:
+        parts.append(f"send delay p50 {ms(c.send_delay_p50_ms)}, p99 {ms(c.send_delay_p99_ms)}")
+    return "client: " + " · ".join(parts)
+
+
 def records_notes(result: RunResult, records_path: Path) -> list[str]:
     """What ``show`` must say about the records it recomputed from: a torn last line (a run
     killed mid-write: the line is skipped), or fewer turns than the scenario sends."""
@@ -445,8 +475,9 @@ def blocks(result: RunResult) -> list[Block]:
         if (oracle := what_if_table(result)) is not None:
             parts.append(oracle)
         parts.append(Line(run_line(result), "bold"))
-    if (line := sizing_line(result)) is not None:
-        parts.append(Line(line))
+    for line in (sizing_line(result), concurrency_line(result), client_line(result)):
+        if line is not None:
+            parts.append(Line(line))
     if result.cells is None:
         parts += window_blocks(result)
     for warning in result.warnings:

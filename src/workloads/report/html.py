@@ -53,7 +53,9 @@ _CAPTIONS = {
     "timeline.png": "Every measured request from send to first token to last token, one row "
                     "per session.",
     "prefill.png": "Prefill rate (prompt tokens / TTFT) against prompt depth.",
-    "cache.png": "Cache effectiveness per cell.",
+    "cache.png": "Prefix cache per cell: cache effectiveness, hit rate and the server's own "
+                 "hit rate.",
+    "concurrency.png": "Requests in flight over the measured span.",
 }
 
 

@@ -12,6 +12,8 @@ library writes them where asked and returns their paths; it never shows a window
   request against its prompt tokens (log2 when depths vary);
 * ``cache.png`` — a sweep's prefix cache per cell: cache effectiveness and hit rate from
   usage beside the server's own hit rate (left out when nothing was cached anywhere);
+* ``concurrency.png`` — requests in flight over the measured span, with the mean (what
+  arrivals and free pacing produce; a flat line in lock-step);
 * ``timeline.png`` — every measured request as a bar from send to last token, split at the
   first token (waiting + prefill, then decode), one row per cell, repetition and session:
   the lock-step barriers, queueing and stragglers are visible at a glance.
@@ -385,9 +387,35 @@ def _sweep_cache(result: RunResult, path: Path | IO[bytes]) -> None:
     plt.close(fig)
 
 
+def _concurrency(result: RunResult, path: Path | IO[bytes]) -> None:
+    """Requests in flight over the measured span, as a step plot with its mean."""
+    c = result.concurrency
+    if c is None or len(c.samples) < 2:
+        return
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 3.4), constrained_layout=True)
+    ax.step([t for t, _ in c.samples], [n for _, n in c.samples], where="post",
+            color="tab:blue", label="in flight")
+    ax.axhline(c.mean, color="black", linestyle="--", linewidth=1,
+               label=f"time-weighted mean {c.mean:.1f}")
+    ax.set_xlabel("seconds since the first measured request")
+    ax.set_ylabel("requests in flight")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(0, c.max * 1.35 + 0.6)  # headroom for the legend above the steps
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper right", ncol=2)
+    ax.set_title(_title(result) + f"\nconcurrency over the measured span (max {c.max})",
+                 fontsize=9)
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
 _FIGURES: list[tuple[str, Any]] = [
     ("rates.png", _rates), ("ttft.png", _ttft), ("prefill.png", _prefill),
-    ("cache.png", _sweep_cache), ("timeline.png", _timeline),
+    ("cache.png", _sweep_cache), ("concurrency.png", _concurrency),
+    ("timeline.png", _timeline),
 ]
 
 
