@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import contextlib
 import errno
+import os
 import signal
 import sys
 import time
@@ -65,9 +66,10 @@ def _console() -> Any:
 
     # markup=False: messages carry text like "pip install 'workloads[plots]'", not styles.
     console = Console(markup=False)
-    if not console.is_terminal:
-        # Piped or captured: rich would assume 80 columns and wrap the tables mid-number.
-        console = Console(width=140, markup=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        # Piped or captured: rich would assume 80 columns; the report's tables reflow to any
+        # width, and 120 keeps the per-turn table in one block. COLUMNS=N overrides.
+        console = Console(width=120, markup=False)
     return console
 
 
@@ -91,8 +93,6 @@ def _run_scenario(args: argparse.Namespace) -> Any:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
     import workloads
     from workloads.report import console as report
 
@@ -116,35 +116,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         console.print("--model is only used with --target; ignoring it")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-{stamp}"
+    from workloads.live import LiveProgress
     from workloads.runner.run import claim_out_dir
 
     claim_out_dir(out, overwrite=args.overwrite)  # before starting anything: one clear line
-    reps = scenario.repetitions.warmup + scenario.repetitions.measured
-    total = scenario.total_turns()
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[status]}"),
-        console=console,
-        transient=True,
-        disable=args.quiet,
-    ) as progress:
-        task = progress.add_task(f"{scenario.name}: turns", total=total, status="")
-        failed = 0
 
-        def on_record(record: workloads.TurnRecord) -> None:
-            nonlocal failed
-            failed += record.status != "ok"
-            phase = "warm-up" if record.warmup else "measured"
-            where = f"cell {record.cell + 1}/{len(scenario.cells())} " if scenario.swept else ""
-            progress.update(
-                task,
-                advance=1,
-                status=f"{where}rep {record.repetition + 1}/{reps} ({phase}) turn {record.turn}"
-                + (f" · {failed} failed" if failed else ""),
-            )
-
+    with LiveProgress(scenario, console, quiet=args.quiet) as live:
+        on_record = live.on_record
         try:
             with contextlib.ExitStack() as stack:
                 if args.launch:
@@ -183,6 +161,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     console.print(report.render(result))
     console.print(f"saved {out / 'result.json'} and {out / 'records.jsonl'}")
     _write_plots(result, out / "plots", console, wanted=not args.no_plots)
+    _write_html(result, out, console, with_plots=not args.no_plots)
     return _run_exit_code(result, signum, args.max_error_rate, console)
 
 
@@ -277,6 +256,12 @@ def _print_failures(result: Any, console: Any) -> None:
         console.print(render_failures(rows, sum(not r.warmup for r in result.records)))
 
 
+def _write_html(result: Any, directory: Path, console: Any, *, with_plots: bool) -> None:
+    from workloads.report.html import write_html
+
+    console.print(f"report: {write_html(result, directory, with_plots=with_plots)}")
+
+
 @contextlib.contextmanager
 def _launch(kind: str, console: Any, *, parallel: int, context_per_slot: int) -> Iterator[Any]:
     """Start a local server for the command and stop it after (``--launch llama.cpp``)."""
@@ -284,7 +269,8 @@ def _launch(kind: str, console: Any, *, parallel: int, context_per_slot: int) ->
 
     server = LlamaCppServer(parallel=parallel, context_per_slot=context_per_slot)
     console.print(
-        f"starting llama-server ({kind}, Gemma 3 270M) with {parallel} slots of "
+        f"starting llama-server ({kind}, Gemma 3 270M) with {parallel} "
+        f"slot{'' if parallel == 1 else 's'} of "
         f"{server.context_per_slot:,} tokens on 127.0.0.1 …"
     )
     with server:
@@ -305,30 +291,11 @@ def _write_plots(result: Any, directory: Path, console: Any, *, wanted: bool) ->
 
 
 def _cmd_scenarios(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     import workloads
+    from workloads.report.console import scenarios_table
 
-    def axis(values: set[int]) -> str:  # a sweep axis as "low–high" (the table is narrow)
-        low, high = min(values), max(values)
-        return f"{low:,}" if low == high else f"{low:,}–{high:,}"
-
-    # Descriptions are long: each goes on its own line under its row, full width.
-    table = Table("name", "users", "turns", "opening", "new/turn", "output")
-    for name in sorted(workloads.list_scenarios()):
-        s = workloads.load_scenario(name)
-        cells = s.cells()
-        table.add_row(
-            name,
-            axis({c.concurrency for c in cells}),
-            str(s.turns),
-            axis({c.prior_tokens for c in cells}),
-            f"{s.turn_tokens:,}",
-            str(s.output_tokens),
-        )
-        if s.description:
-            table.add_row(f"  {s.description}", style="dim", end_section=True)
-    _console().print(table)
+    names = sorted(workloads.list_scenarios())
+    _console().print(scenarios_table([workloads.load_scenario(n) for n in names]))
     return 0
 
 
@@ -336,14 +303,20 @@ def _cmd_show(args: argparse.Namespace) -> int:
     from workloads.core.aggregate import summarized
     from workloads.model.results import load_result
     from workloads.report import console as report
+    from workloads.report.export import export
 
     result = summarized(load_result(args.result))  # the file's summaries are a cache
+    where = Path(args.result)
+    directory = where if where.is_dir() else where.parent
+    for note in report.records_notes(result, directory / "records.jsonl"):
+        print(f"warning: {note}", file=sys.stderr)
+    if args.format != "text":
+        sys.stdout.write(export(result, args.format))
+        return 0
     console = _console()
     console.print(report.render(result))
     _print_failures(result, console)
     if args.plots:
-        where = Path(args.result)
-        directory = where if where.is_dir() else where.parent
         _write_plots(result, directory / "plots", console, wanted=True)
     return 0
 
@@ -363,12 +336,10 @@ def _completions(directory: str) -> Any:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from rich.table import Table
 
     from workloads.core.aggregate import summarized
     from workloads.model.results import load_result
-    from workloads.report.compare import compare
-    from workloads.report.text import format_band
+    from workloads.report.compare import compare, comparison_table
 
     a, b = summarized(load_result(args.a)), summarized(load_result(args.b))
     result = compare(
@@ -397,20 +368,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     for line in (result.correctness, result.likelihood, *(i.line() for i in result.identity)):
         if line:
             console.print(line)
-    tested = sum(m.test is not None for m in result.metrics)
-    table = Table(
-        "figure", "A", "B", "B vs A [interval]",
-        title=f"median over measured repetitions (min–max); B/A of geometric means with "
-        f"its interval; significant when Welch's t on log values (≥ 3 repetitions a side; "
-        f"alpha 0.05 over all {tested} tested rows, Bonferroni) excludes 1 and the "
-        f"difference is ≥ {args.min_effect:g}%",
-    )
-    for m in result.metrics:
-        unit = f" ({m.unit})" if m.unit else ""
-        digits = 3 if m.unit in ("", "s") else None
-        table.add_row(f"{m.name}{unit}", format_band(m.a, digits), format_band(m.b, digits),
-                      m.verdict)
-    console.print(table)
+    console.print(comparison_table(result, min_effect=args.min_effect / 100))
     return 0
 
 
@@ -510,13 +468,20 @@ def _run_safety_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
                      help="on SIGINT/SIGTERM, how long turns in flight may finish before "
                      "they are cancelled (default: %(default)s)")
+def _prog() -> str:
+    """The command as the user typed it: ``workloads`` (the installed script) or
+    ``python -m workloads``."""
+    return "python -m workloads" if Path(sys.argv[0]).name == "__main__.py" else "workloads"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from workloads._version import __version__
+
     parser = argparse.ArgumentParser(
-        prog="python -m workloads",
+        prog=_prog(),
         description="Simulate coding-agent users against OpenAI-compatible LLM servers.",
     )
+    parser.add_argument("--version", action="version", version=f"workloads {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a scenario and report per-turn figures")
@@ -540,7 +505,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "(default: %(default)s)")
     run.add_argument("--label", help="name of this arm, stored in the result")
     run.add_argument("--note", help="free text (the stack, flags), stored in the result")
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--quiet", action="store_true",
+                     help="no progress (a bar in a terminal, else a line on stderr every 5 s)")
     run.add_argument("--no-plots", action="store_true", help="do not write DIR/plots/*.png")
     _run_safety_arguments(run)
     run.add_argument("--gate", choices=["off", "report", "required"],
@@ -561,6 +527,11 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print the report of a saved result")
     show.add_argument("result", help="result directory")
     show.add_argument("--plots", action="store_true", help="(re)write DIR/plots/*.png")
+    show.add_argument("--format", choices=["text", "md", "json", "csv", "html"],
+                      default="text", help="text (the console report), md (Markdown), json "
+                      "(the result, recomputed), csv (one row per cell and turn, raw figures) "
+                      "or html (the self-contained report with its plots) on stdout "
+                      "(default: %(default)s)")
     show.set_defaults(func=_cmd_show)
 
     comp = sub.add_parser("compare", help="compare two saved results (A/B arms)")

@@ -16,7 +16,12 @@ Definitions (see docs/architecture.md; the seed records use the same):
 * cache effectiveness — Σ cached_tokens / Σ shareable_tokens over the valid records where
   *both* are known (None when there are none, or nothing was shareable);
 * hit rate — Σ cached_tokens / Σ prompt_tokens over the valid records with cached known
-  (what vLLM's prefix-cache counters call the hit rate).
+  (what vLLM's prefix-cache counters call the hit rate);
+* latency distributions (p50/p90/p99/max) over the valid records: TTFT, inter-token latency
+  (every gap between consecutive content chunks, from ``chunk_gaps_us``) and end-to-end
+  latency (sent → end of stream);
+* request rate — finished requests / (last stream end − first send) per (cell, repetition),
+  banded over repetitions.
 
 Run figures (the report's headline): the aggregate is the median of the per-turn aggregates
 (Σ over one turn's concurrent streams) over every (repetition, turn) in which all the cell's
@@ -39,7 +44,7 @@ turns never enter any figure here.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from workloads.core import stats
@@ -112,6 +117,29 @@ def _wall_rate(records: Sequence[TurnRecord]) -> float | None:
     if not ends or not starts or max(ends) <= min(starts):
         return None
     return tokens / ((max(ends) - min(starts)) / 1e9)
+
+
+def _e2e_s(r: TurnRecord) -> float | None:
+    end = r.done_ns if r.done_ns is not None else r.last_content_ns
+    if r.sent_ns is None or end is None or end <= r.sent_ns:
+        return None
+    return (end - r.sent_ns) / 1e9
+
+
+def _gaps_s(records: Iterable[TurnRecord]) -> Iterator[float]:
+    for r in records:
+        for gap in r.chunk_gaps_us or ():
+            yield gap / 1e6
+
+
+def _request_rate(records: Sequence[TurnRecord]) -> float | None:
+    """Finished requests per second over the records' span: first send → last stream end."""
+    finished = [r for r in records if r.status == "ok"]
+    ends = [e for r in finished if (e := r.done_ns or r.last_content_ns) is not None]
+    starts = [r.sent_ns for r in records if r.sent_ns is not None]
+    if not ends or not starts or max(ends) <= min(starts):
+        return None
+    return len(finished) / ((max(ends) - min(starts)) / 1e9)
 
 
 def _rates(records: Iterable[TurnRecord]) -> list[float]:
@@ -188,6 +216,9 @@ def _turn_summary(
         streams=stats.band(streams),
         partial_repetitions=partial,
         hit_rate=hit_rate,
+        ttft_percentiles=stats.percentiles(_ttft_s(r) for r in valid),
+        itl_percentiles=stats.percentiles(_gaps_s(valid)),
+        e2e_percentiles=stats.percentiles(_e2e_s(r) for r in valid),
     )
 
 
@@ -286,6 +317,12 @@ def summarize(records: Iterable[TurnRecord], *, users: int) -> Summary:
         ),
         full_turns=sum(t.aggregate_rate is not None for t in by_rep_turn),
         partial_turns=sum(t.aggregate_rate is None for t in by_rep_turn),
+        ttft_percentiles=stats.percentiles(_ttft_s(r) for r in valid),
+        itl_percentiles=stats.percentiles(_gaps_s(valid)),
+        e2e_percentiles=stats.percentiles(_e2e_s(r) for r in valid),
+        request_rate=None if pooled else stats.band(
+            _request_rate(group) for group in _per_rep(measured).values()
+        ),
     )
     return Summary(turns=turns, run=run)
 

@@ -22,13 +22,14 @@ pyperf also computes its own), so SciPy is not a dependency.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
-from workloads.model.summary import BandSummary
+from workloads.model.summary import BandSummary, Percentiles
 
-__all__ = ["ALPHA", "MIN_REPETITIONS", "RatioTest", "band", "median", "percentile",
-           "ratio_test", "t_cdf", "t_quantile"]
+__all__ = ["ALPHA", "MIN_REPETITIONS", "RatioTest", "band", "chunk_gaps_us", "median",
+           "percentile", "percentiles", "ratio_test", "t_cdf", "t_quantile"]
 
 ALPHA = 0.05  # two-sided
 MIN_REPETITIONS = 3  # per arm, for any verdict
@@ -200,3 +201,20 @@ def ratio_test(
         )
     return RatioTest(ratio=math.exp(mb - ma), se=math.sqrt(se2), df=df, alpha=alpha,
                      n_a=len(la), n_b=len(lb))
+def percentiles(values: Iterable[float | None]) -> Percentiles | None:
+    """p50, p90, p99 and max of the known values; None when there are none."""
+    data = _clean(values)
+    if not data:
+        return None
+    p50, p90, p99 = (percentile(data, q) for q in (50, 90, 99))
+    assert p50 is not None and p90 is not None and p99 is not None
+    return Percentiles(p50=p50, p90=p90, p99=p99, max=data[-1], n=len(data))
+
+
+def chunk_gaps_us(arrivals_ns: Sequence[int] | None) -> list[int] | None:
+    """Content-chunk arrival times (perf_counter_ns, in order) as the gaps between them in
+    whole microseconds: what a TurnRecord keeps of them. Microseconds: inter-token gaps are
+    milliseconds, and six digits a gap keep records.jsonl small. None when not recorded."""
+    if arrivals_ns is None:
+        return None
+    return [round((b - a) / 1000) for a, b in pairwise(arrivals_ns)]

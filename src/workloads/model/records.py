@@ -106,6 +106,9 @@ class TurnRecord(Frozen):
     # not, or when there was no completion text to judge (degenerate is then None too).
     degenerate: bool | None = None
     degenerate_reason: str | None = None
+    # Gaps between consecutive content chunks' arrivals, integer microseconds (n − 1 values
+    # for n chunks): the inter-token latency distribution, compact. None: not recorded.
+    chunk_gaps_us: list[int] | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -52,10 +52,12 @@ from workloads.model.likelihood import Likelihood
 from workloads.model.records import TurnRecord
 from workloads.model.results import RunResult, Window
 from workloads.model.summary import BandSummary
+from workloads.report.table import ReportTable
+from workloads.report.text import format_band
 
 __all__ = [
-    "Comparison", "Identity", "MetricComparison", "compare", "correctness", "familywise",
-    "identities",
+    "Comparison", "Identity", "MetricComparison", "compare", "comparison_table", "correctness",
+    "familywise", "identities",
 ]
 
 MatchClass = Literal["matched", "matched_with_tokenizer_delta", "unmatched"]
@@ -556,3 +558,23 @@ def compare(
         correctness=correctness(a, b),
         likelihood=likelihood(a, b),
     )
+
+
+def comparison_table(result: Comparison, *, min_effect: float = MIN_EFFECT) -> ReportTable:
+    """The figures of a comparison as a report table (the console reflows it to any width;
+    the verdict column wraps at spaces). ``min_effect``: the smallest difference (a
+    fraction) called significant, for the title."""
+    tested = sum(m.test is not None for m in result.metrics)
+    table = ReportTable(
+        "median over measured repetitions (min–max); B/A of geometric means with its "
+        f"interval; significant when Welch's t on log values (≥ 3 repetitions a side; alpha "
+        f"0.05 over all {tested} tested rows, Bonferroni) excludes 1 and the difference is "
+        f"≥ {min_effect:.0%}",
+        ["figure", "A", "B", "B vs A [interval]"], name="compare", left=(3,),
+    )
+    for m in result.metrics:
+        unit = f" ({m.unit})" if m.unit else ""
+        digits = 3 if m.unit in ("", "s") else None
+        table.add_row(f"{m.name}{unit}", format_band(m.a, digits), format_band(m.b, digits),
+                      m.verdict)
+    return table

@@ -62,12 +62,12 @@ def verdict_lines(result: RunResult) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     line = correctness_line(result)
     if line is not None:
-        style = "" if result.gate is not None and result.gate.passed else "bold yellow"
+        style = "" if result.gate is not None and result.gate.passed else "warning"
         out.append((line, style))
     if (line := likelihood_line(result)) is not None:
         out.append((line, ""))
     if (line := degeneration_line(result)) is not None:
-        out.append((line, "yellow"))
+        out.append((line, "warning"))
     if result.invalid_reason:
-        out.append((f"INVALID RUN: {result.invalid_reason}", "bold red"))
+        out.append((f"INVALID RUN: {result.invalid_reason}", "error"))
     return out
