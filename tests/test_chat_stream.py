@@ -81,3 +81,30 @@ def test_done_without_a_final_blank_line_is_found_at_close():
     stream = ChatStream()
     assert not stream.feed(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]', 1)
     assert stream.close(2) and stream.saw_done and stream.done_ns == 2 and stream.text == "a"
+
+
+def test_every_content_chunk_keeps_its_arrival_for_the_itl_distribution():
+    from workloads.core.chat_stream import ChatStream
+
+    def chunk(text: str) -> bytes:
+        return b'data: {"choices":[{"delta":{"content":"' + text.encode() + b'"}}]}\n\n'
+
+    stream = ChatStream()
+    stream.feed(b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n', 100)  # no content
+    stream.feed(chunk("a") + chunk("b"), 200)  # two chunks in one read share its stamp
+    stream.feed(chunk("c"), 450)
+    assert list(stream.content_ns) == [200, 200, 450]
+    assert stream.first_content_ns == 200 and stream.last_content_ns == 450
+
+
+def test_records_of_a_real_run_carry_chunk_gaps(simulated_server):
+    import workloads
+
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(
+        ["users=2", "turns=1", "opening_tokens=300", "output_tokens=12",
+         "repetitions.warmup=0", "repetitions.measured=1"])
+    result = workloads.run(scenario, simulated_server.target)
+    for r in result.records:
+        assert r.chunk_gaps_us is not None and len(r.chunk_gaps_us) == r.content_events - 1
+        assert all(g >= 0 for g in r.chunk_gaps_us)
+    assert result.summary.run.itl_percentiles is not None

@@ -9,6 +9,7 @@ Failures the stream itself shows (a malformed event, an error object) raise
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,8 +147,19 @@ class ChatStream:
     """
 
     __slots__ = (
-        "_decoder", "_parts", "content_events", "done_ns", "finish_reason", "first_content_ns",
-        "last_content_ns", "model", "request_id", "saw_done", "system_fingerprint", "timings",
+        "_decoder",
+        "_parts",
+        "content_events",
+        "content_ns",
+        "done_ns",
+        "finish_reason",
+        "first_content_ns",
+        "last_content_ns",
+        "model",
+        "request_id",
+        "saw_done",
+        "system_fingerprint",
+        "timings",
         "usage",
     )
 
@@ -156,6 +168,9 @@ class ChatStream:
         self._parts: list[str] = []
         self.first_content_ns: int | None = None
         self.last_content_ns: int | None = None
+        # Every content chunk's arrival (one stamp per read: chunks read together share it),
+        # for the inter-token latency distribution; 8 bytes a chunk.
+        self.content_ns: array[int] = array("q")
         self.done_ns: int | None = None
         self.content_events = 0
         self.finish_reason: str | None = None
@@ -207,6 +222,7 @@ class ChatStream:
                     if self.first_content_ns is None:
                         self.first_content_ns = now
                     self.last_content_ns = now
+                    self.content_ns.append(now)
                     self.content_events += 1
                     if content:
                         self._parts.append(content)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from workloads.core import tokens
+from workloads.core import stats, tokens
 from workloads.core.conversation import Conversation
 from workloads.core.degeneration import degeneration
 from workloads.core.tokens import TokenizeError
@@ -139,6 +139,7 @@ def record_from_response(
         last_content_ns=response.last_content_ns,
         done_ns=response.done_ns,
         content_events=response.content_events,
+        chunk_gaps_us=stats.chunk_gaps_us(response.content_ns),
         resends=response.resends,
         request_id=response.request_id,
         system_fingerprint=response.system_fingerprint,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Protocol
@@ -68,6 +68,7 @@ class ChatResponse:
     http_status: int | None = None
     text: str = ""  # generated content, in order (what goes back into the history)
     content_events: int = 0  # chunks that carried generated content
+    content_ns: Sequence[int] | None = None  # each content chunk's arrival (perf_counter_ns)
     finish_reason: str | None = None
     usage: Usage | None = None
     timings: dict[str, Any] | None = None  # llama.cpp's per-response timings, when sent
@@ -354,6 +355,7 @@ async def _read_stream(resp: aiohttp.ClientResponse, out: ChatResponse) -> None:
         out.first_content_ns = stream.first_content_ns
         out.last_content_ns = stream.last_content_ns
         out.content_events = stream.content_events
+        out.content_ns = stream.content_ns
         out.finish_reason = stream.finish_reason
         out.usage = stream.usage
         out.timings = stream.timings
