@@ -233,7 +233,9 @@ def test_two_same_configuration_simulator_runs_are_not_significant_on_every_row(
     capsys.readouterr()
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if line.startswith("│")]
+    lines = out.splitlines()
+    rule = next(i for i, line in enumerate(lines) if line.strip() and set(line.strip()) == {"─"})
+    rows = [line for line in lines[rule + 1:] if line.strip()]
     assert len(rows) >= 10
     assert all("not significant" in row for row in rows), out
 

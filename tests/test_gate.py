@@ -114,7 +114,7 @@ def test_corrupt_output_fails_a_required_gate_flags_loops_and_exits_non_zero(tmp
     assert saved["gate"]["mode"] == "required"
     # The measured streams were clean HTTP 200s of the right length, and looped.
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
-    measured = [r for r in records if not r["warmup"]]
+    measured = [r for r in records if "kind" not in r and not r["warmup"]]  # not header lines
     assert all(r["valid"] for r in measured)
     assert all(r["degenerate"] for r in measured)
     assert "degenerate completions: 4 of 4 measured" in printed

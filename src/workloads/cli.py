@@ -83,9 +83,11 @@ def _run_scenario(args: argparse.Namespace) -> Any:
         if args.scenario or args.set:
             raise ScenarioError("--replay runs the recorded run's scenario: give no scenario "
                                 "name and no --set")
-        from workloads.model.results import load_result
+        from workloads.runner.replay import load_recording
 
-        return load_result(args.replay).scenario.with_overrides(gate)
+        # Read it all now, transcripts included: a directory that cannot be replayed is one
+        # error line before anything starts.
+        return load_recording(args.replay).result.scenario.with_overrides(gate)
     if not args.scenario:
         raise ScenarioError("give a scenario name or path (python -m workloads scenarios "
                             "lists them), or --replay RUN_DIR")
