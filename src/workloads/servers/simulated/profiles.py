@@ -21,7 +21,7 @@ Profiles
 
 ``arc-b70-27b``
     One Intel Arc Pro B70 (32 GB) serving a dense 27B INT4 model with patched vLLM XPU, from
-    the hand-made seed records (shared/seeds 000 and 001):
+    two hand-made benchmark records of that stack (a depth sweep and a 5-user A/B):
 
     * KV capacity 46,202 tokens: seed 000 ``cold_native_kv_capacity`` at
       gpu_memory_utilization 0.9 (measured with the MTP-4 drafter loaded).
