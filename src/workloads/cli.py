@@ -113,7 +113,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise ScenarioError("give --target (a running server) or --launch (start one), not both")
     _check_run_flags(args)
     if args.target:
-        target = workloads.Target(args.target, args.model, api_key_env=args.api_key_env)
+        target = workloads.Target(
+            args.target, args.model, api_key_env=args.api_key_env,
+            kv_capacity_tokens=args.kv_capacity, kv_block_tokens=args.kv_block,
+        )
     elif args.model:
         console.print("--model is only used with --target; ignoring it")
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -174,6 +177,9 @@ def _check_run_flags(args: argparse.Namespace) -> None:
     if args.sim and args.target:
         raise UsageError("--sim sets the embedded simulator's profile and cannot change a "
                          "--target server; drop --sim, or drop --target to run the simulator")
+    if args.kv_capacity is not None and not args.target:
+        raise UsageError("--kv-capacity describes a --target server; the simulated server's "
+                         "capacity is its profile's (--sim kv_capacity_tokens=N)")
     if args.target and (problem := base_url_problem(args.target)) is not None:
         raise UsageError(f"--target: {problem}")
     if not 0.0 <= args.max_error_rate <= 1.0:
@@ -490,6 +496,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("scenario", nargs="?",
                      help="packaged scenario name or path to a .toml file")
     _target_arguments(run, "for this run, and stop it after")
+    run.add_argument("--kv-capacity", type=int, metavar="TOKENS",
+                     help="the --target server's KV cache capacity in tokens, for the what-if "
+                     "cache oracle (llama.cpp: its /props n_ctx; vLLM: the KV cache size it "
+                     "logs at start); the simulated server's is known")
+    run.add_argument("--kv-block", type=int, default=16, metavar="TOKENS",
+                     help="the block size the server's prefix cache reuses in (default 16, "
+                     "vLLM's; llama.cpp reuses any prefix length: 1)")
     run.add_argument("--out", help="directory for result.json and records.jsonl "
                      "(default: runs/NAME-TIMESTAMP)")
     run.add_argument("--set", action="append", metavar="FIELD=VALUE",

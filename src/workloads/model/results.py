@@ -67,6 +67,10 @@ class TargetInfo(Frozen):
     simulated: bool  # the embedded simulated server (no --target)
     simulator_profile: dict[str, Any] | None = None
     server: ServerIdentity = ServerIdentity()
+    # The KV capacity and block size the user gave for a real server (the what-if oracle's);
+    # None for the simulator, whose profile says.
+    kv_capacity_tokens: int | None = None
+    kv_block_tokens: int | None = None
 
 
 class RepetitionNonces(Frozen):

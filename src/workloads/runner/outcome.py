@@ -65,8 +65,11 @@ class Measured:
     likelihood: Likelihood | None = None  # the likelihood probe, before the first window
 
     def kv_capacity(self) -> tuple[int | None, int]:
-        """The server's KV capacity in tokens (None: unknown) and its block size; known for
-        the simulated server, whose profile says."""
+        """The server's KV capacity in tokens (None: unknown) and its block size: as the user
+        gave them for a real server (Target.kv_capacity_tokens), or the simulated server's
+        profile."""
+        if self.target.kv_capacity_tokens is not None:
+            return self.target.kv_capacity_tokens, self.target.kv_block_tokens or 16
         profile = self.target.simulator_profile or {}
         capacity = profile.get("kv_capacity_tokens")
         block = profile.get("block_size")

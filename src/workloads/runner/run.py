@@ -158,6 +158,8 @@ async def run_async(
                 simulated=simulated,
                 simulator_profile=sim_profile,
                 server=identity,
+                kv_capacity_tokens=chosen.kv_capacity_tokens,
+                kv_block_tokens=chosen.kv_block_tokens if chosen.kv_capacity_tokens else None,
             ),
             writer=writer,
             on_record=on_record,
