@@ -4,6 +4,9 @@
 measured window, the summary and warnings; ``DIR/records.jsonl`` beside it holds the raw
 TurnRecords. ``show`` and ``compare`` recompute from those files.
 
+Size: just past 400 lines: the saved models and their loaders per format version belong
+together (a schema change and its loader change in one place).
+
 records.jsonl is written as the run goes, so it alone is enough to rebuild a report when the
 run was killed before result.json was written. Its lines (format 2 on; one JSON object each):
 

@@ -1,6 +1,10 @@
 """Compare two RunResults (A/B arms): refuse what is not comparable, and say "not
 significant" rather than print a ratio that is noise. Pure.
 
+Size: past 400 lines: comparability (matching, the variable under test), the significance
+rows and the identity/correctness/likelihood lines all read the same two results and are
+judged together; splitting the identity lines out is the natural next cut.
+
 Matching, as in the seed records' A/B classes, judged per (cell, turn):
 
 * ``matched`` — byte-identical prompts: every (repetition, session, turn) both arms measured

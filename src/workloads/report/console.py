@@ -1,6 +1,10 @@
 """The console report of a RunResult: the per-turn table, cache effectiveness, the what-if
 cache table, the run line, sweeps, then the window (:mod:`workloads.report.window`). Returns
-renderables and text; printing is the CLI's job."""
+renderables and text; printing is the CLI's job.
+
+Size: past 400 lines: one builder per block of the report (turns, tokens, latency, what-if,
+sweep cells, lines); each is short and they share the number formats of report/text.py.
+"""
 
 from __future__ import annotations
 

@@ -1,10 +1,13 @@
 """PNG plots of a RunResult (matplotlib, from the ``plots`` extra). Files in, files out: the
 library writes them where asked and returns their paths; it never shows a window.
 
+Size: past 400 lines: one function per figure below, each short; they share the axis,
+band and jitter helpers, and change together when the report's figures do.
+
 * ``rates.png`` — per turn: aggregate rate and per-user rate, median with min–max bands; for
   a sweep, per cell instead (never pooled over cells), to scale: depth on a log2 axis of
-  prompt tokens, concurrency on a linear one: the aggregate (users × per-user median, per
-  repetition; left out when every cell is C1, where it equals the per-stream rate) and the
+  prompt tokens, concurrency on a linear one: the aggregate (per repetition, the median over its
+  turns of the Σ of every stream's post-first rate; left out when every cell is C1, where it equals the per-stream rate) and the
   post-first rate of every valid turn;
 * ``ttft.png`` — per turn (per cell for a sweep): every valid measured request's TTFT,
   jittered, with the median;
@@ -156,7 +159,7 @@ def _sweep_rates(result: RunResult, path: Path | IO[bytes]) -> None:
     axis = _Axis(result)
     concurrent = any(c.concurrency > 1 for c in cells)
     # At C1 the aggregate is the per-stream rate: one panel, not the same one twice.
-    panels = [("aggregate", "aggregate tok/s (users × per-user median, per repetition)")]
+    panels = [("aggregate", "aggregate tok/s (Σ of the streams' rates, per repetition)")]
     panels = (panels if concurrent else []) + [
         ("stream", "per-stream tok/s (every valid measured turn)")]
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels) + 0.5, 4.2),
