@@ -6,9 +6,9 @@ band and jitter helpers, and change together when the report's figures do.
 
 * ``rates.png`` — per turn: aggregate rate and per-user rate, median with min–max bands; for
   a sweep, per cell instead (never pooled over cells), to scale: depth on a log2 axis of
-  prompt tokens, concurrency on a linear one: the aggregate (per repetition, the median over its
-  turns of the Σ of every stream's post-first rate; left out when every cell is C1, where it equals the per-stream rate) and the
-  post-first rate of every valid turn;
+  prompt tokens, concurrency on a linear one: the aggregate (per repetition, the median over
+  its turns of the Σ of every stream's post-first rate; left out when every cell is C1, where
+  it equals the per-stream rate) and the post-first rate of every valid turn;
 * ``ttft.png`` — per turn (per cell for a sweep): every valid measured request's TTFT,
   jittered, with the median;
 * ``prefill.png`` — prefill rate (prompt / TTFT, and uncached) of every valid measured
