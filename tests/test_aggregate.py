@@ -7,7 +7,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from workloads.core import stats
-from workloads.core.aggregate import generation_rate, repetitions, summarize
+from workloads.core.aggregate import (
+    generation_rate,
+    repetitions,
+    summarize,
+    turn_repetitions,
+)
 from workloads.model.records import TurnRecord
 from workloads.model.summary import BandSummary
 
@@ -76,10 +81,19 @@ def test_unreported_cached_tokens_stay_unknown():
     assert turn.uncached_prefill_rate is None
 
 
-def test_run_line_is_users_times_per_user_median():
+def test_the_run_aggregate_is_the_median_turn_sum_not_users_times_per_user():
     records = [rec(session=s, last=S // 2 + (s + 1) * S) for s in range(3)]  # 10, 5, 3.33
     run = summarize(records, users=3).run
-    assert run.per_user_rate == pytest.approx(5.0) and run.aggregate_rate == pytest.approx(15.0)
+    assert run.per_user_rate == pytest.approx(5.0)
+    assert run.aggregate_rate == pytest.approx(10 + 5 + 10 / 3)  # not 3 × 5
+    assert (run.full_turns, run.partial_turns) == (1, 0)
+
+
+def test_no_run_aggregate_from_turns_whose_streams_were_not_all_valid():
+    records = [rec(session=0), rec(session=1, valid=False, status="error")]
+    run = summarize(records, users=2).run
+    assert run.aggregate_rate is None and run.per_user_rate == pytest.approx(5.0)
+    assert (run.full_turns, run.partial_turns) == (0, 1)
 
 
 @given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=50),
@@ -148,7 +162,7 @@ def test_repetitions_give_the_run_figures_of_each_repetition():
     assert [(f.cell, f.repetition) for f in reps] == [(0, 1), (0, 2)]
     # rep 1: rates 10, 5 → median 7.5 → 2 × 7.5; rep 2: 5, 3.33 → 4.17
     assert reps[0].per_user_rate == pytest.approx(7.5)
-    assert reps[0].aggregate_rate == pytest.approx(15.0)
+    assert reps[0].aggregate_rate == pytest.approx(15.0)  # Σ 10 + 5 of its one turn
     assert reps[0].wall_aggregate_rate == pytest.approx(22 / 2.5)
     assert reps[1].per_user_rate == pytest.approx((5 + 10 / 3) / 2)
     run = summarize(records, users=2).run
@@ -164,3 +178,15 @@ def test_generation_rate_is_every_valid_measured_rate():
 
 def test_band_summary_is_the_one_band_type():
     assert isinstance(stats.band([1.0, 2.0]), BandSummary)
+
+
+def test_turn_repetitions_give_each_repetitions_turn_figures():
+    records = [rec(rep=r, session=s, turn=t, last=S // 2 + (s + 1) * S, cached=900,
+                   shareable=1000)
+               for r in (1, 2) for s in (0, 1) for t in (1, 2)]
+    records.append(rec(rep=3, session=0, turn=1))  # rep 3: one of two streams
+    figures = turn_repetitions(records, users=2)
+    assert [(f.repetition, f.turn) for f in figures] == [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1)]
+    assert figures[0].aggregate_rate == pytest.approx(15.0)
+    assert figures[0].cache_effectiveness == pytest.approx(0.9)
+    assert figures[-1].aggregate_rate is None and figures[-1].streams == 1

@@ -16,13 +16,8 @@ from workloads.model.errors import RequestError
 from workloads.model.records import TurnRecord
 from workloads.model.scenario import Timeouts
 from workloads.runner.session import record_from_response
-from workloads.wire.client import (
-    AiohttpChatClient,
-    _unwritten,
-    parse_chunk,
-    partial_response,
-    retry_kinds,
-)
+from workloads.wire.client import AiohttpChatClient, parse_chunk, partial_response
+from workloads.wire.failures import retry_kinds, unwritten
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[bool]]
 
@@ -235,15 +230,29 @@ async def test_kept_alive_connection_is_reused():
     assert all(r.ok for r in responses) and s.connections == 1
 
 
-def test_only_a_reused_connection_found_closing_before_the_first_write_is_unwritten():
+async def test_an_idle_connection_past_keepalive_is_not_reused():
+    # Servers close idle connections after their keep-alive timeout (5 s for uvicorn and
+    # cpp-httplib); a request sent on one as it closes is lost. We let them go first.
+    async def handler(reader, writer, index):
+        await full_stream(writer, content("x"), FINISH, USAGE, DONE)
+        return True
+
+    async with scripted_server(handler) as s, AiohttpChatClient(s.url, keepalive_s=0.1) as client:
+        first = await client.stream_chat(BODY)
+        await asyncio.sleep(0.3)
+        second = await client.stream_chat(BODY)
+    assert first.ok and second.ok and s.connections == 2 and second.resends == 0
+
+
+def test_only_a_reused_connection_found_closing_before_the_first_write_isunwritten():
     closing = aiohttp.ClientConnectionResetError("Cannot write to closing transport")
-    assert _unwritten(closing, {"reused": True, "sent_ns": 1, "chunks": 1})
-    assert _unwritten(aiohttp.ServerDisconnectedError(), {"reused": True})  # before writing
-    assert not _unwritten(closing, {"sent_ns": 1, "chunks": 1})  # a fresh connection
-    assert not _unwritten(closing, {"reused": True, "sent_ns": 1, "chunks": 2})  # 1st went out
+    assert unwritten(closing, {"reused": True, "sent_ns": 1, "chunks": 1})
+    assert unwritten(aiohttp.ServerDisconnectedError(), {"reused": True})  # before writing
+    assert not unwritten(closing, {"sent_ns": 1, "chunks": 1})  # a fresh connection
+    assert not unwritten(closing, {"reused": True, "sent_ns": 1, "chunks": 2})  # 1st went out
     lost = aiohttp.ClientConnectionResetError("Connection lost")  # raised after a write
-    assert not _unwritten(lost, {"reused": True, "sent_ns": 1, "chunks": 1})
-    assert not _unwritten(aiohttp.ServerDisconnectedError(), {"reused": True, "sent_ns": 1})
+    assert not unwritten(lost, {"reused": True, "sent_ns": 1, "chunks": 1})
+    assert not unwritten(aiohttp.ServerDisconnectedError(), {"reused": True, "sent_ns": 1})
 
 
 # --- retry_on ------------------------------------------------------------------------------
@@ -433,7 +442,9 @@ async def test_stalled_stream_is_a_read_stall():
 
     _, r = await one(handler, timeouts=Timeouts(read_gap_s=0.3))
     assert r.error_kind == "read_stall" and r.text == "x"
-    assert r.error_ns - r.last_content_ns >= 0.3e9
+    # aiohttp's read timer starts when the bytes reach its protocol, a moment before our task
+    # wakes and stamps them: the gap we see is the read gap less that moment.
+    assert r.error_ns - r.last_content_ns >= 0.2e9
 
 
 async def test_a_trickling_stream_meets_the_turn_deadline():

@@ -97,7 +97,8 @@ def test_show_recomputes_the_report_from_saved_files(run_scenario, tmp_path, cap
                           out_dir=tmp_path / "s")
     assert main(["show", str(tmp_path / "s")]) == 0
     printed = capsys.readouterr().out
-    assert "2 × " in printed and "per-user median" in printed
+    assert "aggregate " in printed and "per-user median" in printed
+    assert "correctness 6/6" in printed
     assert result.summary.run.valid == 2
 
 

@@ -1,16 +1,25 @@
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import workloads
-from workloads.report.plots import timeline_bars, write_plots
+from workloads.core.aggregate import summarized
+from workloads.report.plots import _Axis, _compact, _jitter, figures, timeline_bars, write_plots
 
 DATA = Path(__file__).parent / "data"
 
 
-def test_write_plots_makes_three_pngs(tmp_path):
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def test_write_plots_makes_four_pngs(tmp_path):
     written = write_plots(workloads.load_result(DATA / "v1-small-a"), tmp_path)
-    assert sorted(p.name for p in written) == ["rates.png", "timeline.png", "ttft.png"]
+    assert sorted(p.name for p in written) == [
+        "prefill.png", "rates.png", "timeline.png", "ttft.png"]
     for path in written:
         data = path.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
@@ -18,7 +27,8 @@ def test_write_plots_makes_three_pngs(tmp_path):
 
 def test_a_sweep_is_plotted_per_cell(tmp_path):
     written = write_plots(workloads.load_result(DATA / "v1-sweep"), tmp_path)
-    assert sorted(p.name for p in written) == ["rates.png", "timeline.png", "ttft.png"]
+    assert sorted(p.name for p in written) == [
+        "cache.png", "prefill.png", "rates.png", "timeline.png", "ttft.png"]
 
 
 def test_the_timeline_shows_every_failed_request_from_send_to_error_by_kind(tmp_path):
@@ -51,3 +61,55 @@ def test_the_timeline_shows_every_failed_request_from_send_to_error_by_kind(tmp_
             assert bar.end_s >= (record.started_ns - origin) / 1e9
     written = write_plots(result, tmp_path)
     assert (tmp_path / "timeline.png") in written
+
+
+def test_a_cold_sweep_has_no_cache_plot_of_zeros():
+    sweep = summarized(workloads.load_result(DATA / "v1-sweep"))
+    cold = sweep.model_copy(update={
+        "records": [r.model_copy(update={"cached_tokens": 0}) for r in sweep.records],
+        "cells": [c.model_copy(update={"window": c.window.model_copy(update={"server": None})})
+                  for c in sweep.cells or []],
+    })
+    assert "cache.png" not in dict(figures(cold))
+
+
+def depth_sweep(concurrency: int = 1) -> workloads.RunResult:
+    """The stored sweep re-labelled as depths 4,096 and 115,404 (its two cells)."""
+    result = summarized(workloads.load_result(DATA / "v1-sweep"))
+    cells = [c.model_copy(update={"prior_tokens": p, "concurrency": concurrency})
+             for c, p in zip(result.cells or [], [4096, 115_404], strict=True)]
+    return result.model_copy(update={"cells": cells})
+
+
+def test_depths_go_on_a_log2_axis_of_prompt_tokens_and_concurrency_on_a_linear_one():
+    depth = _Axis(depth_sweep())
+    assert depth.by_depth and "log2" in depth.label and depth.series == [1]
+    sweep = summarized(workloads.load_result(DATA / "v1-sweep"))  # C1, C2 at one depth
+    concurrency = _Axis(sweep)
+    assert not concurrency.by_depth and concurrency.label == "concurrency (users)"
+    assert [concurrency.x(c) for c in sweep.cells or []] == [1.0, 2.0]
+    first = (sweep.cells or [])[0].summary.turns[0].prompt_tokens
+    assert first is not None and depth.x((depth_sweep().cells or [])[0]) == first.median
+
+
+def test_a_c1_sweep_draws_one_rates_panel_not_the_same_one_twice():
+    one = dict(figures(depth_sweep(concurrency=1)))["rates.png"]
+    two = dict(figures(summarized(workloads.load_result(DATA / "v1-sweep"))))["rates.png"]
+    assert png_size(one)[0] < 0.7 * png_size(two)[0]
+
+
+def test_tick_labels_and_jitter():
+    assert [_compact(v) for v in (512, 6146, 67_584, 117_452)] == ["512", "6.1K", "68K", "117K"]
+    offsets = _jitter(20, 0.2)
+    assert len(set(offsets)) == 20 and all(-0.2 <= o <= 0.2 for o in offsets)
+    assert _jitter(20, 0.2) == offsets  # the same plot from the same result
+
+
+def test_concurrency_over_time_is_plotted_when_the_result_has_it():
+    from workloads.model.summary import ConcurrencySummary
+
+    result = summarized(workloads.load_result(DATA / "v1-small-a"))
+    assert "concurrency.png" not in dict(figures(result))  # older results: nothing to draw
+    timed = result.model_copy(update={"concurrency": ConcurrencySummary(
+        mean=1.5, max=2, span_s=1.0, samples=[(0.0, 1), (0.5, 2), (1.0, 0)])})
+    assert "concurrency.png" in dict(figures(timed))

@@ -27,16 +27,19 @@ def test_a_depth_sweep_prints_seed_000_shaped_rows(tmp_path, capsys):
                  "--set", "prior_tokens=[512, 1024]", "--set", "turn_tokens=256",
                  "--set", "output_tokens=16", "--set", "repetitions.measured=2"])
     assert code == 0
-    text = rendered(workloads.load_result(out))
-    assert "prior" in text and "configured" in text and "range" in text
-    rows = [line for line in text.splitlines() if re.match(r"│\s+1 │", line)]
+    result = workloads.load_result(out)
+    text = rendered(result)
+    assert "prior target" in text and "configured prompt" in text and "range" in text
+    table = report.sweep_table(result)
+    rows = [dict(zip(table.columns, row, strict=True)) for row in table.rows]
     assert len(rows) == 2
     for row, (prior, prompt) in zip(rows, [("512", "768"), ("1,024", "1,280")], strict=True):
-        cells = [c.strip() for c in row.strip("│").split("│")]
-        assert cells[1:4] == [prior, prompt, prompt]  # configured target, configured, actual
-        low, high = (float(x.replace(",", "")) for x in cells[5].split("–"))
-        assert low <= float(cells[4].replace(",", "")) <= high  # median within its range
-        assert cells[-1] == "2/2"
+        assert [row["prior target"], row["configured prompt"], row["actual prompt"]] == [
+            prior, prompt, prompt]  # configured target, configured, actual
+        low, high = (float(x.replace(",", "")) for x in row["range"].split("–"))
+        assert low <= float(row["median tok/s"].replace(",", "")) <= high  # within its range
+        assert row["valid"] == "2/2"
+        assert float(row["requests/s"]) > 0
     assert "exact, from the target's" in text
 
 
@@ -107,15 +110,15 @@ def test_free_pacing_run_line_gives_wall_aggregate_not_users_times_per_user():
     free = result.model_copy(update={"scenario": result.scenario.with_overrides(
         ["pacing.mode=free"])})
     line = report.run_line(free)
-    assert line.startswith("per-user median") and "wall aggregate" in line and "×" not in line
+    assert line.startswith("per-user median") and "wall throughput" in line and "×" not in line
     assert "Σ streams tok/s" in rendered(free)
     lockstep = report.run_line(result)
-    assert lockstep.startswith("2 × ") and "wall aggregate" in lockstep
+    assert lockstep.startswith("aggregate ") and "wall throughput" in lockstep
 
 
 def test_numbers_have_thousands_separators_and_counts_are_plural_aware():
     fast = small(all={"decode_tokens_per_s": 3210.0})
-    assert "2 × 3,210 per-user median = 6,420 aggregate" in report.run_line(fast)
+    assert "aggregate 6,420 tok/s (median Σ of 2 streams over 6 turns)" in report.run_line(fast)
     one = fast.model_copy(update={
         "scenario": fast.scenario.with_overrides(["turns=1"]),
         "records": [r for r in fast.records if r.turn == 1 and r.repetition in (0, 1)],
@@ -149,6 +152,39 @@ def test_show_recomputes_each_cell_of_a_sweep_from_its_records(tmp_path, capsys)
 def test_scenarios_piped_is_readable(capsys):
     assert main(["scenarios"]) == 0
     out = capsys.readouterr().out
-    assert all(len(line) <= 140 for line in out.splitlines())
+    assert all(len(line) <= 120 for line in out.splitlines())
     described = workloads.load_scenario("five-user-coding").description
-    assert any(line.strip(" │").strip() == described for line in out.splitlines())
+    assert any(line.rstrip().endswith(described) for line in out.splitlines())
+
+
+def test_the_run_line_has_no_headline_when_no_turn_had_every_stream_valid():
+    # Session 1 failed in every measured turn: only survivors' rates are left, which read high.
+    failed = {f"{rep},1,{turn}": {"valid": False, "status": "error"}
+              for rep in (1, 2, 3) for turn in (1, 2)}
+    line = report.run_line(small(**failed))
+    assert line.startswith("no headline: in no turn of any measured repetition were all 2 "
+                           "streams valid (6 partial turns")
+    assert "tok/s" not in line
+
+
+def test_the_aggregate_headline_leaves_out_and_counts_partial_turns():
+    line = report.run_line(small(**{"2,1,1": {"valid": False, "status": "error"}}))
+    assert "over 5 turns, 1 partial left out" in line
+
+
+def test_the_report_says_what_was_in_flight_and_how_the_client_fared():
+    from workloads.model.results import ClientHealth
+    from workloads.model.summary import ConcurrencySummary
+
+    result = small().model_copy(update={
+        "concurrency": ConcurrencySummary(mean=1.84, max=2, span_s=0.46,
+                                          samples=[(0.0, 2), (0.3, 1), (0.46, 0)]),
+        "client": ClientHealth(loop_lag_samples=40, loop_lag_p50_ms=0.2, loop_lag_p99_ms=4.9,
+                               loop_lag_max_ms=86.0, cpu_share=0.45, send_delay_p50_ms=0.3,
+                               send_delay_p99_ms=1.2),
+    })
+    text = " ".join(rendered(result).split())
+    assert "in flight: mean 1.8, max 2 requests over the measured 0.5 s" in text
+    assert ("client: event-loop lag p50 0.20 ms, p99 4.90 ms, max 86.0 ms · CPU 0.45 of a core "
+            "· send delay p50 0.30 ms, p99 1.20 ms") in text
+    assert report.client_line(small()) is None and report.concurrency_line(small()) is None

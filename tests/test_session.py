@@ -107,3 +107,36 @@ def test_a_turn_cut_off_by_the_end_of_the_run_is_recorded_as_incomplete():
     asyncio.run(go())
     assert len(records) == 1 and records[0].status == "incomplete"
     assert records[0].error_kind == "cancelled" and records[0].configured_prompt_tokens == 480
+
+
+def test_a_cancelled_turn_keeps_what_the_real_client_measured():
+    from workloads.servers.simulated import SimulatedServer
+    from workloads.wire.client import AiohttpChatClient
+
+    records = []
+    sim = {"faults.rate_stall": 1.0, "faults.stall_s": 60.0, "faults.after_tokens": 3}
+
+    async def go(server):
+        async with AiohttpChatClient(server.base_url) as client:
+            session = make_session(client, records.append)
+            session.model = server.model
+            await session.open(600)
+            await session.prepare(1)
+            task = asyncio.create_task(session.send(1))
+            for _ in range(3000):  # until the server wrote the first content (bounded)
+                await asyncio.sleep(0.01)
+                truths = server.truths()
+                if truths and truths[0].first_written_ns is not None:
+                    break
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    with SimulatedServer("fast", sim=sim, debug=True) as server:
+        asyncio.run(go(server))
+    (r,) = records
+    assert r.status == "incomplete", (r.error_kind, r.error_message)
+    assert r.error_kind == "cancelled" and r.http_status == 200
+    assert r.sent_ns is not None and r.first_content_ns is not None and r.content_events >= 1
+    assert r.error_ns is not None and r.error_ns > r.first_content_ns

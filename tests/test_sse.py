@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workloads.core.sse import ServerSentEvent, SSEDecoder
@@ -34,6 +34,7 @@ payload_text = st.text(
 )
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     payloads=st.lists(payload_text, min_size=1, max_size=8),
     newline=st.sampled_from(["\n", "\r\n", "\r"]),
@@ -60,6 +61,7 @@ field_line = st.one_of(
 )
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     lines=st.lists(field_line, max_size=20),
     newline=st.sampled_from(["\n", "\r\n", "\r"]),
@@ -76,6 +78,7 @@ def test_any_chunking_of_any_field_mix_gives_the_same_events(lines, newline, bom
     assert all(not e.raw.startswith(b"\xef\xbb\xbf") for e in whole) or not bom
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.binary(max_size=64), max_size=20))
 def test_arbitrary_bytes_never_crash(chunks):
     for event in decode_all(chunks):

@@ -31,6 +31,7 @@ from workloads.wire.client import AiohttpChatClient
 LONG = [
     "users=3", "turns=3", "opening_tokens=600", "turn_tokens=100", "output_tokens=400",
     "repetitions.warmup=0", "repetitions.measured=2",
+    "gate=off",  # the gate's greedy requests stream too: the stop must land on turns
 ]
 
 

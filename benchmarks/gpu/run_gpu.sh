@@ -49,7 +49,7 @@
 #   8b-kv-pressure        five-user-coding shape with 8 users on 4 slots of 13,312 tokens in one
 #                         unified KV of 53,248 tokens, host prompt cache off (--cache-ram 0):
 #                         the sessions' working set (~102K tokens) is twice the server's KV;
-#                         the what-if oracle gets the server's n_ctx (run_with_capacity.py)
+#                         the what-if oracle gets the server's n_ctx (--kv-capacity)
 #   8b-cN                 one cell of concurrency-sweep at C=N on N slots (8b-c16, 8b-c64)
 #   8b-c64-greedy         the C64 cell with greedy sampling (the sampling ceiling, issue 14)
 #   gemma-five-user-coding  five-user-coding on Gemma 3 270M
@@ -193,14 +193,15 @@ start_server() {
         "$dir/server.log" | head -40 > "$dir/server-start.txt"
 }
 
-# workloads CONSOLE_DIR SCENARIO ARGS... ; WRAP=1 runs through run_with_capacity.py
+# workloads CONSOLE_DIR SCENARIO ARGS... ; KV_CAPACITY=N gives the what-if oracle the
+# server's KV capacity (llama.cpp reuses any prefix length: block 1)
 workloads_run() {
     local dir=$1 scen=$2; shift 2
-    local entry=(-m workloads)
-    [ -n "${KV_CAPACITY:-}" ] && entry=("$HERE/run_with_capacity.py")
+    local kv=()
+    [ -n "${KV_CAPACITY:-}" ] && kv=(--kv-capacity "$KV_CAPACITY" --kv-block 1)
     log "workloads run $scen $*"
     local t0=$SECONDS
-    WORKLOADS_KV_CAPACITY=${KV_CAPACITY:-} $PY "${entry[@]}" run "$scen" \
+    $PY -m workloads run "$scen" "${kv[@]}" \
         --target "http://127.0.0.1:$PORT/v1" --out "$dir/run" --quiet --no-plots "$@" \
         > "$dir/console.txt" 2>&1
     local rc=$?

@@ -5,8 +5,9 @@
     print(result.summary.run.aggregate_rate)
 
 Everything public is importable from here; other modules are internal. Importing this
-package loads only the data models: the run, the simulated server, telemetry and the HTTP
-client load on first use of a name that needs them.
+package loads nothing but its version: every name loads its module on first use (the data
+models on pydantic; the run, the simulated server, telemetry and the HTTP client on aiohttp),
+so the pytest plugin costs nothing in a test run that does not use it.
 """
 
 from __future__ import annotations
@@ -15,27 +16,43 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from workloads._version import __version__
-from workloads.model.errors import (
-    IncomparableError,
-    ResultFormatError,
-    ScenarioError,
-    TargetError,
-    WorkloadsError,
-)
-from workloads.model.records import TurnRecord
-from workloads.model.results import RunResult, load_result
-from workloads.model.scenario import Scenario, list_scenarios, load_scenario
-from workloads.model.summary import RunSummary, Summary, TurnSummary
-from workloads.model.target import Target
 
 if TYPE_CHECKING:
+    from workloads.model.errors import (
+        IncomparableError,
+        ResultFormatError,
+        ScenarioError,
+        TargetError,
+        WorkloadsError,
+    )
+    from workloads.model.records import TurnRecord
+    from workloads.model.results import RunResult, load_result
+    from workloads.model.scenario import Scenario, list_scenarios, load_scenario
+    from workloads.model.summary import RunSummary, Summary, TurnSummary
+    from workloads.model.target import Target
     from workloads.probe import probe_target, probe_target_async
     from workloads.runner.run import run, run_async
     from workloads.servers.simulated import SimulatedServer
     from workloads.telemetry import TelemetryOptions
 
-# Names whose modules are heavy (aiohttp, aiohttp.web, prometheus_client): loaded on first use.
+# Every name loads its module on first use: the data models need pydantic (~0.2-1 s), the
+# rest aiohttp, aiohttp.web and prometheus_client as well.
 _LAZY = {
+    "IncomparableError": "workloads.model.errors",
+    "ResultFormatError": "workloads.model.errors",
+    "ScenarioError": "workloads.model.errors",
+    "TargetError": "workloads.model.errors",
+    "WorkloadsError": "workloads.model.errors",
+    "TurnRecord": "workloads.model.records",
+    "RunResult": "workloads.model.results",
+    "load_result": "workloads.model.results",
+    "Scenario": "workloads.model.scenario",
+    "list_scenarios": "workloads.model.scenario",
+    "load_scenario": "workloads.model.scenario",
+    "RunSummary": "workloads.model.summary",
+    "Summary": "workloads.model.summary",
+    "TurnSummary": "workloads.model.summary",
+    "Target": "workloads.model.target",
     "run": "workloads.runner.run",
     "run_async": "workloads.runner.run",
     "SimulatedServer": "workloads.servers.simulated",

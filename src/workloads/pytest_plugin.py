@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from workloads.model.results import RunResult
-from workloads.model.scenario import Scenario, load_scenario
-from workloads.model.target import Target
-
-# Every pytest start in an environment with workloads installed loads this plugin: the
-# server and the run (aiohttp, aiohttp.web, prometheus_client) load only when a fixture runs.
+# Every pytest start in an environment with workloads installed loads this plugin: the data
+# models (pydantic), the server and the run (aiohttp, aiohttp.web, prometheus_client) load
+# only when a fixture runs (tests/test_pytest_plugin.py checks).
 if TYPE_CHECKING:
+    from workloads.model.results import RunResult
+    from workloads.model.scenario import Scenario
+    from workloads.model.target import Target
     from workloads.servers.simulated import SimulatedServer
 
 
@@ -49,6 +49,8 @@ def run_scenario(
         target: Target | None = None,
         **options: Any,
     ) -> RunResult:
+        from workloads.model.scenario import Scenario, load_scenario
+
         chosen = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         chosen = chosen.with_overrides(set)
         options.setdefault("out_dir", tmp_path / f"run-{chosen.name}")

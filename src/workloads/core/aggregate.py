@@ -16,13 +16,21 @@ Definitions (see docs/architecture.md; the seed records use the same):
 * cache effectiveness — Σ cached_tokens / Σ shareable_tokens over the valid records where
   *both* are known (None when there are none, or nothing was shareable);
 * hit rate — Σ cached_tokens / Σ prompt_tokens over the valid records with cached known
-  (what vLLM's prefix-cache counters call the hit rate).
+  (what vLLM's prefix-cache counters call the hit rate);
+* latency distributions (p50/p90/p99/max) over the valid records: TTFT, inter-token latency
+  (every gap between consecutive content chunks, from ``chunk_gaps_us``) and end-to-end
+  latency (sent → end of stream);
+* request rate — finished requests / (last stream end − first send) per (cell, repetition),
+  banded over repetitions.
 
-Run figures (the report's headline): per-user median over every valid measured record;
-aggregate = users × that median; wall aggregate = Σ completion tokens of a repetition's valid
-turns / its span (first send → last content), per repetition, banded over the repetitions in
-which every measured turn was valid. :func:`repetitions` gives the same figures for each
-repetition alone, which is what ``compare`` bands.
+Run figures (the report's headline): the aggregate is the median of the per-turn aggregates
+(Σ over one turn's concurrent streams) over every (repetition, turn) in which all the cell's
+streams were valid — never a Σ over survivors, never users × a per-user median; with no such
+(repetition, turn) it is None and ``partial_turns`` says why. Per-user median over every valid
+measured record; wall aggregate = Σ completion tokens of a repetition's valid turns / its span
+(first send → last content), per repetition, banded over the repetitions in which every
+measured turn was valid. :func:`repetitions` gives the same figures for each repetition alone
+and :func:`turn_repetitions` each (repetition, turn)'s: what ``compare`` tests.
 
 Records are grouped by (cell, repetition): every cell of a sweep numbers its repetitions from
 0. A summary over records of several cells (a sweep's pooled ``RunResult.summary``) has no
@@ -36,21 +44,24 @@ turns never enter any figure here.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from workloads.core import stats
+from workloads.core.gate import rejudged
 from workloads.model.records import TurnRecord
 from workloads.model.results import RunResult
 from workloads.model.summary import BandSummary, RunSummary, Summary, TurnSummary
 
 __all__ = [
     "RepetitionFigures",
+    "TurnRepetitionFigures",
     "cell_figures",
     "generation_rate",
     "repetitions",
     "summarize",
     "summarized",
+    "turn_repetitions",
 ]
 
 
@@ -63,9 +74,25 @@ class RepetitionFigures:
     records: int
     valid: int
     per_user_rate: float | None  # median over the repetition's valid records
-    aggregate_rate: float | None  # users × per_user_rate
+    aggregate_rate: float | None  # median over its turns whose streams were all valid of Σ
     wall_aggregate_rate: float | None  # None unless every measured turn was valid
     ttft_s: float | None  # median over the repetition's valid records
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRepetitionFigures:
+    """The figures of one turn of one measured repetition of one cell: ``compare``'s
+    per-turn values, one per repetition."""
+
+    cell: int
+    repetition: int
+    turn: int
+    streams: int  # valid streams with a post-first rate
+    aggregate_rate: float | None  # Σ of the streams' rates; None unless all users' were valid
+    per_user_rate: float | None
+    ttft_s: float | None  # median over the valid records
+    prefill_rate: float | None  # median prompt / TTFT over the valid records
+    cache_effectiveness: float | None  # Σ cached / Σ shareable where both known
 
 
 Key = tuple[int, int]  # (cell, repetition)
@@ -90,6 +117,29 @@ def _wall_rate(records: Sequence[TurnRecord]) -> float | None:
     if not ends or not starts or max(ends) <= min(starts):
         return None
     return tokens / ((max(ends) - min(starts)) / 1e9)
+
+
+def _e2e_s(r: TurnRecord) -> float | None:
+    end = r.done_ns if r.done_ns is not None else r.last_content_ns
+    if r.sent_ns is None or end is None or end <= r.sent_ns:
+        return None
+    return (end - r.sent_ns) / 1e9
+
+
+def _gaps_s(records: Iterable[TurnRecord]) -> Iterator[float]:
+    for r in records:
+        for gap in r.chunk_gaps_us or ():
+            yield gap / 1e6
+
+
+def _request_rate(records: Sequence[TurnRecord]) -> float | None:
+    """Finished requests per second over the records' span: first send → last stream end."""
+    finished = [r for r in records if r.status == "ok"]
+    ends = [e for r in finished if (e := r.done_ns or r.last_content_ns) is not None]
+    starts = [r.sent_ns for r in records if r.sent_ns is not None]
+    if not ends or not starts or max(ends) <= min(starts):
+        return None
+    return len(finished) / ((max(ends) - min(starts)) / 1e9)
 
 
 def _rates(records: Iterable[TurnRecord]) -> list[float]:
@@ -166,6 +216,9 @@ def _turn_summary(
         streams=stats.band(streams),
         partial_repetitions=partial,
         hit_rate=hit_rate,
+        ttft_percentiles=stats.percentiles(_ttft_s(r) for r in valid),
+        itl_percentiles=stats.percentiles(_gaps_s(valid)),
+        e2e_percentiles=stats.percentiles(_e2e_s(r) for r in valid),
     )
 
 
@@ -176,6 +229,7 @@ def repetitions(records: Iterable[TurnRecord], *, users: int) -> list[Repetition
     for (cell, rep), group in _per_rep(r for r in records if not r.warmup).items():
         valid = [r for r in group if r.valid]
         per_user = stats.median(_rates(valid))
+        full = [t.aggregate_rate for t in turn_repetitions(group, users=users)]
         out.append(
             RepetitionFigures(
                 cell=cell,
@@ -183,11 +237,45 @@ def repetitions(records: Iterable[TurnRecord], *, users: int) -> list[Repetition
                 records=len(group),
                 valid=len(valid),
                 per_user_rate=per_user,
-                aggregate_rate=None if per_user is None else users * per_user,
+                aggregate_rate=stats.median(full),
                 wall_aggregate_rate=_wall_rate(valid) if len(valid) == len(group) else None,
                 ttft_s=stats.median(_ttft_s(r) for r in valid),
             )
         )
+    return out
+
+
+def _effectiveness(records: Iterable[TurnRecord]) -> float | None:
+    both = [r for r in records if r.valid and r.cached_tokens is not None
+            and r.shareable_tokens is not None]
+    shareable = sum(r.shareable_tokens or 0 for r in both)
+    return sum(r.cached_tokens or 0 for r in both) / shareable if shareable > 0 else None
+
+
+def turn_repetitions(
+    records: Iterable[TurnRecord], *, users: int
+) -> list[TurnRepetitionFigures]:
+    """The figures of each measured (cell, repetition, turn), in order. ``users``: the
+    cell's concurrency; the aggregate is None unless that many streams were valid."""
+    groups: dict[tuple[int, int, int], list[TurnRecord]] = defaultdict(list)
+    for r in records:
+        if not r.warmup:
+            groups[(r.cell, r.repetition, r.turn)].append(r)
+    out = []
+    for (cell, rep, turn), group in sorted(groups.items()):
+        rates = _rates(group)
+        valid = [r for r in group if r.valid]
+        out.append(TurnRepetitionFigures(
+            cell=cell, repetition=rep, turn=turn, streams=len(rates),
+            aggregate_rate=sum(rates) if rates and len(rates) >= users else None,
+            per_user_rate=stats.median(rates),
+            ttft_s=stats.median(_ttft_s(r) for r in valid),
+            prefill_rate=stats.median(
+                r.prompt_tokens / t for r in valid
+                if (t := _ttft_s(r)) and r.prompt_tokens is not None
+            ),
+            cache_effectiveness=_effectiveness(group),
+        ))
     return out
 
 
@@ -203,6 +291,7 @@ def summarize(records: Iterable[TurnRecord], *, users: int) -> Summary:
     valid = [r for r in measured if r.valid]
     finished = [r for r in measured if r.status == "ok"]
     per_user = stats.median(r.decode_tokens_per_s for r in valid)
+    by_rep_turn = [] if pooled else turn_repetitions(measured, users=users)
     reps_per_cell: dict[int, set[int]] = defaultdict(set)
     for r in measured:
         reps_per_cell[r.cell].add(r.repetition)
@@ -215,7 +304,9 @@ def summarize(records: Iterable[TurnRecord], *, users: int) -> Summary:
         errors=len(measured) - len(finished),
         warmup_records=len(everything) - len(measured),
         per_user_rate=per_user,
-        aggregate_rate=None if per_user is None or pooled else users * per_user,
+        aggregate_rate=None if pooled else stats.median(
+            t.aggregate_rate for t in by_rep_turn
+        ),
         turn_aggregate_rate=stats.band(
             t.aggregate_rate.median if t.aggregate_rate else None for t in turns
         ),
@@ -223,6 +314,14 @@ def summarize(records: Iterable[TurnRecord], *, users: int) -> Summary:
         completion_tokens=sum(r.completion_tokens or 0 for r in measured),
         wall_aggregate_rate=None if pooled else stats.band(
             f.wall_aggregate_rate for f in repetitions(measured, users=users)
+        ),
+        full_turns=sum(t.aggregate_rate is not None for t in by_rep_turn),
+        partial_turns=sum(t.aggregate_rate is None for t in by_rep_turn),
+        ttft_percentiles=stats.percentiles(_ttft_s(r) for r in valid),
+        itl_percentiles=stats.percentiles(_gaps_s(valid)),
+        e2e_percentiles=stats.percentiles(_e2e_s(r) for r in valid),
+        request_rate=None if pooled else stats.band(
+            _request_rate(group) for group in _per_rep(measured).values()
         ),
     )
     return Summary(turns=turns, run=run)
@@ -241,6 +340,8 @@ def summarized(result: RunResult) -> RunResult:
     if not result.records:
         return result
     update: dict[str, object] = {"summary": summarize(result.records, users=result.scenario.users)}
+    if result.gate is not None:
+        update["gate"] = rejudged(result.gate)
     if result.cells is not None:
         update["cells"] = [
             cell.model_copy(update=cell_figures(

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SSEDecoder", "ServerSentEvent"]
+__all__ = ["Fields", "SSEDecoder", "ServerSentEvent"]
 
 BOM = b"\xef\xbb\xbf"
+Fields = tuple[bytes, str | None, str, int | None]  # an event's raw data, event, id, retry_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,11 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """Decode ``chunk`` and return every event it completes, in order."""
+        return [ServerSentEvent(*fields) for fields in self.feed_fields(chunk)]
+
+    def feed_fields(self, chunk: bytes) -> list[Fields]:
+        """:meth:`feed` without the event objects: ``(raw, event, id, retry_ms)`` tuples, for
+        a hot path that reads a few hundred thousand events a second."""
         if self._head is not None:
             chunk = self._strip_bom(chunk)
         if not chunk:
@@ -90,7 +96,7 @@ class SSEDecoder:
             self._pending = [tail] if tail else []
         elif tail:
             self._pending = [tail]
-        events: list[ServerSentEvent] = []
+        events: list[Fields] = []
         data = self._data
         for line in lines:
             if line[:6] == b"data: ":  # the common line, inlined: the hot path of a stream
@@ -114,7 +120,7 @@ class SSEDecoder:
             self._pending = []
             self._field(line)
         if self._data:
-            return [self._dispatch()]
+            return [ServerSentEvent(*self._dispatch())]
         return []
 
     def _strip_bom(self, chunk: bytes) -> bytes:
@@ -126,9 +132,9 @@ class SSEDecoder:
         self._head = None
         return head[len(BOM):] if head.startswith(BOM) else head
 
-    def _dispatch(self) -> ServerSentEvent:
+    def _dispatch(self) -> Fields:
         raw = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
-        event = ServerSentEvent(raw, self._event, self._id, self._retry)
+        event = (raw, self._event, self._id, self._retry)
         self._data = []
         self._event = None
         return event

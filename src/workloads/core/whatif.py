@@ -38,11 +38,14 @@ _UNLIMITED_BLOCKS = 1 << 62
 @dataclass(frozen=True)
 class OracleRequest:
     """One request of a run: its prompt ids, its completion ids, and the turn it belongs to
-    (the label figures are grouped by)."""
+    (the label figures are grouped by). Every request that reached the server is replayed
+    (it changed the cache); only ``counted`` ones enter the per-turn figures, so they are
+    over the same requests as the observed hit rate (valid, cached tokens reported)."""
 
     prompt: Sequence[int]
     completion: Sequence[int] = ()
     turn: int = 1
+    counted: bool = True
 
 
 def lru_hits(
@@ -84,6 +87,8 @@ def replay(
     hits = lru_hits(listed, capacity_tokens=capacity_tokens, block_size=block_size)
     sums: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
     for request, hit in zip(listed, hits, strict=True):
+        if not request.counted:
+            continue
         row = sums[request.turn]
         row[0] += 1
         row[1] += len(request.prompt)

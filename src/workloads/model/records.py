@@ -97,6 +97,18 @@ class TurnRecord(Frozen):
     error_ns: int | None = None  # when the failure arrived (perf_counter_ns); None when ok
     retries: int = 0  # attempts re-sent by the retry_on policy (each one in attempts)
     attempts: tuple[AttemptRecord, ...] = ()  # earlier failed attempts, oldest first
+    # Identity of what was sent and received (added 2026-12-01, optional): sha256 of the
+    # request's messages as canonical JSON, and of the completion text; the texts themselves
+    # are in the run's transcripts (workloads.core.transcripts), unless turned off.
+    prompt_sha256: str | None = None
+    completion_sha256: str | None = None
+    # The completion loops or collapsed (workloads.core.degeneration): why; None when it does
+    # not, or when there was no completion text to judge (degenerate is then None too).
+    degenerate: bool | None = None
+    degenerate_reason: str | None = None
+    # Gaps between consecutive content chunks' arrivals, integer microseconds (n − 1 values
+    # for n chunks): the inter-token latency distribution, compact. None: not recorded.
+    chunk_gaps_us: list[int] | None = None
 
     @model_validator(mode="before")
     @classmethod

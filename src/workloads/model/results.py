@@ -4,6 +4,9 @@
 measured window, the summary and warnings; ``DIR/records.jsonl`` beside it holds the raw
 TurnRecords. ``show`` and ``compare`` recompute from those files.
 
+Size: just past 400 lines: the saved models and their loaders per format version belong
+together (a schema change and its loader change in one place).
+
 records.jsonl is written as the run goes, so it alone is enough to rebuild a report when the
 run was killed before result.json was written. Its lines (format 2 on; one JSON object each):
 
@@ -31,6 +34,8 @@ from workloads._version import __version__
 from workloads.model.base import Frozen
 from workloads.model.errors import ResultFormatError
 from workloads.model.figures import EnergyFigures, ServerTelemetry
+from workloads.model.gate import GateResult
+from workloads.model.likelihood import Likelihood
 from workloads.model.records import TurnRecord
 from workloads.model.scenario import Scenario
 from workloads.model.summary import BandSummary, ConcurrencySummary, RunSummary, Summary
@@ -65,6 +70,10 @@ class TargetInfo(Frozen):
     simulated: bool  # the embedded simulated server (no --target)
     simulator_profile: dict[str, Any] | None = None
     server: ServerIdentity = ServerIdentity()
+    # The KV capacity and block size the user gave for a real server (the what-if oracle's);
+    # None for the simulator, whose profile says.
+    kv_capacity_tokens: int | None = None
+    kv_block_tokens: int | None = None
 
 
 class RepetitionNonces(Frozen):
@@ -164,6 +173,11 @@ class RunResult(Frozen):
     # Requests in flight over the measured span (None: no measured span); with free pacing
     # and arrivals it is an outcome, not a setting.
     concurrency: ConcurrencySummary | None = None
+    # The correctness gate (None: not run), and why the run is invalid (a required gate
+    # failed); added 2026-12-01, optional.
+    gate: GateResult | None = None
+    invalid_reason: str | None = None
+    likelihood: Likelihood | None = None  # the likelihood probe (None: not run)
 
     def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
         """Write ``result.json`` into ``directory`` (and records.jsonl, with its header, if

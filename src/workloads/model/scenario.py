@@ -19,6 +19,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from workloads.model.base import Frozen
 from workloads.model.errors import ScenarioError
+from workloads.model.gate import GateMode
 
 __all__ = [
     "Arrivals",
@@ -188,6 +189,10 @@ class Scenario(Frozen):
     sampling: Sampling = Sampling()
     timeouts: Timeouts = Timeouts()
     extra_body: dict[str, Any] = Field(default_factory=dict)  # server-specific request fields
+    # The correctness gate (workloads.core.gate), sent greedily before and after the measured
+    # windows: "report" records and prints it; "required" also marks the run invalid when a
+    # case fails; "off" does not send it.
+    gate: GateMode = "report"
 
     @model_validator(mode="after")
     def _extra_body_cannot_override_core(self) -> Scenario:

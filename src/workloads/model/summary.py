@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from workloads.model.base import Frozen
 
-__all__ = ["BandSummary", "ConcurrencySummary", "RunSummary", "Summary", "TurnSummary"]
+__all__ = [
+    "BandSummary", "ConcurrencySummary", "Percentiles", "RunSummary", "Summary", "TurnSummary",
+]
 
 
 class BandSummary(Frozen):
@@ -14,6 +16,18 @@ class BandSummary(Frozen):
     median: float
     low: float
     high: float
+    n: int
+
+
+class Percentiles(Frozen):
+    """The distribution of ``n`` values: p50, p90 and p99 (linear interpolation between
+    order statistics) and the maximum. With few values the high percentiles sit near the
+    maximum: read them with ``n``."""
+
+    p50: float
+    p90: float
+    p99: float
+    max: float
     n: int
 
 
@@ -44,11 +58,16 @@ class TurnSummary(Frozen):
     streams: BandSummary | None = None  # valid streams with a rate, per repetition
     partial_repetitions: int = 0  # repetitions with fewer valid streams than users: excluded
     hit_rate: float | None = None  # Σ cached / Σ prompt over valid records with cached known
+    # Latency distributions in seconds over the valid records (added later, optional):
+    ttft_percentiles: Percentiles | None = None  # sent → first content chunk
+    itl_percentiles: Percentiles | None = None  # every gap between content chunks
+    e2e_percentiles: Percentiles | None = None  # sent → end of stream
 
 
 class RunSummary(Frozen):
-    """The run's headline: per-user median rate over every valid measured turn, and
-    users × that median (the seed records' "5 × 25.5 = 127.5 aggregate")."""
+    """The run's headline: the aggregate (median over every (repetition, turn) whose streams
+    were all valid of the Σ of their post-first rates — the one meaning of "aggregate"), the
+    per-user median rate over every valid measured turn, and the wall aggregate."""
 
     users: int
     measured_repetitions: int  # per cell (the most any cell measured)
@@ -58,12 +77,26 @@ class RunSummary(Frozen):
     errors: int
     warmup_records: int
     per_user_rate: float | None  # median over every valid measured record
-    aggregate_rate: float | None  # users × per-user median; None when pooled over cells
+    # Median of per-turn Σ over (repetition, turn)s with every stream valid; None when there
+    # is none, or when pooled over cells. (Before 2026-12-01: users × per-user median.)
+    aggregate_rate: float | None
     turn_aggregate_rate: BandSummary | None  # the per-turn aggregate medians, banded
     ttft_s: BandSummary | None  # over every valid measured request
     completion_tokens: int  # Σ over measured records
     # Added later (optional): Σ tokens / span per fully valid repetition, banded.
     wall_aggregate_rate: BandSummary | None = None
+    # (repetition, turn)s whose streams were all valid (they make the aggregate), and those
+    # that were not (left out of it). Both 0 in older results and pooled summaries.
+    full_turns: int = 0
+    partial_turns: int = 0
+    # Added later (optional): latency distributions in seconds over every valid measured
+    # request (ITL: over every gap between content chunks), as in TurnSummary.
+    ttft_percentiles: Percentiles | None = None
+    itl_percentiles: Percentiles | None = None
+    e2e_percentiles: Percentiles | None = None
+    # Finished measured requests / the repetition's span (first send → last stream end),
+    # per repetition, banded; None when pooled over cells.
+    request_rate: BandSummary | None = None
 
 
 class Summary(Frozen):

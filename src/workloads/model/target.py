@@ -30,11 +30,21 @@ class Target:
     # a run against it is labelled simulated (no energy reading, the what-if oracle knows the
     # KV capacity) however it was started.
     simulator_profile: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    # The server's KV cache, for the what-if cache oracle: capacity in tokens (None: unknown;
+    # the simulated server's profile says) and the block size its prefix cache reuses in
+    # (vLLM 16; llama.cpp reuses any prefix length: 1).
+    kv_capacity_tokens: int | None = None
+    kv_block_tokens: int = 16
 
     def __post_init__(self) -> None:
         problem = base_url_problem(self.base_url)
         if problem is not None:
             raise TargetError(problem)
+        if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < self.kv_block_tokens:
+            raise TargetError(f"kv_capacity_tokens ({self.kv_capacity_tokens}) must hold at "
+                              f"least one block of kv_block_tokens ({self.kv_block_tokens})")
+        if self.kv_block_tokens < 1:
+            raise TargetError(f"kv_block_tokens must be at least 1, got {self.kv_block_tokens}")
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) or None

@@ -1,15 +1,23 @@
 """The console report of a RunResult: the per-turn table, cache effectiveness, the what-if
 cache table, the run line, sweeps, then the window (:mod:`workloads.report.window`). Returns
-renderables and text; printing is the CLI's job."""
+renderables and text; printing is the CLI's job.
+
+Size: past 400 lines: one builder per block of the report (turns, tokens, latency, what-if,
+sweep cells, lines); each is short and they share the number formats of report/text.py.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from workloads.model.results import RunResult
-from workloads.model.summary import TurnSummary
+from workloads.model.scenario import Scenario
+from workloads.model.summary import Percentiles, TurnSummary
+from workloads.report.table import Block, Line, ReportTable
 from workloads.report.text import (
     NO_VALID,
     NOT_REPORTED,
@@ -17,17 +25,24 @@ from workloads.report.text import (
     num,
     plural,
     span,
-    titled_table,
 )
-from workloads.report.window import window_section
+from workloads.report.verdicts import verdict_lines
+from workloads.report.window import window_blocks
 
 __all__ = [
+    "blocks",
     "cache_table",
+    "client_line",
+    "concurrency_line",
     "coordinates_line",
+    "latency_table",
+    "records_notes",
     "render",
     "run_line",
+    "scenarios_table",
     "sizing_line",
     "sweep_line",
+    "sweep_server_table",
     "sweep_table",
     "turn_table",
     "what_if_table",
@@ -50,16 +65,17 @@ def _free(result: RunResult) -> bool:
     return result.scenario.pacing.mode != "lockstep"  # free or arrivals: streams need not overlap
 
 
-def turn_table(result: RunResult) -> Table:
+def turn_table(result: RunResult) -> ReportTable:
     """Per-turn rates and latency. Rates: medians over measured repetitions (min–max); TTFT
     and prefill: medians over the measured requests (min–max)."""
     free = _free(result)
     users = result.summary.run.users
-    table = titled_table(
+    table = ReportTable(
         "Per turn — rates: median over measured repetitions (min–max); TTFT and prefill: "
         "median over requests (min–max)",
         ["turn", "Σ streams tok/s †" if free else "aggregate tok/s", "wall tok/s",
          "per-user tok/s", "TTFT s", "prefill tok/s", "uncached tok/s", "valid"],
+        name="turns",
     )
     notes = []
     for t in result.summary.turns:
@@ -70,7 +86,7 @@ def turn_table(result: RunResult) -> Table:
             notes.append(
                 f"turn {t.turn}: {plural(t.partial_repetitions, 'repetition')} of "
                 f"{t.streams.n if t.streams else 0} summed fewer valid streams than the "
-                f"{users} users ({span(t.streams)} streams per repetition)"
+                f"{plural(users, 'user')} ({span(t.streams)} streams per repetition)"
             )
         table.add_row(
             str(t.turn),
@@ -86,27 +102,26 @@ def turn_table(result: RunResult) -> Table:
     captions = []
     if free:
         captions.append(
-            "† free pacing: a turn's streams need not overlap in time, so their Σ overstates "
-            "throughput; wall tok/s = Σ tokens / the turn's span"
+            f"† {result.scenario.pacing.mode} pacing: a turn's streams need not overlap in "
+            "time, so their Σ overstates throughput; wall tok/s = Σ tokens / the turn's span"
         )
     if notes:
         captions.append(
             "* left out of aggregate and wall tok/s (a Σ over fewer streams is not the same "
             "figure): " + "; ".join(notes)
         )
-    if captions:
-        table.caption = "\n".join(captions)
-        table.caption_justify = "left"
+    table.notes.extend(captions)
     return table
 
 
-def cache_table(result: RunResult) -> Table:
+def cache_table(result: RunResult) -> ReportTable:
     """Per-turn tokens: configured depth, what the server counted, and what it cached."""
     estimated = any(not t.shareable_exact for t in result.summary.turns if t.valid)
-    table = titled_table(
+    table = ReportTable(
         "Per turn — tokens (median, min–max); cache effectiveness = cached / shareable prefix"
         + (" (~ estimated)" if estimated else ""),
         ["turn", "configured prompt", "prompt (server)", "shareable", "cached", "cache eff."],
+        name="tokens",
     )
     for t in result.summary.turns:
         table.add_row(
@@ -120,7 +135,7 @@ def cache_table(result: RunResult) -> Table:
     return table
 
 
-def what_if_table(result: RunResult) -> Table | None:
+def what_if_table(result: RunResult) -> ReportTable | None:
     """Observed prefix-cache hit rate per turn beside what the what-if oracle says a prefix
     cache would serve with no contention: an LRU of the server's KV capacity, and unlimited.
     None when the oracle did not run, or when every turn got what an unlimited cache would
@@ -136,9 +151,10 @@ def what_if_table(result: RunResult) -> Table | None:
     if gap < 0.01:
         return None
     capacity = result.cache_what_if[0].capacity_tokens
-    table = titled_table(
+    table = ReportTable(
         "What-if prefix cache — hit rate, observed vs replayed with no contention",
         ["turn", "observed", f"LRU of {capacity:,} tokens", "unlimited"],
+        name="what_if",
     )
     observed = {t.turn: t.hit_rate for t in result.summary.turns}
 
@@ -171,41 +187,52 @@ def coordinates_line(result: RunResult) -> str:
 
 
 def run_line(result: RunResult) -> str:
-    """The headline: users × per-user median = aggregate, as in the seed records; with free
-    pacing the streams need not overlap, so the per-user median and the wall aggregate."""
+    """The headline: the aggregate (median over full (repetition, turn)s of the Σ of their
+    streams' post-first rates), the per-user median and the wall throughput. No headline from
+    repetitions whose streams were not all valid: it says why instead (survivors decode
+    faster, so such a figure reads high). With free pacing the streams need not overlap, so
+    the per-user median and the wall throughput."""
     r = result.summary.run
     if r.per_user_rate is None:
         return f"no valid measured turns ({r.errors} failed, {r.invalid} invalid)"
     ttft = f"TTFT median {num(r.ttft_s.median)} s" if r.ttft_s else "TTFT —"
-    wall = f"wall aggregate {format_band(r.wall_aggregate_rate)} tok/s"
+    wall = f"wall throughput {format_band(r.wall_aggregate_rate)} tok/s"
+    valid = f"{r.valid:,}/{r.records:,} valid {'turn' if r.records == 1 else 'turns'}"
+    if r.aggregate_rate is None and r.partial_turns and not r.full_turns:
+        return (
+            f"no headline: in no turn of any measured repetition were all {r.users} streams "
+            f"valid ({plural(r.partial_turns, 'partial turn')}; a figure from the survivors "
+            f"would read high) · {valid}"
+        )
     if _free(result) or r.aggregate_rate is None:
         head = f"per-user median {num(r.per_user_rate)} tok/s; {wall}"
     else:
+        left_out = f", {r.partial_turns} partial left out" if r.partial_turns else ""
         head = (
-            f"{r.users} × {num(r.per_user_rate)} per-user median = {num(r.aggregate_rate)} "
-            f"aggregate tok/s · {wall}"
+            f"aggregate {num(r.aggregate_rate)} tok/s (median Σ of {r.users} streams over "
+            f"{plural(r.full_turns, 'turn')}{left_out}) · per-user median "
+            f"{num(r.per_user_rate)} tok/s · {wall}"
         )
-    valid = f"{r.valid:,}/{r.records:,} valid {'turn' if r.records == 1 else 'turns'}"
-    return f"{head} · {ttft} · {valid}"
+    line = f"{head} · {ttft} · {valid}"
+    if r.request_rate is not None:
+        line += f" · {format_band(r.request_rate)} requests/s"
+    return line
 
 
 
-def sweep_table(result: RunResult) -> Table:
+def sweep_table(result: RunResult) -> ReportTable:
     """One row per cell, shaped like seed 000's throughput rows: configured prior-token
     target, actual prompt tokens (server count), median generation rate and its range."""
     cells = result.cells or []
     concurrent = any(c.concurrency > 1 for c in cells)
-    table = Table(
-        title="Per cell — turn-1 prompt tokens; generation rate over valid measured turns",
-        title_justify="left",
-        header_style="bold",
-    )
-    names = ["C", "prior\ntarget", "configured\nprompt", "actual\nprompt", "median\ntok/s",
+    names = ["C", "prior target", "configured prompt", "actual prompt", "median tok/s",
              "range"]
-    names += ["aggregate\ntok/s"] if concurrent else []
-    names += ["TTFT s", "valid"]
-    for name in names:  # "range" must not be cut: it is half of the seed's figure
-        table.add_column(name, justify="right", no_wrap=name == "range", min_width=5)
+    names += ["aggregate tok/s"] if concurrent else []
+    names += ["TTFT s", "requests/s", "valid"]
+    table = ReportTable(
+        "Per cell — turn-1 prompt tokens; generation rate over valid measured turns",
+        names, key=2, name="cells",
+    )
     for cell in cells:
         first = cell.summary.turns[0] if cell.summary.turns else None
         rate = cell.generation_rate
@@ -219,7 +246,9 @@ def sweep_table(result: RunResult) -> Table:
             f"{num(rate.low)}–{num(rate.high)}" if rate else "—",
         ]
         row += [num(run.aggregate_rate)] if concurrent else []
-        row += [num(run.ttft_s.median if run.ttft_s else None, 2), f"{run.valid}/{run.records}"]
+        row += [num(run.ttft_s.median if run.ttft_s else None, 2),
+                num(run.request_rate.median if run.request_rate else None),
+                f"{run.valid}/{run.records}"]
         table.add_row(*row)
     return table
 
@@ -233,7 +262,7 @@ def sweep_line(result: RunResult) -> str:
     ps = sorted({c.prior_tokens for c in cells})
     measured = max((c.summary.run.measured_repetitions for c in cells), default=0)
     return (
-        f"sweep of {len(cells)} cells: C {', '.join(map(str, cs))} × prior "
+        f"sweep of {plural(len(cells), 'cell')}: C {', '.join(map(str, cs))} × prior "
         f"{', '.join(f'{p:,}' for p in ps)} tokens · {s.turn_tokens:,} new per turn · "
         f"{s.output_tokens} generated per turn · {plural(s.turns, 'turn')} × {measured} "
         f"measured (+{s.repetitions.warmup} warm-up) per cell"
@@ -254,29 +283,239 @@ def sizing_line(result: RunResult) -> str | None:
     return f"depths sized with {z.tokenizer}; shareable prefixes are estimates (~)"
 
 
-def render(result: RunResult) -> Group:
-    """Everything the console shows after a run."""
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0%}"
+
+
+def sweep_server_table(result: RunResult) -> ReportTable | None:
+    """Per cell: cache effectiveness and hit rate from the responses' usage, beside the
+    server's own window figures (its prefix-cache hit rate, whether its counters reconcile
+    with usage, KV usage peak, preemptions, acceptance). None for a run without cells."""
+    if result.cells is None:
+        return None
+    table = ReportTable(
+        "Per cell — cache (from usage) and the server's window figures",
+        ["C", "prior target", "cache eff.", "hit rate", "server hit rate", "counters",
+         "KV peak", "preemptions"],
+        key=2, name="cells_server", left=(5,),
+    )
+    speculating = any(c.window.server is not None
+                      and c.window.server.spec_acceptance_rate is not None for c in result.cells)
+    if speculating:
+        table.columns.append("acceptance")
+    for cell in result.cells:
+        valid = [r for r in result.records if r.cell == cell.cell and r.valid
+                 and not r.warmup and r.cached_tokens is not None]
+        both = [r for r in valid if r.shareable_tokens is not None]
+        shareable = sum(r.shareable_tokens or 0 for r in both)
+        prompt = sum(r.prompt_tokens or 0 for r in valid)
+        if not valid:
+            eff, hit = NOT_REPORTED, NOT_REPORTED
+        else:
+            eff = ("— (none shareable)" if shareable == 0
+                   else _pct(sum(r.cached_tokens or 0 for r in both) / shareable))
+            hit = _pct(sum(r.cached_tokens or 0 for r in valid) / prompt if prompt else None)
+        t = cell.window.server
+        if t is None or t.server is None or not t.metrics_used:
+            server = [NOT_REPORTED, "not read", "—", "—", "—"]  # hit rate … acceptance
+        else:
+            verdicts = [r.verdict for r in t.reconciliation]
+            differs = verdicts.count("differs")
+            counters = ("reconcile" if verdicts and all(v == "reconciles" for v in verdicts)
+                        else f"{differs} differ" if differs else "unknown")
+            server = [
+                _pct(t.prefix_cache_hit_rate) if t.prefix_cache_hit_rate is not None
+                else NOT_REPORTED,
+                counters,
+                "—" if t.kv_usage_peak is None else f"{t.kv_usage_peak:.1%}",
+                NOT_REPORTED if t.preemptions is None else f"{t.preemptions:,.0f}",
+                "—" if t.spec_acceptance_rate is None else f"{t.spec_acceptance_rate:.3f}",
+            ]
+        if not speculating:
+            server = server[:4]
+        table.add_row(str(cell.concurrency), f"{cell.prior_tokens:,}", eff, hit, *server)
+    return table
+
+
+def _latency_rows(
+    table: ReportTable, key: list[str], p: dict[str, Percentiles | None]
+) -> None:
+    for figure, (scale, digits) in _LATENCY_UNITS.items():
+        d = p[figure]
+        if d is None:
+            continue
+        values = [num(v * scale, digits) for v in (d.p50, d.p90, d.p99, d.max)]
+        table.add_row(*key, figure, *values, f"{d.n:,}")
+
+
+# seconds for TTFT and end-to-end latency, milliseconds for the gaps between chunks
+_LATENCY_UNITS = {"TTFT s": (1.0, None), "ITL ms": (1000.0, None), "E2E s": (1.0, None)}
+
+
+def latency_table(result: RunResult) -> ReportTable | None:
+    """TTFT, inter-token latency (ITL: each gap between content chunks) and end-to-end
+    latency (sent → end of stream): p50, p90, p99 and max over the valid measured
+    requests, per turn and for the run (per cell for a sweep). None when nothing is known."""
+    columns = ["p50", "p90", "p99", "max", "n"]
+    if result.cells is not None:
+        table = ReportTable(
+            "Per cell — latency over valid measured requests (ITL: gaps between content chunks)",
+            ["C", "prior target", "latency", *columns], key=3, name="latency",
+        )
+        for cell in result.cells:
+            run = cell.summary.run
+            _latency_rows(table, [str(cell.concurrency), f"{cell.prior_tokens:,}"], {
+                "TTFT s": run.ttft_percentiles, "ITL ms": run.itl_percentiles,
+                "E2E s": run.e2e_percentiles,
+            })
+    else:
+        table = ReportTable(
+            "Latency over valid measured requests (ITL: gaps between content chunks)",
+            ["turn", "latency", *columns], key=2, name="latency",
+        )
+        for t in result.summary.turns:
+            _latency_rows(table, [str(t.turn)], {
+                "TTFT s": t.ttft_percentiles, "ITL ms": t.itl_percentiles,
+                "E2E s": t.e2e_percentiles,
+            })
+        run = result.summary.run
+        if len(result.summary.turns) > 1:
+            _latency_rows(table, ["all"], {
+                "TTFT s": run.ttft_percentiles, "ITL ms": run.itl_percentiles,
+                "E2E s": run.e2e_percentiles,
+            })
+    if not table.rows:
+        return None
+    if not any(row[table.key - 1] == "ITL ms" for row in table.rows):
+        table.notes.append(
+            "ITL not recorded: these records carry no content-chunk arrival times"
+        )
+    return table
+
+
+def scenarios_table(scenarios: Sequence[Scenario]) -> ReportTable:
+    """The packaged scenarios: shape and what each is (a sweep axis as "low–high")."""
+
+    def axis(values: set[int]) -> str:
+        low, high = min(values), max(values)
+        return f"{low:,}" if low == high else f"{low:,}–{high:,}"
+
+    table = ReportTable(
+        "Scenarios — run one with: python -m workloads run NAME",
+        ["name", "users", "turns", "opening", "new/turn", "output", "what"],
+        name="scenarios", left=(6,),
+    )
+    for s in scenarios:
+        cells = s.cells()
+        table.add_row(
+            s.name, axis({c.concurrency for c in cells}), str(s.turns),
+            axis({c.prior_tokens for c in cells}), f"{s.turn_tokens:,}", str(s.output_tokens),
+            s.description or "",
+        )
+    return table
+
+
+def concurrency_line(result: RunResult) -> str | None:
+    """Requests in flight over the measured span: set by the scenario in lock-step, an
+    outcome of arrivals and the server's speed otherwise."""
+    c = result.concurrency
+    if c is None:
+        return None
+    return (f"in flight: mean {c.mean:.1f}, max {c.max} requests over the measured "
+            f"{c.span_s:,.1f} s")
+
+
+def client_line(result: RunResult) -> str | None:
+    """How the client itself fared: event-loop lag, CPU share, send delay."""
+    c = result.client
+    if c is None:
+        return None
+
+    def ms(value: float | None) -> str:
+        return "—" if value is None else f"{num(value)} ms"
+
+    parts = [f"event-loop lag p50 {ms(c.loop_lag_p50_ms)}, p99 {ms(c.loop_lag_p99_ms)}, "
+             f"max {ms(c.loop_lag_max_ms)}"]
+    if c.cpu_share is not None:
+        parts.append(f"CPU {c.cpu_share:.2f} of a core")
+    if c.send_delay_p50_ms is not None:
+        parts.append(f"send delay p50 {ms(c.send_delay_p50_ms)}, p99 {ms(c.send_delay_p99_ms)}")
+    return "client: " + " · ".join(parts)
+
+
+def records_notes(result: RunResult, records_path: Path) -> list[str]:
+    """What ``show`` must say about the records it recomputed from: a torn last line (a run
+    killed mid-write: the line is skipped), or fewer turns than the scenario sends."""
+    notes = []
+    if not records_path.exists():
+        return [f"{records_path} is missing: the figures are the summaries saved in the "
+                "result, not recomputed"]
+    with records_path.open("rb") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        f.seek(max(0, size - 1))
+        torn = size > 0 and f.read(1) != b"\n"
+    if torn:
+        notes.append(f"{records_path} ends in a torn line (the run was killed while writing "
+                     "it): that turn is left out")
+    expected = result.scenario.total_turns()
+    if len(result.records) < expected:
+        notes.append(f"{records_path} holds {len(result.records):,} of the {expected:,} turns "
+                     "the scenario sends: the run did not finish, and the figures cover only "
+                     "the turns recorded")
+    return notes
+
+
+def header_line(result: RunResult) -> str:
+    """Scenario → model @ target [label]."""
     target = result.target
     where = "simulated server" if target.simulated else target.base_url
-    header = Text.assemble(
-        (f"{result.scenario.name}", "bold"),
-        f" → {target.model} @ {where}",
-        (f"  [{result.label}]" if result.label else ""),
-    )
-    parts: list[object] = [header]
+    return (f"{result.scenario.name} → {target.model} @ {where}"
+            + (f"  [{result.label}]" if result.label else ""))
+
+
+def blocks(result: RunResult) -> list[Block]:
+    """The report as a sequence of lines, tables and labelled rows: what the console, the
+    Markdown and the HTML exports all draw."""
+    parts: list[Block] = [Line(header_line(result), "bold")]
     if result.cells is not None:
-        parts += [Text(sweep_line(result)), sweep_table(result)]
+        parts += [Line(sweep_line(result)), sweep_table(result)]
+        if (latency := latency_table(result)) is not None:
+            parts.append(latency)
+        if (server := sweep_server_table(result)) is not None:
+            parts.append(server)
     else:
-        parts += [Text(coordinates_line(result)), turn_table(result), cache_table(result)]
+        parts += [Line(coordinates_line(result)), turn_table(result), cache_table(result)]
+        if (latency := latency_table(result)) is not None:
+            parts.append(latency)
         if (oracle := what_if_table(result)) is not None:
             parts.append(oracle)
-        parts.append(Text(run_line(result), style="bold"))
-    if (line := sizing_line(result)) is not None:
-        parts.append(Text(line))
+        parts.append(Line(run_line(result), "bold"))
+    for line in (sizing_line(result), concurrency_line(result), client_line(result)):
+        if line is not None:
+            parts.append(Line(line))
     if result.cells is None:
-        parts.append(window_section(result))
+        parts += window_blocks(result)
+    parts += [Line(text, style) for text, style in verdict_lines(result)]
     for warning in result.warnings:
-        parts.append(Text(f"warning: {warning}", style="yellow"))
+        parts.append(Line(f"warning: {warning}", "warning"))
     if not result.complete:
-        parts.append(Text("INCOMPLETE RUN", style="bold red"))
-    return Group(*parts)  # type: ignore[arg-type]
+        parts.append(Line("INCOMPLETE RUN", "error"))
+    return parts
+
+
+def render(result: RunResult) -> Group:
+    """Everything the console shows after a run: tables reflow to the console's width and
+    never cut a value; a blank line sets each table and the window apart."""
+    out: list[Block | Text] = []
+    for number, block in enumerate(blocks(result)):
+        apart = isinstance(block, ReportTable) or (
+            number and isinstance(block, Line) and block.style == "bold"
+            and block.text.startswith("Window")
+        )
+        if apart and out and not isinstance(out[-1], Text):
+            out.append(Text(""))
+        out.append(block)
+        if isinstance(block, ReportTable):
+            out.append(Text(""))
+    return Group(*out)

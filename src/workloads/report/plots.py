@@ -1,11 +1,22 @@
 """PNG plots of a RunResult (matplotlib, from the ``plots`` extra). Files in, files out: the
 library writes them where asked and returns their paths; it never shows a window.
 
-* ``rates.png`` — per turn: aggregate rate and per-user rate, median with min–max bars; for
-  a sweep, per cell instead (never pooled over cells): the aggregate (users × per-user
-  median, per repetition) and the post-first rate of every valid turn;
-* ``ttft.png`` — per turn (per cell for a sweep): every measured request's TTFT, with the
-  median;
+Size: past 400 lines: one function per figure below, each short; they share the axis,
+band and jitter helpers, and change together when the report's figures do.
+
+* ``rates.png`` — per turn: aggregate rate and per-user rate, median with min–max bands; for
+  a sweep, per cell instead (never pooled over cells), to scale: depth on a log2 axis of
+  prompt tokens, concurrency on a linear one: the aggregate (per repetition, the median over
+  its turns of the Σ of every stream's post-first rate; left out when every cell is C1, where
+  it equals the per-stream rate) and the post-first rate of every valid turn;
+* ``ttft.png`` — per turn (per cell for a sweep): every valid measured request's TTFT,
+  jittered, with the median;
+* ``prefill.png`` — prefill rate (prompt / TTFT, and uncached) of every valid measured
+  request against its prompt tokens (log2 when depths vary);
+* ``cache.png`` — a sweep's prefix cache per cell: cache effectiveness and hit rate from
+  usage beside the server's own hit rate (left out when nothing was cached anywhere);
+* ``concurrency.png`` — requests in flight over the measured span, with the mean (what
+  arrivals and free pacing produce; a flat line in lock-step);
 * ``timeline.png`` — every measured request as a bar from send to last token, split at the
   first token (waiting + prefill, then decode), one row per cell, repetition and session:
   the lock-step barriers, queueing and stragglers are visible at a glance. Every failed
@@ -16,16 +27,17 @@ library writes them where asked and returns their paths; it never shows a window
 from __future__ import annotations
 
 import collections
+import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from workloads.core import aggregate, stats
 from workloads.model.records import TurnRecord
-from workloads.model.results import RunResult
+from workloads.model.results import CellSummary, RunResult
 from workloads.model.summary import BandSummary
 
-__all__ = ["TimelineBar", "available", "timeline_bars", "write_plots"]
+__all__ = ["TimelineBar", "available", "figures", "timeline_bars", "write_plots"]
 
 
 def available() -> bool:
@@ -52,45 +64,132 @@ def _title(result: RunResult) -> str:
     return f"{result.scenario.name}{label} — {result.target.model} @ {where}"
 
 
-def _errorbars(ax: Any, xs: list[int], bands: list[BandSummary | None], label: str) -> None:
+def _bands(
+    ax: Any, xs: list[float], bands: list[BandSummary | None], label: str, *,
+    color: str = "tab:blue", name: str | None = None, widths: list[float] | None = None,
+) -> None:
+    """Medians joined by a line, each with its min–max band drawn as a translucent bar at
+    least a few pixels tall (a band of ±0.2% is still seen to be there), capped whiskers."""
     points = [(x, b) for x, b in zip(xs, bands, strict=True) if b is not None]
+    if not points:
+        return
+    px = [x for x, _ in points]
     ys = [b.median for _, b in points]
-    lo = [b.median - b.low for _, b in points]
-    hi = [b.high - b.median for _, b in points]
-    ax.errorbar([x for x, _ in points], ys, yerr=[lo, hi], fmt="o-", capsize=4)
+    top = max(b.high for _, b in points) * 1.15 or 1.0
+    least = top * 0.012  # the thinnest band drawn: about 3 pixels at this figure height
+    width = dict(zip(xs, widths, strict=True)) if widths is not None else {}
+    for x, b in points:
+        low, high = b.low, b.high
+        if high - low < least:
+            mid = (high + low) / 2
+            low, high = mid - least / 2, mid + least / 2
+        ax.bar(x, high - low, bottom=low, width=width.get(x, 0.3), color=color, alpha=0.25,
+               linewidth=0)
+    ax.errorbar(px, ys, yerr=[[b.median - b.low for _, b in points],
+                              [b.high - b.median for _, b in points]],
+                fmt="o-", capsize=4, color=color, label=name)
     ax.set_ylabel(label)
-    ax.set_ylim(0, max((y + h for y, h in zip(ys, hi, strict=True)), default=1) * 1.15)
+    ax.set_ylim(0, max(ax.get_ylim()[1], top))
     ax.grid(alpha=0.3)
 
 
-def _cell_label(concurrency: int, prior: int) -> str:
-    return f"C{concurrency}\n{prior:,}"
+def _compact(value: float) -> str:
+    """Tick labels: 6,146 → 6.1K, 67,584 → 68K, 117,452 → 117K (two close depths on a
+    log2 axis still get labels that do not run into each other)."""
+    if value >= 10_000:
+        return f"{value / 1000:.0f}K"
+    if value >= 1000:
+        return f"{value / 1000:.1f}K".replace(".0K", "K")
+    return f"{value:.0f}"
 
 
-def _sweep_rates(result: RunResult, path: Path) -> None:
+class _Axis:
+    """A sweep's x axis, to scale: turn-1 prompt tokens on a log2 axis when depths vary (so
+    4K→32K is as wide as 32K→256K, as doublings are), else concurrency on a linear axis; one
+    series per concurrency when both vary."""
+
+    def __init__(self, result: RunResult) -> None:
+        cells = result.cells or []
+        self.by_depth = len({c.prior_tokens for c in cells}) > 1 or len(
+            {c.concurrency for c in cells}) == 1
+        self.label = ("turn-1 prompt tokens (log2 scale)" if self.by_depth
+                      else "concurrency (users)")
+        self.series = sorted({c.concurrency for c in cells}) if self.by_depth else [0]
+
+    def x(self, cell: CellSummary) -> float:
+        if not self.by_depth:
+            return float(cell.concurrency)
+        first = cell.summary.turns[0] if cell.summary.turns else None
+        prompt = first.prompt_tokens.median if first and first.prompt_tokens else None
+        return float(prompt or cell.configured_prompt_tokens)
+
+    def members(self, cells: list[CellSummary], series: int) -> list[CellSummary]:
+        return [c for c in cells if not self.by_depth or c.concurrency == series]
+
+    def name(self, series: int) -> str | None:
+        return f"C{series}" if self.by_depth and len(self.series) > 1 else None
+
+    def apply(self, ax: Any, cells: list[CellSummary]) -> None:
+        xs = sorted({self.x(c) for c in cells})
+        if self.by_depth:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(xs, [_compact(x) for x in xs], fontsize=8)
+            ax.minorticks_off()
+            if xs:
+                ax.set_xlim(xs[0] / 1.25, xs[-1] * 1.25)
+        else:
+            ax.set_xticks(xs, [f"C{x:.0f}" for x in xs])
+            if xs:
+                pad = max(0.5, (xs[-1] - xs[0]) * 0.08)
+                ax.set_xlim(xs[0] - pad, xs[-1] + pad)
+        ax.set_xlabel(self.label)
+
+
+def _width(axis: _Axis, x: float) -> float:
+    """A band's bar width in data units: the same on screen at every x (log2 axis)."""
+    return x * 0.12 if axis.by_depth else 0.3
+
+
+_COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
+
+
+def _sweep_rates(result: RunResult, path: Path | IO[bytes]) -> None:
     plt = _pyplot()
     cells = result.cells or []
-    xs = list(range(len(cells)))
-    aggregates, rates = [], []
-    for c in cells:
-        mine = [r for r in result.records if r.cell == c.cell]
-        reps = aggregate.repetitions(mine, users=c.concurrency)
-        aggregates.append(stats.band(f.aggregate_rate for f in reps))
-        rates.append(aggregate.generation_rate(mine) if mine else c.generation_rate)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
-    for ax, bands, label in (
-        (axes[0], aggregates, "aggregate tok/s (users × per-user median)"),
-        (axes[1], rates, "per-stream tok/s (every valid turn)"),
-    ):
-        _errorbars(ax, xs, bands, label)
-        ax.set_xticks(xs, [_cell_label(c.concurrency, c.prior_tokens) for c in cells])
-        ax.set_xlabel("cell: concurrency, prior tokens")
-    fig.suptitle(_title(result) + "\nper cell: median, bars = min–max")
-    fig.savefig(path, dpi=110)
+    axis = _Axis(result)
+    concurrent = any(c.concurrency > 1 for c in cells)
+    # At C1 the aggregate is the per-stream rate: one panel, not the same one twice.
+    panels = [("aggregate", "aggregate tok/s (Σ of the streams' rates, per repetition)")]
+    panels = (panels if concurrent else []) + [
+        ("stream", "per-stream tok/s (every valid measured turn)")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels) + 0.5, 4.2),
+                             constrained_layout=True, squeeze=False)
+    for ax, (kind, label) in zip(axes[0], panels, strict=True):
+        for i, series in enumerate(axis.series):
+            members = axis.members(cells, series)
+            xs = [axis.x(c) for c in members]
+            bands: list[BandSummary | None] = []
+            for c in members:
+                mine = [r for r in result.records if r.cell == c.cell]
+                if kind == "aggregate":
+                    reps = aggregate.repetitions(mine, users=c.concurrency)
+                    bands.append(stats.band(f.aggregate_rate for f in reps))
+                else:
+                    bands.append(aggregate.generation_rate(mine) if mine else c.generation_rate)
+            order = sorted(range(len(xs)), key=xs.__getitem__)
+            _bands(ax, [xs[j] for j in order], [bands[j] for j in order], label,
+                   color=_COLORS[i % len(_COLORS)], name=axis.name(series),
+                   widths=[_width(axis, xs[j]) for j in order])
+        axis.apply(ax, cells)
+        if len(axis.series) > 1:
+            ax.legend(fontsize=8, loc="lower left")
+    fig.suptitle(_title(result) + "\nper cell: median, band and whiskers = min–max",
+                 fontsize=10)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
 
-def _rates(result: RunResult, path: Path) -> None:
+def _rates(result: RunResult, path: Path | IO[bytes]) -> None:
     if result.cells is not None:
         _sweep_rates(result, path)
         return
@@ -102,41 +201,98 @@ def _rates(result: RunResult, path: Path) -> None:
         (axes[1], "per_user_rate", "per-user tok/s (median over sessions)"),
     ):
         xs = [t.turn for t in turns]
-        _errorbars(ax, xs, [getattr(t, attr) for t in turns], label)
+        _bands(ax, [float(x) for x in xs], [getattr(t, attr) for t in turns], label)
         ax.set_xlabel("turn")
         ax.set_xticks(xs)
-    fig.suptitle(_title(result) + "\nmedian over measured repetitions, bars = min–max")
-    fig.savefig(path, dpi=110)
+        if xs:
+            ax.set_xlim(xs[0] - 0.5, xs[-1] + 0.5)
+    fig.suptitle(_title(result) + "\nmedian over measured repetitions, band and whiskers = "
+                 "min–max", fontsize=10)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
 
-def _ttft(result: RunResult, path: Path) -> None:
+def _jitter(n: int, spread: float) -> list[float]:
+    """Deterministic offsets in [-spread, spread]: the same plot from the same result."""
+    if n <= 1:
+        return [0.0] * n
+    return [spread * (2 * ((i * 0.618034) % 1.0) - 1) for i in range(n)]
+
+
+def _ttft(result: RunResult, path: Path | IO[bytes]) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4), constrained_layout=True)
-    measured = [r for r in result.records if not r.warmup and r.ttft_ns is not None]
+    measured = [r for r in result.records if not r.warmup and r.ttft_ns is not None and r.valid]
     if result.cells is not None:
-        cells = result.cells
-        for x, c in enumerate(cells):
-            values = [r.ttft_ns / 1e9 for r in measured if r.cell == c.cell and r.ttft_ns]
-            ax.scatter([x] * len(values), values, alpha=0.5, s=18)
-            if c.summary.run.ttft_s is not None:
-                ax.hlines(c.summary.run.ttft_s.median, x - 0.25, x + 0.25, colors="black")
-        ax.set_xticks(range(len(cells)), [_cell_label(c.concurrency, c.prior_tokens)
-                                          for c in cells])
-        ax.set_xlabel("cell: concurrency, prior tokens")
-    for t in [] if result.cells is not None else result.summary.turns:
-        values = [r.ttft_ns / 1e9 for r in measured if r.turn == t.turn and r.ttft_ns]
-        ax.scatter([t.turn] * len(values), values, alpha=0.5, s=18)
-        if t.ttft_s is not None:
-            ax.hlines(t.ttft_s.median, t.turn - 0.25, t.turn + 0.25, colors="black")
-    if result.cells is None:
+        axis = _Axis(result)
+        for i, series in enumerate(axis.series):
+            for c in axis.members(result.cells, series):
+                x = axis.x(c)
+                values = [r.ttft_ns / 1e9 for r in measured if r.cell == c.cell and r.ttft_ns]
+                spread = _width(axis, x) / 2 if axis.by_depth else 0.15
+                xs = [x + d for d in _jitter(len(values), spread)]
+                ax.scatter(xs, values, alpha=0.5, s=14, color=_COLORS[i % len(_COLORS)])
+                if c.summary.run.ttft_s is not None:
+                    ax.hlines(c.summary.run.ttft_s.median, x - spread * 1.3, x + spread * 1.3,
+                              colors="black")
+        axis.apply(ax, result.cells)
+    else:
+        for t in result.summary.turns:
+            values = [r.ttft_ns / 1e9 for r in measured if r.turn == t.turn and r.ttft_ns]
+            xs = [t.turn + d for d in _jitter(len(values), 0.18)]
+            ax.scatter(xs, values, alpha=0.5, s=14, color="tab:blue")
+            if t.ttft_s is not None:
+                ax.hlines(t.ttft_s.median, t.turn - 0.25, t.turn + 0.25, colors="black")
         ax.set_xlabel("turn")
         ax.set_xticks([t.turn for t in result.summary.turns])
     ax.set_ylabel("TTFT (s)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.set_title(_title(result) + "\nmeasured requests; line = median", fontsize=9)
-    fig.savefig(path, dpi=110)
+    ax.set_title(_title(result) + "\nvalid measured requests (jittered); line = median",
+                 fontsize=9)
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
+def _prefill(result: RunResult, path: Path | IO[bytes]) -> None:
+    """Prefill rate (prompt tokens / TTFT) of every valid measured request against its
+    prompt tokens, with uncached prefill ((prompt − cached) / TTFT) where cached is known."""
+    measured = [r for r in result.records
+                if not r.warmup and r.valid and r.ttft_ns and r.prompt_tokens]
+    if not measured:
+        return
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2), constrained_layout=True)
+    xs = [float(r.prompt_tokens or 0) for r in measured]
+    ys = [(r.prompt_tokens or 0) / (r.ttft_ns or 1) * 1e9 for r in measured]
+    ax.scatter(xs, ys, s=16, alpha=0.6, color="tab:blue", label="prompt / TTFT")
+    # Uncached prefill where something was cached; elsewhere it is the same point as above.
+    cached = [r for r in measured if r.cached_tokens]
+    if cached:
+        ax.scatter([float(r.prompt_tokens or 0) for r in cached],
+                   [((r.prompt_tokens or 0) - (r.cached_tokens or 0)) / (r.ttft_ns or 1) * 1e9
+                    for r in cached],
+                   s=16, alpha=0.6, color="tab:orange", marker="s",
+                   label="(prompt − cached) / TTFT")
+    if max(xs) > 2 * min(xs):
+        ax.set_xscale("log", base=2)
+        ticks = sorted(set(xs))
+        if len(ticks) <= 8:
+            ax.set_xticks(ticks, [_compact(t) for t in ticks])
+            ax.minorticks_off()
+        ax.set_xlabel("prompt tokens (server count, log2 scale)")
+    else:
+        ax.set_xlabel("prompt tokens (server count)")
+    ax.set_ylabel("prefill tok/s")
+    from matplotlib.ticker import FuncFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _compact(v)))
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    ax.set_title(_title(result) + "\nprefill rate of every valid measured request",
+                 fontsize=9)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
 
@@ -250,14 +406,108 @@ def _timeline(result: RunResult, path: Path) -> None:
     plt.close(fig)
 
 
+def _sweep_cache(result: RunResult, path: Path | IO[bytes]) -> None:
+    """Per cell: cache effectiveness and hit rate from usage, and the server's own
+    prefix-cache hit rate over the cell's window. Not drawn when nothing was cached anywhere
+    (a cold depth sweep: every figure 0)."""
+    cells = result.cells
+    if not cells:
+        return
+    axis = _Axis(result)
+    series: dict[str, list[tuple[float, float]]] = {
+        "cache effectiveness (cached / shareable)": [],
+        "hit rate (cached / prompt, usage)": [],
+        "server prefix-cache hit rate (window)": [],
+    }
+    names = list(series)
+    for c in cells:
+        x = axis.x(c)
+        known = [r for r in result.records if r.cell == c.cell and r.valid and not r.warmup
+                 and r.cached_tokens is not None]
+        both = [r for r in known if r.shareable_tokens is not None]
+        shareable = sum(r.shareable_tokens or 0 for r in both)
+        prompt = sum(r.prompt_tokens or 0 for r in known)
+        if shareable:
+            series[names[0]].append((x, sum(r.cached_tokens or 0 for r in both) / shareable))
+        if prompt:
+            series[names[1]].append((x, sum(r.cached_tokens or 0 for r in known) / prompt))
+        t = c.window.server
+        if t is not None and t.prefix_cache_hit_rate is not None:
+            series[names[2]].append((x, t.prefix_cache_hit_rate))
+    if not any(y > 0 for points in series.values() for _, y in points):
+        return
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2), constrained_layout=True)
+    for (name, points), marker, color in zip(series.items(), "os^", _COLORS, strict=False):
+        if points:
+            points.sort()
+            ax.plot([x for x, _ in points], [y for _, y in points], marker=marker,
+                    color=color, label=name)
+    axis.apply(ax, cells)
+    ax.set_ylim(0, 1.05)
+    from matplotlib.ticker import PercentFormatter
+
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.grid(alpha=0.3)
+    # Below the axes: a legend inside would cover points at 0% or 100%.
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+    ax.set_title(_title(result) + "\nprefix cache per cell, valid measured turns", fontsize=9)
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
+def _concurrency(result: RunResult, path: Path | IO[bytes]) -> None:
+    """Requests in flight over the measured span, as a step plot with its mean."""
+    c = result.concurrency
+    if c is None or len(c.samples) < 2:
+        return
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 3.4), constrained_layout=True)
+    ax.step([t for t, _ in c.samples], [n for _, n in c.samples], where="post",
+            color="tab:blue", label="in flight")
+    ax.axhline(c.mean, color="black", linestyle="--", linewidth=1,
+               label=f"time-weighted mean {c.mean:.1f}")
+    ax.set_xlabel("seconds since the first measured request")
+    ax.set_ylabel("requests in flight")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(0, c.max * 1.35 + 0.6)  # headroom for the legend above the steps
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper right", ncol=2)
+    ax.set_title(_title(result) + f"\nconcurrency over the measured span (max {c.max})",
+                 fontsize=9)
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
+_FIGURES: list[tuple[str, Any]] = [
+    ("rates.png", _rates), ("ttft.png", _ttft), ("prefill.png", _prefill),
+    ("cache.png", _sweep_cache), ("concurrency.png", _concurrency),
+    ("timeline.png", _timeline),
+]
+
+
+def figures(result: RunResult) -> list[tuple[str, bytes]]:
+    """Every plot of ``result`` as (file name, PNG bytes), in report order: what the HTML
+    report embeds. A plot with nothing to draw is left out."""
+    out = []
+    for name, draw in _FIGURES:
+        buffer = io.BytesIO()
+        draw(result, buffer)
+        if buffer.getvalue():
+            out.append((name, buffer.getvalue()))
+    return out
+
+
 def write_plots(result: RunResult, directory: str | Path) -> list[Path]:
-    """Write rates.png, ttft.png and timeline.png into ``directory``; return their paths."""
+    """Write the plots (rates.png, ttft.png, timeline.png, …) into ``directory``; return
+    their paths."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, draw in (("rates.png", _rates), ("ttft.png", _ttft), ("timeline.png", _timeline)):
+    for name, png in figures(result):
         path = out / name
-        draw(result, path)
-        if path.exists():
-            written.append(path)
+        path.write_bytes(png)
+        written.append(path)
     return written

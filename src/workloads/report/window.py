@@ -6,17 +6,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.console import Group
-from rich.table import Table
-from rich.text import Text
 
 from workloads.model.figures import EnergyFigures, Reconciliation, ServerTelemetry
 from workloads.model.records import TurnRecord
 from workloads.model.results import RunResult, Window
+from workloads.report.table import Block, Line, Pairs, ReportTable
 from workloads.report.text import NOT_REPORTED, count
 from workloads.telemetry.reconcile import UsageSums
 from workloads.telemetry.servers import server_names
 
-__all__ = ["reconciliation_notes", "reconciliation_table", "window_lines", "window_section"]
+__all__ = [
+    "reconciliation_notes", "reconciliation_table", "window_blocks", "window_lines",
+    "window_section",
+]
 
 
 _FIGURE_NAMES = {
@@ -45,22 +47,20 @@ def _verdict(r: Reconciliation) -> str:
     return "unknown"
 
 
-def reconciliation_table(t: ServerTelemetry) -> Table:
+def reconciliation_table(t: ServerTelemetry) -> ReportTable:
     """Each server counter's window delta against the client's sum over measured turns."""
-    table = Table(box=None, header_style="bold", padding=(0, 1), pad_edge=False)
-    table.add_column("reconciliation", no_wrap=True, min_width=17)
-    table.add_column("server Δ", justify="right")
-    table.add_column("client Σ", justify="right")
-    table.add_column("client sums")
-    table.add_column("verdict")
+    table = ReportTable(
+        "Reconciliation — server counter Δ over the window vs the client's Σ of usage",
+        ["figure", "server Δ", "client Σ", "client sums", "verdict"], name="reconciliation",
+        left=(3, 4),
+    )
     for r in t.reconciliation:
-        style = {"reconciles": "green", "differs": "yellow"}.get(r.verdict, "")
         table.add_row(
             _FIGURE_NAMES.get(r.figure, r.figure),
             count(r.server),
             count(r.client),
             r.client_basis.removeprefix("Σ "),
-            Text(_verdict(r), style=style),
+            _verdict(r),
         )
     return table
 
@@ -196,27 +196,23 @@ def _hit_rate(rate: float | None) -> str:
     return NOT_REPORTED if rate is None else f"{rate:.1%} hit rate"
 
 
-def window_section(result: RunResult) -> Group:
-    """The "Window" block of the console report."""
+def window_blocks(result: RunResult) -> list[Block]:
+    """The "Window" part of the report: heading, server, reconciliation, other figures."""
     w = result.window
     head = "Window — measured repetitions only (warm-up excluded)"
     if w.duration_s is not None:
         head += f", {w.duration_s:.2f} s"
-    parts: list[object] = [Text(head, style="bold")]
+    parts: list[Block] = [Line(head, "bold")]
     rows = window_lines(w, [r for r in result.records if not r.warmup])
-
-    def grid(chunk: list[tuple[str, str]]) -> Table:
-        table = Table.grid(padding=(0, 2))
-        table.add_column(style="bold", no_wrap=True, min_width=17)
-        table.add_column()
-        for label, text in chunk:
-            table.add_row(label, Text(text))  # Text: "[nvidia]" in a hint is not markup
-        return table
-
-    parts.append(grid(rows[:1]))  # which server, where, how many scrapes
+    parts.append(Pairs(rows[:1]))  # which server, where, how many scrapes
     t = w.server
     if t is not None and t.reconciliation:
         parts.append(reconciliation_table(t))
-        parts += [Text(note, style="yellow") for note in reconciliation_notes(t)]
-    parts.append(grid(rows[1:]))
-    return Group(*parts)  # type: ignore[arg-type]
+        parts += [Line(note, "warning") for note in reconciliation_notes(t)]
+    parts.append(Pairs(rows[1:]))
+    return parts
+
+
+def window_section(result: RunResult) -> Group:
+    """The "Window" block of the console report."""
+    return Group(*window_blocks(result))

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from workloads.core.corpus import load_corpus
 from workloads.core.tokens import TargetTokenizer
+from workloads.model.likelihood import Likelihood
 from workloads.model.records import RecordWriter, TurnRecord
 from workloads.model.results import (
     RunHeader,
@@ -35,9 +36,12 @@ from workloads.model.results import (
     meta_line,
 )
 from workloads.model.scenario import Cell, Scenario
+from workloads.model.transcripts import TranscriptWriter
+from workloads.runner.gate import send_gate
 from workloads.runner.monitor import ClientMonitor
 from workloads.runner.outcome import Measured, build_result, corpus_info, window
 from workloads.runner.repetition import Repetition, open_sessions, play
+from workloads.runner.replay import Recording, replay_sessions
 from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
 from workloads.telemetry import WindowTelemetry
@@ -66,8 +70,13 @@ class Run:
         out: Path | None = None,
         stop: asyncio.Event | None = None,
         grace_s: float = 30.0,
+        transcripts: TranscriptWriter | None = None,
+        replay: Recording | None = None,
+        likelihood: Likelihood | None = None,
     ) -> None:
         self.client = client
+        self.transcripts = transcripts
+        self.replay = replay  # a recorded run whose exact messages are re-sent
         self.model = model
         self.writer = writer
         self.callback = on_record
@@ -87,6 +96,7 @@ class Run:
             tokenizer=tokenizer,
             label=label,
             note=note,
+            likelihood=likelihood,
         )
 
     def _record(self, record: TurnRecord) -> None:
@@ -98,18 +108,35 @@ class Run:
         if self.callback is not None:
             self.callback(record)
 
+    def _exchange(self, record: TurnRecord, messages: list[dict[str, str]],
+                  reply: str | None) -> None:
+        if self.transcripts is not None:
+            self.transcripts.write(
+                cell=record.cell, repetition=record.repetition, warmup=record.warmup,
+                session=record.session, turn=record.turn, messages=messages, completion=reply,
+            )
+
     async def execute(self) -> RunResult:
-        """Run every cell; save and return the result (partial when stopped)."""
+        """Run every cell; save and return the result (partial when stopped). The
+        correctness gate, unless off, goes before the first cell and after the last: outside
+        every measured window."""
         complete = False
+        gate = self.measured.scenario.gate
         monitor = ClientMonitor()  # the client watches itself: loop lag, CPU share
         try:
             if self.writer is not None:
                 self.writer.write_line(header_line(self._header()))
+            if gate != "off":  # outside the monitor and every window: not measured traffic
+                self.measured.gate_outputs += await send_gate(
+                    self.client, self.model, self.measured.scenario, "before")
             async with monitor:
                 for cell in self.measured.cells:
                     await self._cell(cell)
                     if self.stopped:
                         break
+            if gate != "off" and not self.stopped:
+                self.measured.gate_outputs += await send_gate(
+                    self.client, self.model, self.measured.scenario, "after")
             complete = not self.stopped
         finally:
             # Also on Ctrl-C or a crash: the result says what was measured, and that it stopped.
@@ -165,16 +192,28 @@ class Run:
         m = self.measured
         s = m.scenario.repetitions
         opened: float | None = None
+        traced: list[Session] = []  # measured sessions whose last reply the oracle lacks
         for index in range(s.warmup + s.measured):
             if self.stop.is_set():
                 self.stopped = True
                 break
             repetition = Repetition(cell=cell, index=index, warmup=index < s.warmup)
             sizing = m.sizings[cell.index]
-            sessions, nonces = await open_sessions(
-                repetition, sizing=sizing, corpus=m.corpus, entropy=self.entropy,
-                client=self.client, model=self.model, on_record=self._record,
-            )
+            if self.replay is not None:
+                sessions, nonces = replay_sessions(
+                    repetition, self.replay, sizing=sizing, corpus=m.corpus,
+                    client=self.client, model=self.model, on_record=self._record,
+                    on_exchange=self._exchange,
+                )
+                async with asyncio.TaskGroup() as tg:  # turn 1 sized before anything is sent
+                    for session in sessions:
+                        tg.create_task(session.prepare(1))
+            else:
+                sessions, nonces = await open_sessions(
+                    repetition, sizing=sizing, corpus=m.corpus, entropy=self.entropy,
+                    client=self.client, model=self.model, on_record=self._record,
+                    on_exchange=self._exchange,
+                )
             m.nonces.append(nonces)
             if self.writer is not None:
                 self.writer.write_line(meta_line("nonces", nonces.model_dump(mode="json")))
@@ -193,6 +232,7 @@ class Run:
                 m.traces.setdefault(cell.index, []).extend(
                     t for session in sessions for t in session.token_log
                 )
+                traced += sessions
             if not finished:
                 self.stopped = True
                 break
@@ -205,3 +245,5 @@ class Run:
         if self.writer is not None:
             line = m.windows[cell.index].model_dump(mode="json")
             self.writer.write_line(meta_line("window", {"cell": cell.index, **line}))
+        for session in traced:  # after the window: these tokenizer calls are not measured
+            await session.finish_trace()

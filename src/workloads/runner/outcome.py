@@ -17,6 +17,8 @@ from workloads.core.corpus import Corpus
 from workloads.core.tokens import TargetTokenizer
 from workloads.core.whatif import OracleRequest, what_if
 from workloads.model.figures import EnergyFigures, ServerTelemetry
+from workloads.model.gate import GateOutput, GateResult
+from workloads.model.likelihood import Likelihood
 from workloads.model.records import TurnRecord
 from workloads.model.results import (
     CellSummary,
@@ -59,10 +61,15 @@ class Measured:
     traces: dict[int, list[TokenTrace]] = field(default_factory=dict)  # per cell, measured
     telemetry_warnings: list[str] = field(default_factory=list)
     client: ClientHealth | None = None  # the client's own health over the run
+    gate_outputs: list[GateOutput] = field(default_factory=list)  # the correctness gate
+    likelihood: Likelihood | None = None  # the likelihood probe, before the first window
 
     def kv_capacity(self) -> tuple[int | None, int]:
-        """The server's KV capacity in tokens (None: unknown) and its block size; known for
-        the simulated server, whose profile says."""
+        """The server's KV capacity in tokens (None: unknown) and its block size: as the user
+        gave them for a real server (Target.kv_capacity_tokens), or the simulated server's
+        profile."""
+        if self.target.kv_capacity_tokens is not None:
+            return self.target.kv_capacity_tokens, self.target.kv_block_tokens or 16
         profile = self.target.simulator_profile or {}
         capacity = profile.get("kv_capacity_tokens")
         block = profile.get("block_size")
@@ -105,7 +112,8 @@ def _what_if(m: Measured, cell: int) -> list[WhatIfTurn] | None:
     capacity, block_size = m.kv_capacity()
     if not traces or capacity is None:
         return None
-    requests = [OracleRequest(t.prompt, t.completion, turn=t.turn) for t in traces]
+    requests = [OracleRequest(t.prompt, t.completion, turn=t.turn, counted=t.counted)
+                for t in traces]
     return what_if(requests, capacity_tokens=capacity, block_size=block_size)
 
 
@@ -168,7 +176,33 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
     warnings = [*_warnings(result.summary, complete), *m.telemetry_warnings]
     warnings += health_warnings(m.client)
     warnings += sizing_warnings(m.records, result.sizing or _sizing(m), s)
-    return result.model_copy(update={"warnings": warnings})
+    gate, invalid = _gate(m)
+    warnings += _degenerate_warning(m.records)
+    return result.model_copy(update={"warnings": warnings, "gate": gate,
+                                     "invalid_reason": invalid, "likelihood": m.likelihood})
+
+
+def _gate(m: Measured) -> tuple[GateResult | None, str | None]:
+    """The gate's result, and why the run is invalid when a required gate failed."""
+    if m.scenario.gate == "off":
+        return None, None
+    gate = GateResult(mode=m.scenario.gate, outputs=m.gate_outputs)
+    if m.scenario.gate == "required" and not gate.passed:
+        failed = ", ".join(gate.failed_cases) or "it was not sent"
+        return gate, f"the required correctness gate failed: {failed}"
+    return gate, None
+
+
+def _degenerate_warning(records: list[TurnRecord]) -> list[str]:
+    flagged = [r for r in records if not r.warmup and r.degenerate]
+    if not flagged:
+        return []
+    measured = sum(1 for r in records if not r.warmup)
+    return [
+        f"{len(flagged)} of {measured} measured completions are degenerate (they loop or "
+        f"collapse: {flagged[0].degenerate_reason}); they went back into the history and "
+        "inflate cache and n-gram acceptance figures — see records.jsonl (degenerate_reason)"
+    ]
 
 
 def _warnings(summary: Summary, complete: bool) -> list[str]:

@@ -22,7 +22,7 @@ from workloads.model.records import TurnRecord
 from workloads.model.results import RepetitionNonces
 from workloads.model.scenario import Cell, Scenario
 from workloads.runner.pacing import arrival_times, turn_deadline
-from workloads.runner.session import Session
+from workloads.runner.session import Exchange, Session
 from workloads.runner.sizing import CellSizing
 from workloads.wire.client import ChatClient
 
@@ -47,6 +47,7 @@ async def open_sessions(
     client: ChatClient,
     model: str,
     on_record: Callable[[TurnRecord], None],
+    on_exchange: Exchange | None = None,
 ) -> tuple[list[Session], RepetitionNonces]:
     """The repetition's sessions, each with its opening sized and turn 1 prepared; nothing
     sent yet. Also the nonces drawn for it (the result records them)."""
@@ -72,7 +73,7 @@ async def open_sessions(
         Session(
             client=client, scenario=s, model=model, conversation=conversation, sizing=sizing,
             repetition=repetition.index, warmup=repetition.warmup, on_record=on_record,
-            cell=cell,
+            cell=cell, on_exchange=on_exchange,
         )
         for conversation in conversations
     ]
@@ -142,7 +143,9 @@ def _share_openings(sessions: list[Session], sizing: CellSizing) -> None:
     if sizing.scenario.nonce != "run" or len(sessions) < 2:
         return
     scale = 1.0 if sizing.exact else sizing.scale.get(1, 1.0)
+    arrivals: list[int] = []  # who has sent turn 1, shared: the first has nothing seen
     for i, session in enumerate(sessions):
+        session.arrivals = arrivals
         other = sessions[(i + 1) % len(sessions)]
         common = tokens.common_prefix_length(session.opening_ids, other.opening_ids)
         session.peer_shared = round(common * scale)

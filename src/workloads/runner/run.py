@@ -26,10 +26,13 @@ from workloads.model.records import RecordWriter, TurnRecord
 from workloads.model.results import RECORDS_FILE, RESULT_FILE, RunResult, ServerIdentity, TargetInfo
 from workloads.model.scenario import Scenario, load_scenario
 from workloads.model.target import Target
+from workloads.model.transcripts import TRANSCRIPTS_FILE, TranscriptWriter
 from workloads.runner.cells import Run
+from workloads.runner.replay import load_recording
 from workloads.telemetry import TelemetryOptions, WindowTelemetry, energy_for_target
 from workloads.wire.client import AiohttpChatClient, ChatClient
 from workloads.wire.identify import identify
+from workloads.wire.likelihood import measure_likelihood
 from workloads.wire.tokenize import probe_tokenizer
 
 __all__ = ["claim_out_dir", "run", "run_async"]
@@ -57,15 +60,23 @@ async def run_async(
     stop: asyncio.Event | None = None,
     stop_grace_s: float = 30.0,
     overwrite: bool = False,
+    transcripts: bool = True,  # write DIR/transcripts.jsonl (with out_dir); records keep hashes
+    replay: str | Path | None = None,  # a run directory whose exact messages to re-send
 ) -> RunResult:
     """Run ``scenario`` against ``target`` (the embedded simulated server when None).
 
     ``out_dir`` receives ``records.jsonl`` (appended as turns finish) and ``result.json``.
     ``on_record`` is called with every TurnRecord as it is made (for progress displays).
     ``client`` replaces the HTTP client (tests use a function-backed fake): prompts are then
-    sized by tiktoken estimate, as no target tokenizer is asked, and telemetry is off unless
-    ``telemetry`` asks for it. ``telemetry`` says what to read over each measured window: the
-    server's /metrics and this machine's energy (:class:`TelemetryOptions`).
+    sized by tiktoken estimate, as no target tokenizer is asked, telemetry is off unless
+    ``telemetry`` asks for it, and the correctness gate is not sent unless the scenario
+    requires it (a scripted client answers no questions; the result then says gate "off").
+    ``telemetry`` says what to read over each measured window: the server's /metrics and
+    this machine's energy (:class:`TelemetryOptions`).
+    ``transcripts`` (with ``out_dir``) writes every turn's messages and completion to
+    ``transcripts.jsonl``; off, the records still carry their prompt and completion hashes.
+    ``replay`` (a run directory with transcripts) re-sends that run's exact messages turn by
+    turn, recorded replies included; ``scenario`` must be the recorded one.
 
     ``stop``: once set (the CLI sets it on SIGINT/SIGTERM; the library installs no signal
     handler), no new turn starts, turns in flight get ``stop_grace_s`` seconds to finish and
@@ -75,6 +86,10 @@ async def run_async(
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
+    recording = None
+    if replay is not None:
+        recording = load_recording(replay)
+        recording.check(scenario)
     # tiktoken's tables take 0.3 s to load (seconds on a busy machine): load them off the event
     # loop now, not on it in the middle of the first sessions' sizing.
     await asyncio.to_thread(tokens.encoding)
@@ -113,13 +128,25 @@ async def run_async(
                     tokenizer = await stack.enter_async_context(found)
         else:
             model, identity = chosen.model or "fake", ServerIdentity()
+            if scenario.gate == "report":
+                scenario = scenario.model_copy(update={"gate": "off"})
             if telemetry is None:
                 telemetry = TelemetryOptions(metrics=False, energy="off")
+        likelihood = None
+        if isinstance(client, AiohttpChatClient):  # a real target (not a test's fake client)
+            # One request, before any window opens: the server's counters never see it.
+            likelihood = await measure_likelihood(
+                chosen.base_url, model, headers=chosen.headers() or None,
+                timeout_s=scenario.timeouts.turn_s,
+            )
         window_telemetry = await stack.enter_async_context(_window_telemetry(chosen, telemetry,
                                                                             simulated))
         writer = None
         if out is not None:
             writer = stack.enter_context(RecordWriter(out / RECORDS_FILE))
+        transcript_writer = None
+        if out is not None and transcripts:
+            transcript_writer = stack.enter_context(TranscriptWriter(out / TRANSCRIPTS_FILE))
         return await Run(
             scenario=scenario,
             client=client,
@@ -131,6 +158,8 @@ async def run_async(
                 simulated=simulated,
                 simulator_profile=sim_profile,
                 server=identity,
+                kv_capacity_tokens=chosen.kv_capacity_tokens,
+                kv_block_tokens=chosen.kv_block_tokens if chosen.kv_capacity_tokens else None,
             ),
             writer=writer,
             on_record=on_record,
@@ -140,6 +169,9 @@ async def run_async(
             telemetry=window_telemetry,
             stop=stop,
             grace_s=stop_grace_s,
+            transcripts=transcript_writer,
+            replay=recording,
+            likelihood=likelihood,
         ).execute()
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -159,7 +191,11 @@ def claim_out_dir(out: Path, *, overwrite: bool = False) -> None:
     files are then removed). Raises FileExistsError or OSError with a one-line message."""
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"--out {out} is a file, not a directory; choose a directory")
-    present = [out / name for name in (RESULT_FILE, RECORDS_FILE) if (out / name).exists()]
+    present = [
+        out / name
+        for name in (RESULT_FILE, RECORDS_FILE, TRANSCRIPTS_FILE)
+        if (out / name).exists()
+    ]
     if present and not overwrite:
         # records.jsonl alone is what a killed run leaves: appending to it would mix runs.
         raise FileExistsError(

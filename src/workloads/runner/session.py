@@ -10,17 +10,20 @@ never on a turn's timed path: in lock-step every session prepares turn k before 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from workloads.core import tokens
+from workloads.core import stats, tokens
 from workloads.core.conversation import Conversation
+from workloads.core.degeneration import degeneration
 from workloads.core.tokens import TokenizeError
 from workloads.model.records import Status, TurnRecord
 from workloads.model.scenario import Scenario
+from workloads.model.transcripts import prompt_hash, text_hash
 from workloads.runner.plan import (
     LastTurn,
     Seen,
@@ -32,7 +35,23 @@ from workloads.runner.plan import (
 from workloads.runner.sizing import CellSizing, PreparedTurn
 from workloads.wire.client import ChatClient, ChatResponse, partial_response
 
-__all__ = ["Session", "build_body", "record_from_response"]
+__all__ = ["Exchange", "Session", "build_body", "identity", "record_from_response"]
+
+# What was sent and what came back of one turn, for the transcripts: (its record, the
+# messages sent, the completion text or None when no reply reached us).
+Exchange = Callable[[TurnRecord, list[dict[str, str]], str | None], None]
+
+
+def identity(messages: list[dict[str, str]], reply: str | None) -> dict[str, object]:
+    """A record's identity fields: prompt and completion hashes, and whether the completion
+    is degenerate (None without a reply). Pure."""
+    reason = degeneration(reply) if reply is not None else None
+    return {
+        "prompt_sha256": prompt_hash(messages),
+        "completion_sha256": None if reply is None else text_hash(reply),
+        "degenerate": None if reply is None else reason is not None,
+        "degenerate_reason": reason,
+    }
 
 
 def build_body(scenario: Scenario, model: str, messages: list[dict[str, str]]) -> dict[str, Any]:
@@ -120,6 +139,7 @@ def record_from_response(
         last_content_ns=response.last_content_ns,
         done_ns=response.done_ns,
         content_events=response.content_events,
+        chunk_gaps_us=stats.chunk_gaps_us(response.content_ns),
         resends=response.resends,
         request_id=response.request_id,
         system_fingerprint=response.system_fingerprint,
@@ -138,6 +158,9 @@ class TokenTrace:
     turn: int
     prompt: array[int]
     completion: array[int] = field(default_factory=lambda: array("i"))
+    # In the observed hit rate too (valid, cached tokens reported): the oracle's per-turn
+    # figures are over the same requests; the others are replayed but not counted.
+    counted: bool = True
 
 
 class Session:
@@ -159,6 +182,8 @@ class Session:
         warmup: bool,
         on_record: Callable[[TurnRecord], None],
         cell: int = 0,
+        on_exchange: Exchange | None = None,
+        script: Mapping[int, Sequence[dict[str, str]]] | None = None,
     ) -> None:
         self.client = client
         self.scenario = scenario
@@ -169,6 +194,11 @@ class Session:
         self.warmup = warmup
         self.on_record = on_record
         self.cell = cell
+        self.on_exchange = on_exchange  # the transcripts writer, when kept
+        self.script = script  # replay: each turn's recorded messages, sent as they are
+        # nonce = "run": sessions of this repetition that have sent turn 1 (shared, in send
+        # order); the first to send has nothing the server has seen.
+        self.arrivals: list[int] | None = None
         self.opening_ids: list[int] = []
         self.opening_exact = sizing.exact
         # Turn 1's shareable prefix: the part of the opening other sessions of this
@@ -219,7 +249,10 @@ class Session:
             turn, self.last, opening=self.opening_ids, opening_exact=self.opening_exact,
             sizing_exact=self.sizing.exact,
         )
-        prepared = await self.sizing.fit_turn(self.conversation, turn, base, exact=exact)
+        if self.script is not None:
+            prepared = await self.sizing.replayed(self.script[turn])
+        else:
+            prepared = await self.sizing.fit_turn(self.conversation, turn, base, exact=exact)
         shareable, shareable_exact = await self._shareable(turn, prepared)
         self._plan = TurnPlan(prepared, shareable, shareable_exact)
 
@@ -233,6 +266,7 @@ class Session:
         prepared = plan.prepared
         self.conversation.commit(prepared.messages)
         body = build_body(self.scenario, self.model, prepared.messages)
+        sent = list(prepared.messages)  # the history list grows with the reply below
         common = dict(
             repetition=self.repetition,
             warmup=self.warmup,
@@ -244,6 +278,11 @@ class Session:
             cell=self.cell,
             pacing_lag_ns=lag_ns,
         )
+        shareable = plan.shareable
+        if turn == 1 and self.arrivals is not None:
+            if not self.arrivals:
+                shareable = 0  # no other session's opening has reached the server yet
+            self.arrivals.append(self.conversation.session)
         started = time.perf_counter_ns()
         try:
             response = await self.client.stream_chat(body)
@@ -276,7 +315,7 @@ class Session:
             **common,  # type: ignore[arg-type]
             output_tokens=self.scenario.output_tokens,
             exact_output=self.scenario.exact_output,
-            shareable_tokens=plan.shareable,
+            shareable_tokens=shareable,
             shareable_exact=plan.shareable_exact,
         )
         session = self.conversation.session
@@ -288,14 +327,32 @@ class Session:
         if reached:
             self.seen = Seen(prepared.ids, prepared.exact, response.text)
             if prepared.exact and record.sent_ns is not None:
-                self.token_log.append(TokenTrace(record.sent_ns, turn, array("i", prepared.ids)))
+                self.token_log.append(TokenTrace(
+                    record.sent_ns, turn, array("i", prepared.ids),
+                    counted=record.valid and record.cached_tokens is not None,
+                ))
         # The server's real reply goes into the history, even a partial one; a turn with no
         # reply at all keeps the roles alternating with a marker.
         marker = f"(no reply: {response.error_kind or 'empty'})"
         self.conversation.add_reply(response.text or marker)
+        reply = response.text if reached else None
+        record = record.model_copy(update=identity(sent, reply))
         self.last = LastTurn(record, prepared.ids, prepared.exact, response.text)
+        if self.on_exchange is not None:
+            self.on_exchange(record, sent, reply)
         self.on_record(record)
         return record
+
+    async def finish_trace(self) -> None:
+        """Give the last traced turn its reply's ids (the next turn's prepare does this for
+        every other turn), so the what-if oracle caches it too. Call after the window."""
+        if not self.token_log or self.token_log[-1].completion or not self.seen.exact:
+            return
+        if not self.seen.reply:
+            return
+        with contextlib.suppress(TokenizeError):  # the oracle goes without it, as before
+            self.token_log[-1].completion = array(
+                "i", await self.sizing.tokenizer.encode(self.seen.reply))
 
     async def turn(self, turn: int) -> TurnRecord:
         """Prepare and send turn ``turn``."""

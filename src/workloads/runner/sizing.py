@@ -257,6 +257,17 @@ class CellSizing:
             self.fallbacks += 1
             return await self._fit_turn(conversation, turn, None, self.estimate)
 
+    async def replayed(self, messages: Sequence[Message]) -> PreparedTurn:
+        """A recorded turn (replay), sent as it is: only its ids are measured."""
+        tok: TargetTokenizer = self.tokenizer if self.exact else self.estimate
+        try:
+            ids = await tok.render(list(messages), "generate")
+        except TokenizeError:
+            self.fallbacks += 1
+            tok = self.estimate
+            ids = await tok.render(list(messages), "generate")
+        return PreparedTurn(list(messages), ids, tok.exact, len(ids), 0)
+
     def turn_target(self, turn: int, base: int, tok: TargetTokenizer, session: int = 0) -> int:
         """Turn 1: the configured prompt. Later: what was seen + ``turn_tokens``."""
         s = self.scenario
@@ -340,6 +351,13 @@ async def _padded(
     return n, ""
 
 
+MISS_WARN_FRACTION = 0.01  # a sizing miss worth a warning: over 1% of the configured prompt
+
+
+def plural_turns(n: int) -> str:
+    return "1 measured turn" if n == 1 else f"{n} measured turns"
+
+
 def _miss(record: TurnRecord) -> int:
     return (record.prompt_tokens or 0) - (record.configured_prompt_tokens or 0)
 
@@ -357,7 +375,7 @@ def sizing_warnings(
     if mismatched:
         r = mismatched[0]
         out.append(
-            f"{len(mismatched)} measured turns: the target's /tokenize counted a different "
+            f"{plural_turns(len(mismatched))}: the target's /tokenize counted a different "
             f"prompt than its usage reports (first: {r.tokenized_prompt_tokens} vs "
             f"{r.prompt_tokens}); its /tokenize does not render chats as its chat endpoint "
             "does, so depths and shareable prefixes are not exact"
@@ -399,13 +417,19 @@ def sizing_warnings(
                 (r.cell, r.repetition, r.session, t) in invalid for t in range(1, r.turn)
             )
         ]
+        # A miss of a token or two in twelve thousand is noise (a pad that tokenizes across
+        # a boundary); warn only when it moves the depth by more than 1%.
+        off = [r for r in off if abs(_miss(r)) > MISS_WARN_FRACTION * (
+            r.configured_prompt_tokens or 0)]
         if off:
             r = max(off, key=lambda r: abs(_miss(r)))
+            configured = r.configured_prompt_tokens or 0
             out.append(
-                f"{len(off)} measured turns missed their configured prompt (worst: turn "
-                f"{r.turn}, {r.prompt_tokens} for {r.configured_prompt_tokens}): is turn_tokens "
-                "smaller than the chat template's framing, or opening_tokens smaller than the "
-                "system prompt and nonce?"
+                f"{plural_turns(len(off))} missed their configured prompt by more than "
+                f"{MISS_WARN_FRACTION:.0%} (worst: turn {r.turn}, {r.prompt_tokens:,} tokens "
+                f"for {configured:,}: {_miss(r):+,}, {_miss(r) / configured:+.1%}): is "
+                "turn_tokens smaller than the chat template's framing, or opening_tokens "
+                "smaller than the system prompt and nonce?"
             )
     lags = [r.pacing_lag_ns for r in measured if r.pacing_lag_ns is not None]
     late = [lag for lag in lags if lag > 100_000_000]

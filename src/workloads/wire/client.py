@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import ssl
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Protocol, get_args
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -29,21 +27,29 @@ from workloads.core.chat_stream import ChatStream, Usage, parse_chunk
 from workloads.model.errors import ErrorKind, RequestError
 from workloads.model.records import AttemptRecord
 from workloads.model.scenario import Timeouts
+from workloads.wire.failures import (
+    connect_kind,
+    retry_after,
+    retry_kinds,
+    status_kind,
+    unwritten,
+)
 
 __all__ = [
     "AiohttpChatClient", "ChatClient", "ChatResponse", "Usage", "parse_chunk", "partial_response",
+    "retry_kinds",
 ]
 
 # A request whose pooled connection turns out to be dead before any byte of it was written is
 # sent again on a fresh connection, at most this many times.
 MAX_RESENDS = 2
 DEFAULT_TIMEOUTS = Timeouts()  # the scenario's defaults: one home for them
-# Idle pooled connections older than this are not reused. Below the 5 s keep-alive of uvicorn
-# (vLLM, SGLang) and cpp-httplib (llama.cpp), so we do not send on a connection the server is
-# closing at that moment: such a request is written, then lost, and may not be re-sent.
+# Idle pooled connections older than this are not reused. Below the 5 s idle timeout of
+# uvicorn (vLLM, SGLang) and cpp-httplib (llama.cpp: "Keep-Alive: timeout=5, max=100"), so we
+# never send on a connection the server is closing at that moment: such a request is written,
+# then lost, and may not be re-sent. A fresh connection costs nothing in TTFT (it is opened
+# before the request is written, and TTFT starts there).
 KEEPALIVE_S = 4.0
-RETRY_ALIASES: dict[str, ErrorKind] = {"429": "http_429", "4xx": "http_4xx", "5xx": "http_5xx"}
-NEVER_RETRIED = frozenset({"cancelled", "turn_deadline"})
 MAX_RETRY_WAIT_S = 60.0  # a Retry-After longer than this is cut to it
 FIRST_BACKOFF_S = 0.5  # without Retry-After: 0.5, 1, 2, ... s
 _ATTR = "workloads_response"  # where a cancelled request's partial response rides
@@ -62,6 +68,7 @@ class ChatResponse:
     http_status: int | None = None
     text: str = ""  # generated content, in order (what goes back into the history)
     content_events: int = 0  # chunks that carried generated content
+    content_ns: Sequence[int] | None = None  # each content chunk's arrival (perf_counter_ns)
     finish_reason: str | None = None
     usage: Usage | None = None
     timings: dict[str, Any] | None = None  # llama.cpp's per-response timings, when sent
@@ -102,58 +109,6 @@ def partial_response(err: BaseException) -> ChatResponse | None:
     return response if isinstance(response, ChatResponse) else None
 
 
-def retry_kinds(retry_on: Collection[str]) -> frozenset[ErrorKind]:
-    """The error kinds ``retry_on`` names: "429", "4xx", "5xx" or any error kind except
-    cancelled and turn_deadline. ValueError names what is allowed."""
-    allowed = set(get_args(ErrorKind)) - NEVER_RETRIED
-    kinds: set[ErrorKind] = set()
-    for name in retry_on:
-        kind = RETRY_ALIASES.get(name.strip(), name.strip())
-        if kind not in allowed:
-            raise ValueError(
-                f"retry_on: cannot retry on {name!r}; use 429, 4xx, 5xx or one of "
-                + ", ".join(sorted(allowed))
-            )
-        kinds.add(kind)  # type: ignore[arg-type]  # checked against ErrorKind just above
-    return frozenset(kinds)
-
-
-def _retry_after(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None  # an HTTP date; rare from inference servers
-
-
-def _status_kind(status: int) -> ErrorKind:
-    if status == 429:
-        return "http_429"
-    if 400 <= status < 500:
-        return "http_4xx"
-    if 500 <= status < 600:
-        return "http_5xx"
-    return "http_other"
-
-
-def _connect_kind(err: aiohttp.ClientConnectorError) -> ErrorKind:
-    if isinstance(err, aiohttp.ClientConnectorDNSError):
-        return "name_resolution"
-    if isinstance(err, aiohttp.ClientSSLError):  # certificate and handshake errors
-        return "tls"
-    cause = err.os_error
-    if isinstance(cause, ConnectionRefusedError):
-        return "connect_refused"
-    if isinstance(cause, socket.gaierror):
-        return "name_resolution"
-    if isinstance(cause, ssl.SSLError):
-        return "tls"
-    if isinstance(cause, TimeoutError):
-        return "connect_timeout"
-    return "connect_failed"
-
-
 class AiohttpChatClient:
     """Streams ``POST {base_url}/chat/completions`` over one pooled aiohttp session.
 
@@ -178,6 +133,7 @@ class AiohttpChatClient:
         retry_on: Collection[str] = (),  # measure what the server does: no retries
         max_retries: int = 3,
         reuse_connections: bool = True,  # keep-alive, as every real client does
+        keepalive_s: float = KEEPALIVE_S,  # below the server's idle timeout
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self._connections = connections
@@ -191,6 +147,7 @@ class AiohttpChatClient:
         self._retry_on = retry_kinds(retry_on)
         self._max_retries = max(0, max_retries)
         self._reuse = reuse_connections
+        self._keepalive_s = keepalive_s
         self._retired: list[aiohttp.ClientSession] = []  # pools left by _stop_reusing
         self._session: aiohttp.ClientSession | None = None
 
@@ -212,7 +169,7 @@ class AiohttpChatClient:
         trace.on_connection_reuseconn.append(self._on_reuse)
         connector = aiohttp.TCPConnector(
             limit=self._connections, limit_per_host=0, force_close=not reuse,
-            keepalive_timeout=KEEPALIVE_S if reuse else None,
+            keepalive_timeout=self._keepalive_s if reuse else None,
         )
         return aiohttp.ClientSession(
             connector=connector, timeout=self._timeout, headers=self._headers,
@@ -335,10 +292,10 @@ class AiohttpChatClient:
                 if resp.status != 200:
                     detail = (await resp.content.read(2048)).decode("utf-8", "replace")
                     raise RequestError(
-                        _status_kind(resp.status),
+                        status_kind(resp.status),
                         f"HTTP {resp.status}: {detail.strip()[:300]}",
                         http_status=resp.status,
-                        retry_after_s=_retry_after(resp.headers.get("Retry-After")),
+                        retry_after_s=retry_after(resp.headers.get("Retry-After")),
                     )
                 content_type = resp.headers.get("Content-Type")
                 if content_type is not None and resp.content_type != "text/event-stream":
@@ -353,7 +310,7 @@ class AiohttpChatClient:
         except RequestError:
             raise
         except aiohttp.ClientConnectorError as err:  # a ClientOSError: catch it first
-            raise RequestError(_connect_kind(err), f"cannot connect to {self.url}: {err}") \
+            raise RequestError(connect_kind(err), f"cannot connect to {self.url}: {err}") \
                 from err
         except aiohttp.ConnectionTimeoutError as err:
             raise RequestError("connect_timeout", f"cannot connect to {self.url}: {err}") \
@@ -362,32 +319,16 @@ class AiohttpChatClient:
             raise RequestError("read_stall", f"no data for too long: {err}") from err
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError,
                 aiohttp.ClientPayloadError) as err:
-            unwritten = not got_response and _unwritten(err, trace)
+            safe = not got_response and unwritten(err, trace)
             if not got_response and trace.get("reused"):
                 self._stop_reusing()
             where = "after the response began" if got_response else "before any response"
             message = f"connection closed {where}: {type(err).__name__}: {err}"
-            raise RequestError("disconnected", message, sent=not unwritten) from err
+            raise RequestError("disconnected", message, sent=not safe) from err
         except aiohttp.ClientResponseError as err:  # HTTP the parser could not read
             raise RequestError("malformed", f"bad HTTP response: {err}") from err
         except (aiohttp.ClientError, ValueError) as err:
             raise RequestError("malformed", f"{type(err).__name__}: {err}") from err
-
-
-def _unwritten(err: BaseException, trace: dict[str, Any]) -> bool:
-    """Provably no byte of the request went out: a *reused* connection aiohttp found closing
-    when it came to write the first (coalesced headers + body) bytes. Anything else may have
-    reached the server (it may have read and prefilled it), so it is a recorded failure."""
-    if not trace.get("reused"):
-        return False
-    if "sent_ns" not in trace:
-        return True  # failed before the write path began
-    first_write = trace.get("chunks", 0) <= 1
-    return (
-        first_write
-        and isinstance(err, aiohttp.ClientConnectionResetError)
-        and str(err) == "Cannot write to closing transport"  # aiohttp's check before writing
-    )
 
 
 async def _read_stream(resp: aiohttp.ClientResponse, out: ChatResponse) -> None:
@@ -414,6 +355,7 @@ async def _read_stream(resp: aiohttp.ClientResponse, out: ChatResponse) -> None:
         out.first_content_ns = stream.first_content_ns
         out.last_content_ns = stream.last_content_ns
         out.content_events = stream.content_events
+        out.content_ns = stream.content_ns
         out.finish_reason = stream.finish_reason
         out.usage = stream.usage
         out.timings = stream.timings

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import random
 import time
@@ -29,6 +30,7 @@ from aiohttp import web
 from workloads._version import __version__
 from workloads.core.corpus import Corpus, load_corpus
 from workloads.servers.simulated import tokenizer
+from workloads.servers.simulated.answers import answer
 from workloads.servers.simulated.engine import Engine, RequestTruth, Sequence
 from workloads.servers.simulated.metrics import render_metrics
 from workloads.servers.simulated.profiles import Profile
@@ -152,12 +154,26 @@ class _Handlers:
         if fault in ("429", "500"):
             return self._refuse(truth, fault)
         seed = reply_seed(prompt, request_seed=body.get("seed"), server_seed=self.profile.seed)
-        length = self._length(body, seed, max_tokens, min_tokens)
+        solved = None
+        if body.get("temperature") == 0 and not body.get("ignore_eos"):
+            solved = answer(body["messages"])  # the scripted correct model (answers.py)
+        if solved is not None:
+            plan = tokenizer.encode(solved)[:max_tokens]
+            length = len(plan)
+        else:
+            length = self._length(body, seed, max_tokens, min_tokens)
         if fault == "early_stop":
             length = min(length, max(1, self.profile.faults.after_tokens))
             if length == max_tokens:  # cannot stop early at 1 token of 1; no fault after all
                 truth.fault = None
-        return prompt, plan_reply(self.corpus, seed, length), max_tokens, truth, seed
+        if solved is None or fault == "early_stop":
+            plan = plan_reply(self.corpus, seed, length) if solved is None else plan[:length]
+        if fault == "corrupt":
+            # A loop of the first three tokens, to max_tokens: stable under re-encoding so the
+            # next turn's prompt still caches as the engine computed it.
+            plan = tokenizer.stable_completion(tokenizer.decode(plan[:3] or [0]) * max_tokens,
+                                               max_tokens)
+        return prompt, plan, max_tokens, truth, seed
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         arrival = time.perf_counter_ns()
@@ -423,6 +439,48 @@ class _Handlers:
         self.engine.reset_prefix_cache()
         return web.Response(status=200)
 
+    def _logprob(self, previous: int, token: int) -> float:
+        """The simulated model's log-probability of ``token`` after ``previous``: fixed per
+        server seed, between -4 and 0 (a mean NLL near 2 nats, like a small real model)."""
+        digest = hashlib.sha256(f"{self.profile.seed}:{previous}:{token}".encode()).digest()
+        return -int.from_bytes(digest[:4], "big") / 0xFFFFFFFF * 4.0
+
+    async def completions(self, request: web.Request) -> web.Response:
+        """``/v1/completions`` for the likelihood probe only: scores the prompt (``echo`` +
+        ``logprobs``, or vLLM's ``prompt_logprobs``) off the engine, in no time; it does
+        not generate (the one token asked for is a space)."""
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return _error(400, "request body is not valid JSON")
+        if not isinstance(body, dict) or not isinstance(body.get("prompt"), str):
+            return _error(400, "'prompt' must be a string")
+        ids = tokenizer.encode(body["prompt"])
+        scores: list[float | None] = [None] + [
+            self._logprob(a, b) for a, b in itertools.pairwise(ids)
+        ]
+        choice: dict[str, Any] = {"index": 0, "text": " ", "finish_reason": "length"}
+        if body.get("echo") and body.get("logprobs") is not None:
+            choice["text"] = body["prompt"] + " "
+            choice["logprobs"] = {
+                "tokens": [tokenizer.decode([i]) for i in ids],
+                "token_logprobs": scores,
+                "top_logprobs": None,
+                "text_offset": None,
+            }
+        if body.get("prompt_logprobs") is not None:
+            choice["prompt_logprobs"] = [None] + [
+                {str(token): {"logprob": score, "rank": 1,
+                              "decoded_token": tokenizer.decode([token])}}
+                for token, score in zip(ids[1:], scores[1:], strict=True)
+            ]
+        return web.json_response({
+            "id": "cmpl-sim-likelihood", "object": "text_completion",
+            "created": int(time.time()), "model": self.profile.model, "choices": [choice],
+            "usage": {"prompt_tokens": len(ids), "completion_tokens": 1,
+                      "total_tokens": len(ids) + 1},
+        })
+
     async def debug_requests(self, request: web.Request) -> web.Response:
         if not self.debug:
             return _error(404, "ground truth is off; start the server with debug=True",
@@ -437,6 +495,7 @@ def build_app(engine: Engine, *, corpus: str = "stdlib", debug: bool = False) ->
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[ENGINE_KEY] = engine
     app.router.add_post("/v1/chat/completions", handlers.chat)
+    app.router.add_post("/v1/completions", handlers.completions)
     app.router.add_get("/v1/models", handlers.models)
     app.router.add_post("/tokenize", handlers.tokenize)
     app.router.add_post("/detokenize", handlers.detokenize)

@@ -21,7 +21,7 @@ Profiles
 
 ``arc-b70-27b``
     One Intel Arc Pro B70 (32 GB) serving a dense 27B INT4 model with patched vLLM XPU, from
-    the hand-made seed records (shared/seeds 000 and 001):
+    two hand-made benchmark records of that stack (a depth sweep and a 5-user A/B):
 
     * KV capacity 46,202 tokens: seed 000 ``cold_native_kv_capacity`` at
       gpu_memory_utilization 0.9 (measured with the MTP-4 drafter loaded).
@@ -87,7 +87,11 @@ class Faults(Frozen):
     * ``rate_error_in_stream`` — a ``data: {"error": ...}`` chunk inside the HTTP 200
       stream after ``after_tokens`` tokens, then ``[DONE]``;
     * ``rate_early_stop`` — the reply ends with finish_reason "stop" after ``after_tokens``
-      tokens even when ``ignore_eos``/``min_tokens`` asked for more.
+      tokens even when ``ignore_eos``/``min_tokens`` asked for more;
+    * ``rate_corrupt`` — the output is corrupt: its first three tokens repeated to the
+      request's ``max_tokens`` (what a broken graph replay or draft path emits at full
+      speed), a clean HTTP 200 stream of the right length. The correctness gate fails and
+      the degeneration detector flags the turn.
     """
 
     rate_429: float = Field(default=0.0, ge=0.0, le=1.0)
@@ -100,6 +104,7 @@ class Faults(Frozen):
     rate_error_in_stream: float = Field(default=0.0, ge=0.0, le=1.0)
     rate_early_stop: float = Field(default=0.0, ge=0.0, le=1.0)
     after_tokens: int = Field(default=8, ge=0)
+    rate_corrupt: float = Field(default=0.0, ge=0.0, le=1.0)
 
     def rates(self) -> list[tuple[str, float]]:
         """(fault kind, probability) in the fixed order the draw walks them."""
@@ -111,6 +116,7 @@ class Faults(Frozen):
             ("malformed", self.rate_malformed),
             ("error_in_stream", self.rate_error_in_stream),
             ("early_stop", self.rate_early_stop),
+            ("corrupt", self.rate_corrupt),  # last: the other faults keep their draws
         ]
 
     def pick(self, u: float) -> str | None:

@@ -1,0 +1,155 @@
+"""The README's example outputs, from real runs kept in the repository.
+
+Each example block in README.md sits under a marker naming a stored run and a part of its
+report::
+
+    <!-- example: first-run window -->
+    ```text
+    ...
+    ```
+
+The stored runs are in ``docs/examples/NAME/`` (result.json + records.jsonl), made by the
+commands in :data:`EXAMPLES` against the embedded simulated server. A block's text is the
+report of its run as ``python -m workloads show docs/examples/NAME`` prints it at
+:data:`WIDTH` columns, cut to the part named. tests/test_readme.py fails when a block differs
+from what this script prints, so a README example can never go stale.
+
+    python scripts/readme_examples.py            # rewrite the blocks from the stored runs
+    python scripts/readme_examples.py --check    # exit 1 and name the stale blocks
+    python scripts/readme_examples.py --rerun    # run the examples again, then rewrite
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+STORE = ROOT / "docs" / "examples"
+WIDTH = 100  # GitHub shows about this many columns of a code block without scrolling
+
+# name -> the `python -m workloads` arguments that made it (the embedded simulator, the
+# default `fast` profile). Smaller than the full scenarios where a full run takes minutes.
+EXAMPLES: dict[str, list[str]] = {
+    "first-run": ["run", "five-user-coding"],
+    "what-if": ["run", "five-user-coding", "--sim", "kv_capacity_tokens=46202",
+                "--set", "repetitions.measured=1"],
+    "depth-sweep": ["run", "depth-sweep", "--set", "output_tokens=64",
+                    "--set", "repetitions.measured=2"],
+}
+
+MARKER = re.compile(
+    r"<!-- example: (?P<name>[\w-]+) (?P<part>[\w-]+) -->\n```text\n(?P<body>.*?)```", re.S
+)
+
+
+def _between(lines: list[str], start: Callable[[str], bool],
+             stop: Callable[[str], bool] | None = None) -> list[str]:
+    out: list[str] = []
+    for line in lines:
+        if not out and not start(line):
+            continue
+        if out and stop is not None and stop(line):
+            break
+        out.append(line)
+    while out and not out[-1].strip():
+        out.pop()
+    return out
+
+
+PARTS: dict[str, Callable[[list[str]], list[str]]] = {
+    "full": lambda lines: lines,
+    # everything before the window section
+    "report": lambda lines: _between(lines, lambda _: True,
+                                     lambda line: line.startswith("Window")),
+    # the header and coordinates lines: up to the first blank line
+    "head": lambda lines: _between(lines, lambda _: True, lambda line: not line.strip()),
+    "turns": lambda lines: _between(lines, lambda line: line.startswith("Per turn — rates"),
+                                    lambda line: line.startswith("Per turn — tokens")),
+    "tokens": lambda lines: _between(lines, lambda line: line.startswith("Per turn — tokens"),
+                                     lambda line: line.startswith("Latency")),
+    "latency": lambda lines: _between(lines, lambda line: line.startswith("Latency"),
+                                      lambda line: not line.strip()),
+    "what-if": lambda lines: _between(lines, lambda line: line.startswith("What-if"),
+                                      lambda line: not line.strip()),
+    "run-line": lambda lines: _between(lines, lambda line: "per-user median" in line,
+                                       lambda line: line.startswith("depths")),
+    "window": lambda lines: _between(lines, lambda line: line.startswith("Window")),
+    "cells": lambda lines: _between(lines, lambda line: line.startswith("sweep of"),
+                                    lambda line: line.startswith("Per cell — latency")),
+}
+
+
+def report_text(name: str) -> list[str]:
+    """The stored run's report as ``show`` prints it at :data:`WIDTH` columns."""
+    import workloads
+    from workloads.core.aggregate import summarized
+    from workloads.report.export import plain_text
+
+    result = summarized(workloads.load_result(STORE / name))
+    return plain_text(result, WIDTH).splitlines()
+
+
+def block_text(name: str, part: str) -> str:
+    if name not in EXAMPLES:
+        raise SystemExit(f"README.md names example {name!r}; known: {', '.join(EXAMPLES)}")
+    if part not in PARTS:
+        raise SystemExit(f"README.md names part {part!r}; known: {', '.join(PARTS)}")
+    lines = PARTS[part](report_text(name))
+    return "\n".join(lines) + "\n"
+
+
+def regenerated(text: str) -> str:
+    """README text with every example block replaced by what the stored run prints."""
+    def replace(m: re.Match[str]) -> str:
+        body = block_text(m["name"], m["part"])
+        return f"<!-- example: {m['name']} {m['part']} -->\n```text\n{body}```"
+
+    return MARKER.sub(replace, text)
+
+
+def stale_blocks(text: str) -> list[str]:
+    """``NAME PART`` of every block whose text is not what the stored run prints."""
+    return [f"{m['name']} {m['part']}" for m in MARKER.finditer(text)
+            if m["body"] != block_text(m["name"], m["part"])]
+
+
+def rerun(names: list[str]) -> None:
+    from workloads.cli import main
+
+    for name in names:
+        out = STORE / name
+        if out.exists():
+            shutil.rmtree(out)
+        code = main([*EXAMPLES[name], "--out", str(out), "--quiet", "--no-plots"])
+        if code != 0:
+            raise SystemExit(f"example {name}: exit {code}")
+        (out / "report.html").unlink(missing_ok=True)  # the README quotes the text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a block is stale")
+    parser.add_argument("--rerun", nargs="*", metavar="NAME",
+                        help="run these examples again (all when none named)")
+    args = parser.parse_args(argv)
+    text = README.read_text(encoding="utf-8")
+    if args.check:
+        stale = stale_blocks(text)
+        for block in stale:
+            print(f"README.md: example '{block}' is stale: run "
+                  "python scripts/readme_examples.py", file=sys.stderr)
+        return 1 if stale else 0
+    if args.rerun is not None:
+        rerun(args.rerun or list(EXAMPLES))
+    README.write_text(regenerated(text), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""Command line: ``python -m workloads run|scenarios|show|compare|probe|serve``.
+
+The library never prints or exits; this module does. ``main(argv) -> int`` returns the exit
+code so tests call it in process.
+
+Exit codes (scripts can rely on them):
+
+    0    done; every measured turn valid (or the failed ones within --max-error-rate)
+    1    a crash: a bug in workloads (with a traceback; please report it)
+    2    bad input: arguments, scenario, --out, a result file, a refused comparison
+    3    the run finished, but more measured turns failed than --max-error-rate allows
+    4    the target cannot be used: unreachable, model not served, not OpenAI-compatible
+    5    the run finished but is invalid: its required correctness gate failed
+    130  stopped by SIGINT (Ctrl-C), 143 stopped by SIGTERM: the partial result is saved
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from workloads.cli.commands import cmd_compare, cmd_probe, cmd_scenarios, cmd_serve, cmd_show
+from workloads.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED_TURNS,
+    EXIT_INVALID_RUN,
+    EXIT_OK,
+    EXIT_TARGET,
+    UsageError,
+    prog,
+    run_safety_arguments,
+    target_arguments,
+)
+from workloads.cli.run import cmd_run
+from workloads.model.errors import TargetError, WorkloadsError
+
+__all__ = [
+    "EXIT_BAD_INPUT", "EXIT_FAILED_TURNS", "EXIT_INVALID_RUN", "EXIT_OK", "EXIT_TARGET",
+    "UsageError", "build_parser", "main",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from workloads._version import __version__
+
+    parser = argparse.ArgumentParser(
+        prog=prog(),
+        description="Simulate coding-agent users against OpenAI-compatible LLM servers.",
+    )
+    parser.add_argument("--version", action="version", version=f"workloads {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a scenario and report per-turn figures")
+    run.add_argument("scenario", nargs="?",
+                     help="packaged scenario name or path to a .toml file")
+    target_arguments(run, "for this run, and stop it after")
+    run.add_argument("--kv-capacity", type=int, metavar="TOKENS",
+                     help="the --target server's KV cache capacity in tokens, for the what-if "
+                     "cache oracle (llama.cpp: its /props n_ctx; vLLM: the KV cache size it "
+                     "logs at start); the simulated server's is known")
+    run.add_argument("--kv-block", type=int, default=16, metavar="TOKENS",
+                     help="the block size the server's prefix cache reuses in (default 16, "
+                     "vLLM's; llama.cpp reuses any prefix length: 1)")
+    run.add_argument("--out", help="directory for result.json and records.jsonl "
+                     "(default: runs/NAME-TIMESTAMP)")
+    run.add_argument("--set", action="append", metavar="FIELD=VALUE",
+                     help="override a scenario field (dotted path), e.g. --set users=2")
+    run.add_argument("--sim", action="append", metavar="FIELD=VALUE",
+                     help="override a simulator profile field, e.g. --sim kv_capacity_tokens=46202")
+    run.add_argument("--metrics-url", metavar="URL|off",
+                     help="the server's Prometheus metrics (default: the target's root + "
+                     "/metrics); 'off' reads no server counters")
+    run.add_argument("--energy", choices=["auto", "nvml", "hwmon", "rapl", "off"],
+                     default="auto",
+                     help="energy over the measured window: NVIDIA GPUs (nvml, needs "
+                     "workloads[nvidia]), Intel GPUs (hwmon), CPU packages (rapl); auto picks "
+                     "the first readable, and only for a target on this machine "
+                     "(default: %(default)s)")
+    run.add_argument("--label", help="name of this arm, stored in the result")
+    run.add_argument("--note", help="free text (the stack, flags), stored in the result")
+    run.add_argument("--quiet", action="store_true",
+                     help="no progress (a bar in a terminal, else a line on stderr every 5 s)")
+    run.add_argument("--no-plots", action="store_true", help="do not write DIR/plots/*.png")
+    run_safety_arguments(run)
+    run.add_argument("--gate", choices=["off", "report", "required"],
+                     help="the correctness gate, sent greedily before and after the measured "
+                     "window: report it, require it (a failing case makes the run invalid, "
+                     f"exit {EXIT_INVALID_RUN}), or off (default: the scenario's, report)")
+    run.add_argument("--replay", metavar="RUN_DIR",
+                     help="re-send RUN_DIR's exact messages turn by turn (its recorded "
+                     "replies in the history), so compare can call the arms matched")
+    run.add_argument("--no-transcripts", action="store_true",
+                     help="do not write DIR/transcripts.jsonl (records keep prompt and "
+                     "completion hashes)")
+    run.set_defaults(func=cmd_run)
+
+    scenarios = sub.add_parser("scenarios", help="list packaged scenarios")
+    scenarios.set_defaults(func=cmd_scenarios)
+
+    show = sub.add_parser("show", help="print the report of a saved result")
+    show.add_argument("result", help="result directory")
+    show.add_argument("--plots", action="store_true", help="(re)write DIR/plots/*.png")
+    show.add_argument("--format", choices=["text", "md", "json", "csv", "html"],
+                      default="text", help="text (the console report), md (Markdown), json "
+                      "(the result, recomputed), csv (one row per cell and turn, raw figures) "
+                      "or html (the self-contained report with its plots) on stdout "
+                      "(default: %(default)s)")
+    show.set_defaults(func=cmd_show)
+
+    comp = sub.add_parser("compare", help="compare two saved results (A/B arms)")
+    comp.add_argument("a", help="baseline result directory (A)")
+    comp.add_argument("b", help="candidate result directory (B)")
+    comp.add_argument("--force", action="store_true",
+                      help="compare even when scenario, model or prompt tokens differ")
+    comp.add_argument("--variable", metavar="NAME",
+                      help="the variable under test: a scenario field (e.g. sampling, "
+                      "sampling.temperature), model, or any name such as a server flag; "
+                      "comparability is judged on everything else")
+    comp.add_argument("--min-effect", type=float, default=2.0, metavar="PERCENT",
+                      help="smaller differences are never called significant (default: "
+                      "%(default)s, same-host run-to-run drift)")
+    comp.set_defaults(func=cmd_compare)
+
+    pr = sub.add_parser("probe", help="check what a target offers (streaming, usage, cached "
+                        "tokens, exact lengths, /tokenize, /metrics) and what a run will do")
+    target_arguments(pr, "probe it, and stop it")
+    pr.add_argument("--metrics-url", help="the server's Prometheus metrics (default: the "
+                    "target's root + /metrics)")
+    pr.add_argument("--sim", action="append", metavar="FIELD=VALUE",
+                    help="override a profile field of the embedded simulator, e.g. "
+                    "--sim spec_tokens=2")
+    pr.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                    help="limit for each request (default: %(default)s)")
+    pr.add_argument("--json", action="store_true", help="print the report as JSON")
+    pr.set_defaults(func=cmd_probe)
+
+    serve = sub.add_parser("serve", help="run the simulated server standalone")
+    serve.add_argument("--profile", default="fast",
+                       choices=["fast", "arc-b70-27b", "h200-8b"],
+                       help="engine profile (default: %(default)s)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000, help="0 = any free port")
+    serve.add_argument("--sim", action="append", metavar="FIELD=VALUE",
+                       help="override a profile field, e.g. --sim kv_capacity_tokens=46202 "
+                       "--sim spec_tokens=4 --sim faults.rate_429=0.1")
+    serve.add_argument("--debug", action="store_true", help="enable GET /debug/requests")
+    serve.set_defaults(func=cmd_serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except TargetError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_TARGET
+    except (WorkloadsError, OSError) as err:  # OSError: --out, --port (one line each)
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT

@@ -1,0 +1,170 @@
+"""``scenarios``, ``show``, ``compare``, ``probe`` and ``serve``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import errno
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from workloads.cli.common import UsageError, launch, make_console, parse_assignments, write_plots
+from workloads.cli.run import print_failures
+from workloads.model.errors import ScenarioError
+
+
+def cmd_scenarios(args: argparse.Namespace) -> int:
+    import workloads
+    from workloads.report.console import scenarios_table
+
+    names = sorted(workloads.list_scenarios())
+    make_console().print(scenarios_table([workloads.load_scenario(n) for n in names]))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from workloads.core.aggregate import summarized
+    from workloads.model.results import load_result
+    from workloads.report import console as report
+    from workloads.report.export import export
+
+    result = summarized(load_result(args.result))  # the file's summaries are a cache
+    where = Path(args.result)
+    directory = where if where.is_dir() else where.parent
+    for note in report.records_notes(result, directory / "records.jsonl"):
+        print(f"warning: {note}", file=sys.stderr)
+    if args.format != "text":
+        sys.stdout.write(export(result, args.format))
+        return 0
+    console = make_console()
+    console.print(report.render(result))
+    print_failures(result, console)
+    if args.plots:
+        write_plots(result, directory / "plots", console, wanted=True)
+    return 0
+
+
+def completions(directory: str) -> Any:
+    """A run directory's completion texts by (cell, repetition, session, turn), or None when
+    it has no transcripts (then identity gives counts but not positions)."""
+    from workloads.model.errors import ResultFormatError
+    from workloads.model.transcripts import TRANSCRIPTS_FILE, read_transcripts
+
+    where = Path(directory)
+    path = (where if where.is_dir() else where.parent) / TRANSCRIPTS_FILE
+    try:
+        return {k: t.completion for k, t in read_transcripts(path).items()}
+    except ResultFormatError:
+        return None
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+
+    from workloads.core.aggregate import summarized
+    from workloads.model.results import load_result
+    from workloads.report.compare import compare, comparison_table
+
+    a, b = summarized(load_result(args.a)), summarized(load_result(args.b))
+    result = compare(
+        a, b, force=args.force, variable=args.variable, min_effect=args.min_effect / 100,
+        completions_a=completions(args.a), completions_b=completions(args.b),
+    )
+    console = make_console()
+    name_a = a.label or str(args.a)
+    name_b = b.label or str(args.b)
+    at = f" at {result.prompt_delta_at}" if result.prompt_delta_at else ""
+    if result.match == "matched":
+        delta = f"byte-identical prompts ({result.hashed_prompts:,} prompt hashes equal)"
+    else:
+        delta = (
+            f"median prompt tokens differ by at most {result.prompt_delta_tokens:+,.1f} of "
+            f"{result.prompt_tokens_a:,.1f} ({result.prompt_delta_fraction:.3%}){at}"
+            + (f"; not matched: {result.hash_note}" if result.hash_note else "")
+        )
+    console.print(f"A = {name_a}, B = {name_b} · {result.match} · {delta}")
+    if result.variable is not None:
+        values = (f": A {result.variable_values[0]} · B {result.variable_values[1]}"
+                  if result.variable_values else "")
+        console.print(f"variable under test: {result.variable}{values}")
+    for problem in result.forced_over:
+        console.print(f"forced: {problem}", style="yellow")
+    for line in (result.correctness, result.likelihood, *(i.line() for i in result.identity)):
+        if line:
+            console.print(line)
+    console.print(comparison_table(result, min_effect=args.min_effect / 100))
+    return 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+
+    from rich.console import Console
+
+    from workloads.model.target import Target, base_url_problem
+    from workloads.probe.observe import probe, render
+
+    # With --json, stdout carries only the JSON; what happens on the way goes to stderr.
+    console = Console(stderr=True, markup=False) if args.json else make_console()
+    if args.target and args.launch:
+        raise ScenarioError("give --target (a running server) or --launch (start one), not both")
+    if args.sim and args.target:
+        raise UsageError("--sim sets the embedded simulator's profile and cannot change a "
+                         "--target server; drop --sim, or drop --target to probe the simulator")
+    if args.target and (problem := base_url_problem(args.target)) is not None:
+        raise UsageError(f"--target: {problem}")
+    with contextlib.ExitStack() as stack:
+        if args.target:
+            target = Target(args.target, args.model, api_key_env=args.api_key_env)
+        elif args.launch:
+            # One slot: the repeated prompt of the cache check lands where the first one did.
+            target = stack.enter_context(
+                launch(args.launch, console, parallel=1, context_per_slot=2048)
+            )
+        else:
+            from workloads.servers.simulated import SimulatedServer
+
+            sim = parse_assignments(args.sim or [], "--sim")
+            server = stack.enter_context(SimulatedServer(sim=sim or None))
+            target = server.target
+            console.print(f"probing the embedded simulated server ({server.profile.name} "
+                          "profile); --target URL probes a real one")
+        if args.model and not args.target:
+            console.print("--model is only used with --target; ignoring it")
+        if args.sim and (args.target or args.launch):
+            console.print("--sim is only used with the embedded simulator; ignoring it")
+        report = asyncio.run(
+            probe(target, timeout_s=args.timeout, metrics_url=args.metrics_url)
+        )
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        console.print(render(report))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+
+    from workloads.servers.simulated import SimulatedServer, get_profile
+
+    profile = get_profile(args.profile, parse_assignments(args.sim or [], "--sim"))
+    server = SimulatedServer(profile, host=args.host, port=args.port, debug=args.debug)
+    try:
+        server.start()
+    except OSError as err:
+        if err.errno != errno.EADDRINUSE:
+            raise
+        raise UsageError(f"port {args.port} on {args.host} is in use; choose another with "
+                         "--port (--port 0 picks a free one)") from err
+    print(f"simulated server ({profile.name}) serving {profile.model} at {server.base_url} "
+          f"· KV {profile.num_blocks * profile.block_size:,} tokens"
+          + (f" · {profile.spec_tokens} draft tokens" if profile.spec_tokens else ""))
+    print("Ctrl-C to stop", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0

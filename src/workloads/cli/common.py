@@ -1,0 +1,110 @@
+"""What the commands share: exit codes, the console, flags used by several commands,
+launching a local server, writing plots."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from workloads.model.errors import ScenarioError, WorkloadsError
+
+# Exit codes scripts can trust (README, "Exit codes"): 0 only for a run whose measured turns
+# were valid (or failed under --max-error-rate); 128 + N when stopped by signal N.
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2  # a command line, scenario or --out that cannot work; a refused compare
+EXIT_FAILED_TURNS = 3  # measured turns failed beyond --max-error-rate, or none was recorded
+EXIT_TARGET = 4  # the target cannot be used (unreachable, model not served)
+# The run completed but is invalid: its required correctness gate failed (the result is
+# saved and says why).
+EXIT_INVALID_RUN = 5
+
+
+class UsageError(WorkloadsError):
+    """A command line that cannot work (exit 2); the message names the flags."""
+
+
+def parse_assignments(items: Sequence[str], flag: str) -> dict[str, Any]:
+    from workloads.model.scenario import parse_value
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ScenarioError(f"{flag} {item!r}: expected FIELD=VALUE")
+        out[key.strip()] = parse_value(value.strip())
+    return out
+
+
+def make_console() -> Any:
+    from rich.console import Console
+
+    # markup=False: messages carry text like "pip install 'workloads[plots]'", not styles.
+    console = Console(markup=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        # Piped or captured: rich would assume 80 columns; the report's tables reflow to any
+        # width, and 120 keeps the per-turn table in one block. COLUMNS=N overrides.
+        console = Console(width=120, markup=False)
+    return console
+
+
+@contextlib.contextmanager
+def launch(kind: str, console: Any, *, parallel: int, context_per_slot: int) -> Iterator[Any]:
+    """Start a local server for the command and stop it after (``--launch llama.cpp``)."""
+    from workloads.servers.llamacpp import LlamaCppServer
+
+    server = LlamaCppServer(parallel=parallel, context_per_slot=context_per_slot)
+    console.print(
+        f"starting llama-server ({kind}, Gemma 3 270M) with {parallel} "
+        f"slot{'' if parallel == 1 else 's'} of "
+        f"{server.context_per_slot:,} tokens on 127.0.0.1 …"
+    )
+    with server:
+        console.print(f"llama-server ready at {server.base_url} (log: {server.log_path})")
+        yield server.target
+
+
+def write_plots(result: Any, directory: Path, console: Any, *, wanted: bool) -> None:
+    from workloads.report import plots
+
+    if not wanted:
+        return
+    if not plots.available():
+        console.print("no plots: install the plots extra (pip install 'workloads[plots]')")
+        return
+    written = plots.write_plots(result, directory)
+    console.print("plots: " + ", ".join(str(p) for p in written))
+
+
+def target_arguments(parser: argparse.ArgumentParser, launch_does: str) -> None:
+    """--target/--model/--launch/--api-key-env, shared by run and probe."""
+    parser.add_argument("--target", help="OpenAI base URL, e.g. http://host:8000/v1 "
+                        "(default: the embedded simulated server)")
+    parser.add_argument("--model", help="model name at the target (default: its first model)")
+    parser.add_argument("--launch", choices=["llama.cpp"],
+                        help="start a local llama-server with a small real model (the "
+                        f"llamacpp extra), {launch_does}")
+    parser.add_argument("--api-key-env", default="WORKLOADS_API_KEY",
+                        help="environment variable holding the API key (default: %(default)s)")
+
+
+def run_safety_arguments(run: argparse.ArgumentParser) -> None:
+    """--overwrite, --max-error-rate, --grace: what a run may replace, fail and wait for."""
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace the result already in --out (never done otherwise)")
+    run.add_argument("--max-error-rate", type=float, default=0.0, metavar="FRACTION",
+                     help="exit 0 while at most this fraction of measured turns failed "
+                     "(default: %(default)s: any failed turn exits 3)")
+    run.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
+                     help="on SIGINT/SIGTERM, how long turns in flight may finish before "
+                     "they are cancelled (default: %(default)s)")
+
+
+def prog() -> str:
+    """The command as the user typed it: ``workloads`` (the installed script) or
+    ``python -m workloads``."""
+    return "python -m workloads" if Path(sys.argv[0]).name == "__main__.py" else "workloads"

@@ -1,0 +1,221 @@
+"""``run``: a scenario against a target, stopped gracefully by SIGINT/SIGTERM, with an exit
+code scripts can trust."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from workloads.cli.common import (
+    EXIT_FAILED_TURNS,
+    EXIT_INVALID_RUN,
+    EXIT_OK,
+    UsageError,
+    launch,
+    make_console,
+    parse_assignments,
+    write_plots,
+)
+from workloads.model.errors import ScenarioError
+
+
+def run_scenario(args: argparse.Namespace) -> Any:
+    """The scenario ``run`` runs: the named one with --set, or with --replay the recorded
+    run's own (--set would change the workload the replay re-sends)."""
+    import workloads
+
+    gate = [f"gate={args.gate}"] if args.gate else []
+    if args.replay:
+        if args.scenario or args.set:
+            raise ScenarioError("--replay runs the recorded run's scenario: give no scenario "
+                                "name and no --set")
+        from workloads.runner.replay import load_recording
+
+        # Read it all now, transcripts included: a directory that cannot be replayed is one
+        # error line before anything starts.
+        return load_recording(args.replay).result.scenario.with_overrides(gate)
+    if not args.scenario:
+        raise ScenarioError("give a scenario name or path (python -m workloads scenarios "
+                            "lists them), or --replay RUN_DIR")
+    return workloads.load_scenario(args.scenario).with_overrides([*(args.set or []), *gate])
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import workloads
+    from workloads.report import console as report
+
+    console = make_console()
+    scenario = run_scenario(args)
+    sim = parse_assignments(args.sim or [], "--sim")
+    from workloads.telemetry import TelemetryOptions
+
+    telemetry = TelemetryOptions(
+        metrics=args.metrics_url != "off",
+        metrics_url=None if args.metrics_url in (None, "off") else args.metrics_url,
+        energy=args.energy,
+    )
+    target = None
+    if args.target and args.launch:
+        raise ScenarioError("give --target (a running server) or --launch (start one), not both")
+    check_run_flags(args)
+    if args.target:
+        target = workloads.Target(
+            args.target, args.model, api_key_env=args.api_key_env,
+            kv_capacity_tokens=args.kv_capacity, kv_block_tokens=args.kv_block,
+        )
+    elif args.model:
+        console.print("--model is only used with --target; ignoring it")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-{stamp}"
+    from workloads.live import LiveProgress
+    from workloads.runner.run import claim_out_dir
+
+    claim_out_dir(out, overwrite=args.overwrite)  # before starting anything: one clear line
+
+    with LiveProgress(scenario, console, quiet=args.quiet) as live:
+        on_record = live.on_record
+        try:
+            with contextlib.ExitStack() as stack:
+                if args.launch:
+                    from workloads.servers.llamacpp import context_per_slot
+
+                    target = stack.enter_context(launch(
+                        args.launch, console,
+                        parallel=max(c.concurrency for c in scenario.cells()),
+                        context_per_slot=context_per_slot(scenario),
+                    ))
+                result, signum = asyncio.run(run_until_signal(
+                    dict(
+                        scenario=scenario,
+                        target=target,
+                        out_dir=out,
+                        label=args.label,
+                        note=args.note,
+                        sim=sim or None,
+                        on_record=on_record,
+                        telemetry=telemetry,
+                        overwrite=args.overwrite,
+                        transcripts=not args.no_transcripts,
+                        replay=args.replay,
+                    ),
+                    grace_s=args.grace,
+                    console=console,
+                ))
+        except KeyboardInterrupt:  # Ctrl-C before the run's own handlers were in place
+            console.print(f"interrupted: every turn measured so far is in {out}/records.jsonl")
+            return 128 + signal.SIGINT
+    if result is None:  # a second signal cut the grace short: the saved partial result
+        from workloads.core.aggregate import summarized
+        from workloads.model.results import load_result
+
+        result = summarized(load_result(out))
+    console.print(report.render(result))
+    console.print(f"saved {out / 'result.json'} and {out / 'records.jsonl'}")
+    write_plots(result, out / "plots", console, wanted=not args.no_plots)
+    write_html(result, out, console, with_plots=not args.no_plots)
+    return run_exit_code(result, signum, args.max_error_rate, console)
+
+
+def check_run_flags(args: argparse.Namespace) -> None:
+    """Flag combinations that cannot work, refused before anything starts."""
+    from workloads.model.target import base_url_problem
+
+    if args.sim and args.target:
+        raise UsageError("--sim sets the embedded simulator's profile and cannot change a "
+                         "--target server; drop --sim, or drop --target to run the simulator")
+    if args.kv_capacity is not None and not args.target:
+        raise UsageError("--kv-capacity describes a --target server; the simulated server's "
+                         "capacity is its profile's (--sim kv_capacity_tokens=N)")
+    if args.target and (problem := base_url_problem(args.target)) is not None:
+        raise UsageError(f"--target: {problem}")
+    if not 0.0 <= args.max_error_rate <= 1.0:
+        raise UsageError(f"--max-error-rate {args.max_error_rate:g}: give a fraction from 0 "
+                         "to 1, e.g. 0.05 for 5%")
+    if args.grace < 0:
+        raise UsageError(f"--grace {args.grace:g}: give seconds, 0 or more")
+
+
+async def run_until_signal(
+    options: dict[str, Any], *, grace_s: float, console: Any
+) -> tuple[Any, int | None]:
+    """The run, stopped gracefully by SIGINT or SIGTERM (the same way): no new turns, the
+    ones in flight get ``grace_s`` to finish, the partial result is saved. A second signal
+    cancels the turns in flight at once. Returns the result (None when a second signal cut
+    it short; it is saved all the same) and the first signal, if any."""
+    import workloads
+
+    stop = asyncio.Event()
+    signals: list[int] = []
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+
+    def on_signal(signum: int) -> None:
+        signals.append(signum)
+        name = signal.Signals(signum).name
+        if len(signals) == 1:
+            console.print(f"{name}: stopping — no new turns; turns in flight get {grace_s:g} s "
+                          "(send it again to cancel them now)")
+            stop.set()
+        elif task is not None:
+            task.cancel()
+
+    installed = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(signum, on_signal, signum)
+        except (NotImplementedError, RuntimeError, ValueError):
+            continue  # not the main thread (an embedding host), or no signals here
+        installed.append(signum)
+    try:
+        result = await workloads.run_async(**options, stop=stop, stop_grace_s=grace_s)
+    except asyncio.CancelledError:
+        if not signals:
+            raise
+        return None, signals[0]
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+    return result, signals[0] if signals else None
+
+
+def run_exit_code(result: Any, signum: int | None, max_error_rate: float, console: Any) -> int:
+    """Print the failures by turn and kind; the exit code of a finished or stopped run."""
+    from workloads.report.failures import failure_rate
+
+    print_failures(result, console)
+    if signum is not None:
+        console.print(f"stopped by {signal.Signals(signum).name}: the result is partial "
+                      f"(complete: false); exit {128 + signum}")
+        return 128 + signum
+    if result.invalid_reason:
+        console.print(f"the run is invalid: {result.invalid_reason}; exit {EXIT_INVALID_RUN}")
+        return EXIT_INVALID_RUN
+    rate = failure_rate(result.records)
+    if rate is None:
+        console.print("no measured turn was recorded")
+        return EXIT_FAILED_TURNS
+    if rate > max_error_rate:
+        console.print(f"{rate:.1%} of measured turns failed (allowed: --max-error-rate "
+                      f"{max_error_rate:g}); exit {EXIT_FAILED_TURNS}")
+        return EXIT_FAILED_TURNS
+    return EXIT_OK
+
+
+def print_failures(result: Any, console: Any) -> None:
+    """The failed measured turns by turn and kind, with each kind's first message."""
+    from workloads.report.failures import failures, render_failures
+
+    rows = failures(result.records, output_tokens=result.scenario.output_tokens)
+    if rows:
+        console.print(render_failures(rows, sum(not r.warmup for r in result.records)))
+
+
+def write_html(result: Any, directory: Path, console: Any, *, with_plots: bool) -> None:
+    from workloads.report.html import write_html
+
+    console.print(f"report: {write_html(result, directory, with_plots=with_plots)}")

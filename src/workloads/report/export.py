@@ -1,0 +1,130 @@
+"""The report in other forms, for ``show DIR --format text|md|json|csv|html``: the same
+blocks the console draws (:func:`workloads.report.console.blocks`), as plain text, GitHub
+Markdown, the result's JSON, one CSV row per (cell, turn) of raw figures, or the
+self-contained HTML page (:mod:`workloads.report.html`). Pure: strings out."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from rich.console import Console
+
+from workloads.model.results import RunResult
+from workloads.model.summary import BandSummary, Percentiles, TurnSummary
+from workloads.report import console as report
+from workloads.report.table import Line, Pairs, ReportTable, markdown
+
+__all__ = ["FORMATS", "csv_text", "export", "markdown_text", "plain_text"]
+
+FORMATS = ("text", "md", "json", "csv", "html")
+
+
+def plain_text(result: RunResult, width: int = 120) -> str:
+    """The console report without colours, laid out for ``width`` columns."""
+    console = Console(width=width, record=True, color_system=None, file=io.StringIO())
+    console.print(report.render(result))
+    return "\n".join(line.rstrip() for line in console.export_text().splitlines()) + "\n"
+
+
+def markdown_text(result: RunResult) -> str:
+    """The report in GitHub Markdown: headline lines, tables, the window's figures."""
+    out: list[str] = []
+    for block in report.blocks(result):
+        if isinstance(block, ReportTable):
+            out.append(markdown(block))
+        elif isinstance(block, Pairs):
+            if block.rows:
+                rows = [f"| {label} | {_md(text)} |" for label, text in block.rows]
+                out.append("\n".join(["| | |", "|:---|:---|", *rows]))
+        elif isinstance(block, Line):
+            text = block.text
+            if block.style in ("bold", "error"):
+                text = f"**{text}**"
+            elif block.style == "warning":
+                text = f"> {text}"
+            out.append(text)
+    return "\n\n".join(out) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _band(prefix: str, b: BandSummary | None) -> dict[str, float | None]:
+    return {
+        f"{prefix}_median": b.median if b else None,
+        f"{prefix}_low": b.low if b else None,
+        f"{prefix}_high": b.high if b else None,
+    }
+
+
+def _pct(prefix: str, p: Percentiles | None) -> dict[str, float | None]:
+    return {
+        f"{prefix}_p50": p.p50 if p else None,
+        f"{prefix}_p90": p.p90 if p else None,
+        f"{prefix}_p99": p.p99 if p else None,
+        f"{prefix}_max": p.max if p else None,
+    }
+
+
+def _turn_row(cell: int, concurrency: int, prior: int, t: TurnSummary) -> dict[str, object]:
+    return {
+        "cell": cell, "concurrency": concurrency, "prior_tokens": prior, "turn": t.turn,
+        "configured_prompt_tokens": t.configured_prompt_tokens,
+        "records": t.records, "valid": t.valid, "invalid": t.invalid, "errors": t.errors,
+        **_band("aggregate_tok_s", t.aggregate_rate),
+        **_band("wall_aggregate_tok_s", t.wall_aggregate_rate),
+        **_band("per_user_tok_s", t.per_user_rate),
+        **_band("ttft_s", t.ttft_s),
+        **_pct("ttft_s", t.ttft_percentiles),
+        **_pct("itl_s", t.itl_percentiles),
+        **_pct("e2e_s", t.e2e_percentiles),
+        **_band("prefill_tok_s", t.prefill_rate),
+        **_band("uncached_prefill_tok_s", t.uncached_prefill_rate),
+        **_band("prompt_tokens", t.prompt_tokens),
+        **_band("cached_tokens", t.cached_tokens),
+        **_band("shareable_tokens", t.shareable_tokens),
+        "shareable_exact": t.shareable_exact,
+        "cache_effectiveness": t.cache_effectiveness,
+        "hit_rate": t.hit_rate,
+    }
+
+
+def csv_text(result: RunResult) -> str:
+    """One row per (cell, turn) of raw, unrounded figures: seconds, tokens, tok/s. An empty
+    field is a figure that is not known (not reported, no valid turns), never 0."""
+    rows: list[dict[str, object]] = []
+    if result.cells is not None:
+        for c in result.cells:
+            rows += [_turn_row(c.cell, c.concurrency, c.prior_tokens, t)
+                     for t in c.summary.turns]
+    else:
+        s = result.scenario
+        rows += [_turn_row(0, s.users, s.opening_tokens, t) for t in result.summary.turns]
+    out = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    return out.getvalue()
+
+
+def export(result: RunResult, fmt: str, *, width: int = 120) -> str:
+    """``result`` in one of :data:`FORMATS`. ``html`` embeds the plots when matplotlib is
+    installed."""
+    if fmt == "text":
+        return plain_text(result, width)
+    if fmt == "md":
+        return markdown_text(result)
+    if fmt == "json":
+        return result.model_dump_json(indent=2) + "\n"
+    if fmt == "csv":
+        return csv_text(result)
+    if fmt == "html":
+        from workloads.report.html import html_report
+
+        page: str = html_report(result)
+        return page
+    raise ValueError(f"format {fmt!r}: choose one of {', '.join(FORMATS)}")

@@ -1,0 +1,166 @@
+"""The HTML report: one self-contained file (no scripts, no links, the plots inline as PNG
+data) with the run header and provenance, every table of the console report, the window's
+figures, warnings and the plots. ``run`` writes it next to result.json as ``report.html``;
+``show DIR --format html`` prints it.
+
+    from workloads.report.html import write_html
+    write_html(workloads.load_result("runs/first"), "runs/first/report.html")
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import time
+from pathlib import Path
+
+from workloads.model.results import RunResult
+from workloads.report import console as report
+from workloads.report.table import Line, Pairs, ReportTable
+
+__all__ = ["REPORT_FILE", "html_report", "write_html"]
+
+REPORT_FILE = "report.html"
+
+_CSS = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d2330;
+       margin: 2em auto; max-width: 1200px; padding: 0 1.5em; }
+h1 { font-size: 1.45em; margin-bottom: 0.2em; }
+h2 { font-size: 1.1em; margin: 1.6em 0 0.4em; }
+p { margin: 0.35em 0; }
+.headline { font-weight: 600; }
+.warning { background: #fff6d6; border-left: 4px solid #e0a800; padding: 0.3em 0.6em; }
+.error { background: #fde2e1; border-left: 4px solid #c62828; padding: 0.3em 0.6em;
+         font-weight: 600; }
+table { border-collapse: collapse; margin: 0.3em 0 0.8em; font-variant-numeric: tabular-nums; }
+th, td { padding: 0.22em 0.7em; border-bottom: 1px solid #e3e6ec; white-space: nowrap; }
+th { text-align: right; background: #f3f5f9; font-weight: 600; }
+td { text-align: right; }
+th.l, td.l { text-align: left; }
+td.wrap { white-space: normal; }
+.note { color: #4a5263; font-size: 0.92em; }
+dl.provenance { display: grid; grid-template-columns: max-content auto; gap: 0.1em 1.2em; }
+dl.provenance dt { font-weight: 600; }
+dl.provenance dd { margin: 0; }
+figure { margin: 1em 0 1.6em; }
+figure img { max-width: 100%; border: 1px solid #e3e6ec; }
+figcaption { color: #4a5263; font-size: 0.92em; }
+"""
+
+_CAPTIONS = {
+    "rates.png": "Generation rates: median with min–max bars.",
+    "ttft.png": "Time to first token of every measured request (jittered), with the median.",
+    "timeline.png": "Every measured request from send to first token to last token, one row "
+                    "per session.",
+    "prefill.png": "Prefill rate (prompt tokens / TTFT) against prompt depth.",
+    "cache.png": "Prefix cache per cell: cache effectiveness, hit rate and the server's own "
+                 "hit rate.",
+    "concurrency.png": "Requests in flight over the measured span.",
+}
+
+
+def _e(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def _table(t: ReportTable) -> str:
+    def cls(i: int) -> str:
+        return ' class="l"' if i < t.key or i in t.left else ""
+
+    head = "".join(f"<th{cls(i)}>{_e(c)}</th>" for i, c in enumerate(t.columns))
+    body = "".join(
+        "<tr>" + "".join(f"<td{cls(i)}>{_e(c)}</td>" for i, c in enumerate(row)) + "</tr>"
+        for row in t.rows
+    )
+    notes = "".join(f'<p class="note">{_e(n)}</p>' for n in t.notes)
+    return (f'<h2 id="{_e(t.name or "table")}">{_e(t.title)}</h2>'
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}")
+
+
+def _pairs(p: Pairs) -> str:
+    rows = "".join(
+        f'<tr><td class="l"><b>{_e(label)}</b></td><td class="l wrap">{_e(text)}</td></tr>'
+        for label, text in p.rows
+    )
+    return f"<table>{rows}</table>" if rows else ""
+
+
+def _provenance(result: RunResult) -> str:
+    t = result.target
+    items = [
+        ("scenario", result.scenario.name + (f" — {result.scenario.description}"
+                                             if result.scenario.description else "")),
+        ("target", ("embedded simulated server" if t.simulated else t.base_url)
+         + f" · model {t.model}"),
+    ]
+    if t.simulator_profile:
+        items.append(("simulator profile", str(t.simulator_profile.get("name", "—"))))
+    ident = t.server
+    if ident.version or ident.system_fingerprint:
+        items.append(("server identity", " · ".join(
+            x for x in (ident.version, ident.system_fingerprint) if x)))
+    if result.label:
+        items.append(("label", result.label))
+    if result.note:
+        items.append(("note", result.note))
+    items.append(("created", time.strftime("%Y-%m-%d %H:%M:%S UTC",
+                                           time.gmtime(result.created_unix))))
+    items.append(("workloads", f"{result.workloads_version} · result format "
+                               f"{result.format_version}"))
+    env = result.environment
+    if env:
+        items.append(("environment", " · ".join(f"{k} {v}" for k, v in sorted(env.items()))))
+    items.append(("complete", "yes" if result.complete else "no: the run was interrupted"))
+    rows = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in items)
+    return f'<dl class="provenance">{rows}</dl>'
+
+
+def _figures(result: RunResult) -> str:
+    from workloads.report import plots
+
+    if not plots.available():
+        return ('<p class="note">No plots: install the plots extra '
+                "(pip install 'workloads[plots]') and run show DIR --format html.</p>")
+    out = ['<h2 id="plots">Plots</h2>']
+    for name, png in plots.figures(result):
+        data = base64.b64encode(png).decode("ascii")
+        caption = _CAPTIONS.get(name, name)
+        out.append(f'<figure><img alt="{_e(name)}" src="data:image/png;base64,{data}">'
+                   f"<figcaption>{_e(caption)}</figcaption></figure>")
+    return "".join(out)
+
+
+def html_report(result: RunResult, *, with_plots: bool = True) -> str:
+    """The whole report as one HTML document (UTF-8, no external resources)."""
+    parts: list[str] = []
+    blocks = report.blocks(result)
+    title = report.header_line(result)
+    for block in blocks[1:]:  # the first is the header line: the page's <h1>
+        if isinstance(block, ReportTable):
+            parts.append(_table(block))
+        elif isinstance(block, Pairs):
+            parts.append(_pairs(block))
+        elif isinstance(block, Line):
+            if block.style == "bold" and block.text.startswith("Window"):
+                parts.append(f'<h2 id="window">{_e(block.text)}</h2>')
+            else:
+                cls = {"bold": "headline", "warning": "warning", "error": "error"}.get(
+                    block.style, "")
+                parts.append(f'<p class="{cls}">{_e(block.text)}</p>' if cls
+                             else f"<p>{_e(block.text)}</p>")
+    figures = _figures(result) if with_plots else ""
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
+        f"<h1>{_e(title)}</h1>{_provenance(result)}{''.join(parts)}{figures}"
+        "</body></html>\n"
+    )
+
+
+def write_html(result: RunResult, path: str | Path, *, with_plots: bool = True) -> Path:
+    """Write :func:`html_report` to ``path`` (a file, or a directory: DIR/report.html)."""
+    out = Path(path)
+    if out.is_dir():
+        out = out / REPORT_FILE
+    out.write_text(html_report(result, with_plots=with_plots), encoding="utf-8")
+    return out

@@ -1,0 +1,122 @@
+"""Replay: re-send a recorded run's exact message histories, turn by turn, so two arms see
+byte-identical prompts and ``compare`` can call them ``matched``.
+
+Each turn sends the messages the recorded run sent for the same (cell, repetition, session,
+turn), read from its transcripts: the *recorded* assistant replies stay in the history, not
+the new server's. So the prompts are identical whatever the new server answers; what differs
+is only what it generates and how fast. The new server has computed KV for its own replies,
+so each turn's shareable prefix is still worked out against what this server saw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from workloads.core.conversation import Conversation
+from workloads.core.corpus import Corpus
+from workloads.model.errors import ScenarioError
+from workloads.model.records import TurnRecord
+from workloads.model.results import RepetitionNonces, RunResult, load_result
+from workloads.model.scenario import Scenario
+from workloads.model.transcripts import TRANSCRIPTS_FILE, Transcript, read_transcripts
+from workloads.runner.repetition import Repetition
+from workloads.runner.session import Exchange, Session
+from workloads.runner.sizing import CellSizing
+from workloads.wire.client import ChatClient
+
+__all__ = ["Recording", "load_recording", "replay_sessions"]
+
+TurnKey = tuple[int, int, int, int]  # (cell, repetition, session, turn)
+
+
+class Recording:
+    """A recorded run to replay: its result (scenario, nonces) and its transcripts."""
+
+    def __init__(self, result: RunResult, transcripts: dict[TurnKey, Transcript],
+                 where: Path) -> None:
+        self.result = result
+        self.transcripts = transcripts
+        self.where = where
+
+    def check(self, scenario: Scenario) -> None:
+        """Raise ScenarioError unless ``scenario`` runs the recorded workload and every turn
+        it will send is in the transcripts."""
+        skip = {"name", "description", "gate"}
+        mine = scenario.model_dump(exclude=skip)
+        theirs = self.result.scenario.model_dump(exclude=skip)
+        differ = [k for k in mine if mine[k] != theirs.get(k)]
+        if differ:
+            raise ScenarioError(
+                f"--replay {self.where}: the scenario differs from the recorded one in "
+                f"{', '.join(differ)}; replay runs the recorded scenario (drop --set)"
+            )
+        s = scenario.repetitions
+        missing = [
+            (cell.index, rep, session, turn)
+            for cell in scenario.cells()
+            for rep in range(s.warmup + s.measured)
+            for session in range(cell.concurrency)
+            for turn in range(1, scenario.turns + 1)
+            if (cell.index, rep, session, turn) not in self.transcripts
+        ]
+        if missing:
+            c, r, u, t = missing[0]
+            raise ScenarioError(
+                f"--replay {self.where}: its transcripts lack {len(missing)} turns (first: cell "
+                f"{c}, repetition {r}, session {u}, turn {t}); replay needs a complete run "
+                "made with transcripts"
+            )
+
+    def nonces(self, cell: int, repetition: int) -> RepetitionNonces | None:
+        """The recorded repetition's nonces (the prompts carry them)."""
+        for n in self.result.nonces:
+            if n.cell == cell and n.repetition == repetition:
+                return n
+        return None
+
+
+def load_recording(directory: str | Path) -> Recording:
+    """The run in ``directory`` (its result.json and transcripts.jsonl), ready to replay."""
+    where = Path(directory)
+    if not where.is_dir():
+        where = where.parent
+    return Recording(load_result(where), read_transcripts(where / TRANSCRIPTS_FILE), where)
+
+
+def replay_sessions(
+    repetition: Repetition,
+    recording: Recording,
+    *,
+    sizing: CellSizing,
+    corpus: Corpus,
+    client: ChatClient,
+    model: str,
+    on_record: Callable[[TurnRecord], None],
+    on_exchange: Exchange | None = None,
+) -> tuple[list[Session], RepetitionNonces]:
+    """The repetition's sessions, each scripted with the recorded messages of its turns."""
+    s = sizing.scenario
+    cell = repetition.cell.index
+    recorded = recording.nonces(cell, repetition.index)
+    nonces = recorded or RepetitionNonces(
+        cell=cell, repetition=repetition.index, warmup=repetition.warmup, run_nonce=None,
+        sessions=[""] * s.users,
+    )
+    sessions = []
+    for i in range(s.users):
+        script: dict[int, Sequence[dict[str, str]]] = {
+            turn: recording.transcripts[(cell, repetition.index, i, turn)].messages
+            for turn in range(1, s.turns + 1)
+        }
+        conversation = Conversation(
+            corpus=corpus, style=s.content.style, seed=s.content.seed, session=i,
+            nonce=nonces.sessions[i] if i < len(nonces.sessions) else "",
+            run_nonce=nonces.run_nonce,
+        )
+        sessions.append(Session(
+            client=client, scenario=s, model=model, conversation=conversation, sizing=sizing,
+            repetition=repetition.index, warmup=repetition.warmup, on_record=on_record,
+            cell=cell, on_exchange=on_exchange, script=script,
+        ))
+    return sessions, nonces

@@ -1,0 +1,110 @@
+"""The hot path folded by hand against the plain reading of every chunk: whatever the chunk
+shapes, escapes and read boundaries, ChatStream says what parse_chunk says, chunk by chunk."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from workloads.core.chat_stream import ChatStream, parse_chunk
+from workloads.model.errors import RequestError
+
+text = st.text(max_size=8)  # any code point: quotes, backslashes, newlines, emoji
+delta = st.one_of(
+    st.fixed_dictionaries({"content": text}),
+    st.fixed_dictionaries({"role": st.just("assistant"), "content": st.just("")}),
+    st.fixed_dictionaries({"reasoning_content": text}),
+    st.fixed_dictionaries({"tool_calls": st.just([{"index": 0}])}),
+    st.fixed_dictionaries({"content": st.lists(
+        st.fixed_dictionaries({"type": st.just("text"), "text": text}), max_size=2)}),
+    st.fixed_dictionaries({"content": st.none()}),
+)
+choice = st.fixed_dictionaries(
+    {"index": st.just(0), "delta": delta},
+    optional={"finish_reason": st.sampled_from([None, "length", "stop"])},
+)
+chunk = st.fixed_dictionaries(
+    {"id": st.just("c1"), "choices": st.lists(choice, min_size=0, max_size=1)},
+    optional={"usage": st.one_of(st.none(), st.fixed_dictionaries({
+        "prompt_tokens": st.integers(0, 10**6), "completion_tokens": st.integers(0, 10**6)}))},
+)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    chunks=st.lists(chunk, max_size=6),
+    ascii_only=st.booleans(),
+    cuts=st.lists(st.integers(0, 10**5), max_size=12),
+)
+def test_the_stream_says_what_each_chunk_says(chunks, ascii_only, cuts):
+    wire = b"".join(
+        b"data: " + json.dumps(c, ensure_ascii=ascii_only).encode() + b"\n\n" for c in chunks
+    ) + b"data: [DONE]\n\n"
+    points = sorted({c % (len(wire) + 1) for c in cuts})
+    reads = [wire[a:b] for a, b in zip([0, *points], [*points, len(wire)], strict=True)]
+    stream = ChatStream()
+    done = False
+    for now, read in enumerate(reads, 1):
+        if stream.feed(read, now):
+            done = True
+            break
+    assert done and stream.saw_done
+    parsed = [parse_chunk(json.dumps(c)) for c in chunks]
+    assert stream.text == "".join(p.content for p in parsed)
+    assert stream.content_events == sum(p.has_content for p in parsed)
+    reasons = [p.finish_reason for p in parsed if p.finish_reason is not None]
+    assert stream.finish_reason == (reasons[-1] if reasons else None)
+    usages = [p.usage for p in parsed if p.usage is not None]
+    assert stream.usage == (usages[-1] if usages else None)
+    if stream.content_events:
+        assert stream.first_content_ns is not None
+        assert stream.first_content_ns <= stream.last_content_ns
+
+
+@pytest.mark.parametrize(("data", "kind"), [
+    (b"data: {oops\n\n", "malformed"),
+    (b"data: [1]\n\n", "malformed"),
+    (b"data: \xff\xfe\n\n", "malformed"),
+    (b'data: {"error": {"message": "overloaded"}}\n\n', "error_event"),
+    (b"event: error\ndata: {}\n\n", "error_event"),
+])
+def test_what_is_not_a_chunk_raises_its_kind(data, kind):
+    with pytest.raises(RequestError) as caught:
+        ChatStream().feed(data, 1)
+    assert caught.value.kind == kind
+
+
+def test_done_without_a_final_blank_line_is_found_at_close():
+    stream = ChatStream()
+    assert not stream.feed(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]', 1)
+    assert stream.close(2) and stream.saw_done and stream.done_ns == 2 and stream.text == "a"
+
+
+def test_every_content_chunk_keeps_its_arrival_for_the_itl_distribution():
+    from workloads.core.chat_stream import ChatStream
+
+    def chunk(text: str) -> bytes:
+        return b'data: {"choices":[{"delta":{"content":"' + text.encode() + b'"}}]}\n\n'
+
+    stream = ChatStream()
+    stream.feed(b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n', 100)  # no content
+    stream.feed(chunk("a") + chunk("b"), 200)  # two chunks in one read share its stamp
+    stream.feed(chunk("c"), 450)
+    assert list(stream.content_ns) == [200, 200, 450]
+    assert stream.first_content_ns == 200 and stream.last_content_ns == 450
+
+
+def test_records_of_a_real_run_carry_chunk_gaps(simulated_server):
+    import workloads
+
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(
+        ["users=2", "turns=1", "opening_tokens=300", "output_tokens=12",
+         "repetitions.warmup=0", "repetitions.measured=1"])
+    result = workloads.run(scenario, simulated_server.target)
+    for r in result.records:
+        assert r.chunk_gaps_us is not None and len(r.chunk_gaps_us) == r.content_events - 1
+        assert all(g >= 0 for g in r.chunk_gaps_us)
+    assert result.summary.run.itl_percentiles is not None

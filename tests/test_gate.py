@@ -1,0 +1,131 @@
+"""The correctness gate: judging (pure), the simulator's scripted correct model, and the gate
+in a real run against the simulated server, with faults.rate_corrupt making it fail."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import workloads
+from workloads.cli import EXIT_INVALID_RUN, main
+from workloads.core.gate import CASES, judge
+from workloads.servers.simulated.answers import answer
+
+RIGHT = {
+    "arithmetic": "1591.",
+    "code": "```python\ndef is_even(n):\n    return n % 2 == 0\n```",
+    "json-echo": '{"id": 7, "name": "cache", "tags": ["kv", "prefix"], "ok": true}',
+    "list-continuation": "Thursday, Friday, Saturday",
+    "recall": "The vault code is 4827.",
+    "repeat": "The quick brown fox jumps over the lazy dog near the river bank.",
+}
+WRONG = {
+    "arithmetic": ("1581", "expected 1591"),
+    "code": ("def is_even(n)\n    return n % 2 == 0", "does not parse"),
+    "json-echo": ('{"id": 7, "name": "cache"}', "a different object"),
+    "list-continuation": ("Thursday, Saturday, Sunday", "expected Thursday"),
+    "recall": ("I do not know.", "expected 4827"),
+    "repeat": ("The quick brown fox jumps over the dog.", "not repeated exactly"),
+}
+
+
+def test_echoing_the_request_is_not_repeating_it():
+    repeat = next(c for c in CASES if c.name == "repeat")
+    verdict = judge(repeat, repeat.messages[0][1])  # what Gemma 3 270M answers
+    assert not verdict.passed and verdict.why.startswith("echoed the request")
+
+
+def test_show_and_compare_judge_saved_outputs_by_todays_rules():
+    from workloads.core.gate import rejudged
+    from workloads.model.gate import GateOutput, GateResult
+
+    saved = GateResult(mode="report", outputs=[
+        GateOutput(case="repeat", phase="before", passed=True, why="repeated exactly",
+                   output="Repeat after me, exactly: The quick brown fox jumps over the lazy "
+                          "dog near the river bank."),
+        GateOutput(case="arithmetic", phase="before", passed=False, why="the request failed",
+                   error_kind="http_500"),
+    ])
+    again = rejudged(saved)
+    assert [o.passed for o in again.outputs] == [False, False]
+    assert again.outputs[1].why == "the request failed"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_each_case_passes_its_right_answer_and_fails_a_wrong_one_with_why(case):
+    assert judge(case, RIGHT[case.name]).passed
+    wrong, why = WRONG[case.name]
+    verdict = judge(case, wrong)
+    assert not verdict.passed and why in verdict.why
+
+
+def test_code_is_parsed_never_run_and_needs_a_return():
+    code = next(c for c in CASES if c.name == "code")
+    assert "without a return" in judge(code, "def is_even(n):\n    pass\n").why
+    assert "no is_even" in judge(code, "def odd(n):\n    return 1\n").why
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_the_simulators_scripted_model_answers_every_case_by_rule(case):
+    reply = answer(case.chat())
+    assert reply is not None and judge(case, reply).passed
+
+
+def test_the_scripted_model_does_not_answer_ordinary_turns():
+    assert answer([{"role": "user", "content": "Here is the tool output: 3 tests failed."}]) is None
+
+
+def test_the_gate_runs_before_and_after_outside_the_window(tiny_scenario):
+    result = workloads.run(tiny_scenario, telemetry=workloads.TelemetryOptions(energy="off"))
+    gate = result.gate
+    assert gate is not None and gate.passed and gate.mode == "report"
+    assert len(gate.outputs) == 2 * len(CASES)
+    assert {o.phase for o in gate.outputs} == {"before", "after"}
+    assert all(o.finish_reason == "stop" for o in gate.outputs)
+    # The window's server counters count only the measured requests (2 users × 2 turns).
+    server = result.window.server
+    assert server is not None
+    assert server.finished_requests == 4 and server.reconciles
+    assert server.finished_reasons is not None and not server.finished_reasons.get("stop")
+    assert result.invalid_reason is None
+
+
+def test_gate_off_sends_nothing(tiny_scenario):
+    result = workloads.run(tiny_scenario.with_overrides(["gate=off"]),
+                           telemetry=workloads.TelemetryOptions(energy="off"))
+    assert result.gate is None
+
+
+def test_corrupt_output_fails_a_required_gate_flags_loops_and_exits_non_zero(tmp_path, capsys):
+    out = tmp_path / "corrupt"
+    code = main(["run", "five-user-coding", "--out", str(out), "--quiet", "--no-plots",
+                 "--gate", "required", "--sim", "faults.rate_corrupt=1",
+                 "--set", "users=2", "--set", "turns=2", "--set", "opening_tokens=600",
+                 "--set", "turn_tokens=120", "--set", "output_tokens=48",
+                 "--set", "repetitions.measured=1"])
+    assert code == EXIT_INVALID_RUN
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "correctness 0/6" in printed and "failed: arithmetic (before/after: expected 1591" \
+        in printed
+    assert "INVALID RUN: the required correctness gate failed" in printed
+    saved = json.loads((out / "result.json").read_text())
+    assert saved["invalid_reason"].startswith("the required correctness gate failed")
+    assert saved["gate"]["mode"] == "required"
+    # The measured streams were clean HTTP 200s of the right length, and looped.
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    measured = [r for r in records if "kind" not in r and not r["warmup"]]  # not header lines
+    assert all(r["valid"] for r in measured)
+    assert all(r["degenerate"] for r in measured)
+    assert "degenerate completions: 4 of 4 measured" in printed
+
+
+def test_a_gate_that_only_reports_does_not_fail_the_run(tmp_path):
+    code = main(["run", "five-user-coding", "--out", str(tmp_path / "r"), "--quiet",
+                 "--no-plots", "--sim", "faults.rate_corrupt=1", "--set", "users=1",
+                 "--set", "turns=1", "--set", "opening_tokens=300", "--set", "turn_tokens=60",
+                 "--set", "output_tokens=16", "--set", "repetitions.measured=1"])
+    assert code == 0
+    result = workloads.load_result(tmp_path / "r")
+    assert result.gate is not None and not result.gate.passed
+    assert result.invalid_reason is None
