@@ -16,7 +16,7 @@ across that repetition's sessions, and the session nonce opens the user message.
 of 0 tokens has no messages at all; the session nonce then opens turn 1's content.
 
 How long each piece is (``n_system``, ``n_user``, a turn's ``n``) is decided by the caller,
-which measures the rendered chat with the target's tokenizer (``session.py``).
+which measures the rendered chat with the target's tokenizer (``runner/sizing.py``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, Self
 
 from pydantic import model_validator
 
@@ -116,14 +116,15 @@ class TurnRecord(Frozen):
         return _read_legacy_kind(data)
 
 
-class RecordWriter:
-    """Appends TurnRecords to a JSONL file, flushing after each one."""
+class JsonlWriter:
+    """An append-only JSON-lines file, opened by ``with``: what a killed run leaves on disk is
+    every line written so far (records, transcripts)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._file: IO[str] | None = None
 
-    def __enter__(self) -> RecordWriter:
+    def __enter__(self) -> Self:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a", encoding="utf-8")
         return self
@@ -133,17 +134,23 @@ class RecordWriter:
             self._file.close()
             self._file = None
 
+    def _append(self, line: str, *, flush: bool = True) -> None:
+        assert self._file is not None, f"use 'with {type(self).__name__}(path) as writer'"
+        self._file.write(line + "\n")
+        if flush:
+            self._file.flush()
+
+
+class RecordWriter(JsonlWriter):
+    """Appends TurnRecords to a JSONL file, flushing after each one."""
+
     def write(self, record: TurnRecord) -> None:
-        assert self._file is not None, "use 'with RecordWriter(path) as writer'"
-        self._file.write(record.model_dump_json() + "\n")
-        self._file.flush()
+        self._append(record.model_dump_json())
 
     def write_line(self, line: str) -> None:
         """Append one JSON line that is not a TurnRecord (the header, nonces, windows: see
         :mod:`workloads.model.results`), flushed at once."""
-        assert self._file is not None, "use 'with RecordWriter(path) as writer'"
-        self._file.write(line + "\n")
-        self._file.flush()
+        self._append(line)
 
 
 def read_records(path: Path) -> Iterator[TurnRecord]:

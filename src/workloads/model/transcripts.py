@@ -22,9 +22,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from workloads.model.errors import ResultFormatError
+from workloads.model.records import JsonlWriter
 
 __all__ = [
     "TRANSCRIPTS_FILE",
@@ -74,37 +75,24 @@ class Transcript:
     completion_sha256: str | None
 
 
-class TranscriptWriter:
+class TranscriptWriter(JsonlWriter):
     """Appends turns to a transcripts file, each distinct message once, flushing per turn."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self._file: IO[str] | None = None
+        super().__init__(path)
         self._seen: set[str] = set()
 
-    def __enter__(self) -> TranscriptWriter:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a", encoding="utf-8")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
     def _store(self, message: dict[str, Any]) -> str:
-        assert self._file is not None, "use 'with TranscriptWriter(path) as writer'"
         digest = _message_hash(message)
         if digest not in self._seen:
             self._seen.add(digest)
-            self._file.write(json.dumps({"sha256": digest, "message": message},
-                                        ensure_ascii=False) + "\n")
+            self._append(json.dumps({"sha256": digest, "message": message}, ensure_ascii=False),
+                         flush=False)  # the turn line that names it flushes
         return digest
 
     def write(self, *, cell: int, repetition: int, warmup: bool, session: int, turn: int,
               messages: Sequence[dict[str, Any]], completion: str | None) -> None:
         """Append one turn (its new messages first, then the turn line) and flush."""
-        assert self._file is not None, "use 'with TranscriptWriter(path) as writer'"
         names = [self._store(dict(m)) for m in messages]
         reply = None
         if completion is not None:
@@ -115,8 +103,7 @@ class TranscriptWriter:
             "completion_sha256": None if completion is None else text_hash(completion),
             "completion": reply,
         }
-        self._file.write(json.dumps({"turn": line}) + "\n")
-        self._file.flush()
+        self._append(json.dumps({"turn": line}))
 
 
 def read_transcripts(path: Path) -> dict[TurnKey, Transcript]:
