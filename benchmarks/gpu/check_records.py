@@ -10,7 +10,9 @@ from pathlib import Path
 
 
 def main(run: str) -> None:
-    recs = [json.loads(l) for l in (Path(run) / "records.jsonl").read_text().splitlines() if l]
+    lines = (Path(run) / "records.jsonl").read_text().splitlines()
+    # TurnRecords only: format-2 files also hold header, nonces and window lines ("kind")
+    recs = [r for r in (json.loads(line) for line in lines if line) if "kind" not in r]
     for phase, keep in (("measured", False), ("warm-up", True)):
         rs = [r for r in recs if bool(r.get("warmup")) == keep]
         timed = [r for r in rs if isinstance(r.get("timings"), dict)]
@@ -40,7 +42,8 @@ def main(run: str) -> None:
             tp = sorted(x for x in tp if x)
             tg = sorted(x for x in tg if x)
             if tp and tg:
-                print(f"  llama.cpp timings, measured: prompt_per_second median {tp[len(tp)//2]:,.0f}"
+                print("  llama.cpp timings, measured: prompt_per_second median "
+                      f"{tp[len(tp)//2]:,.0f}"
                       f" (min {tp[0]:,.0f}, max {tp[-1]:,.0f}); predicted_per_second median "
                       f"{tg[len(tg)//2]:,.1f} (min {tg[0]:,.1f}, max {tg[-1]:,.1f})")
 

@@ -36,7 +36,7 @@ def main(src: str, out: str) -> None:
     types = field(r, "tokenizer.ggml.token_type")
     merges = field(r, "tokenizer.ggml.merges")
     vocab, added = {}, []
-    for i, (tok, typ) in enumerate(zip(tokens, types)):
+    for i, (tok, typ) in enumerate(zip(tokens, types, strict=True)):
         if typ == 3:  # CONTROL: an added special token
             added.append({"id": i, "content": tok, "single_word": False, "lstrip": False,
                           "rstrip": False, "normalized": False, "special": True})
@@ -60,9 +60,9 @@ def main(src: str, out: str) -> None:
                                     {"Sequence": {"id": "A", "type_id": 0}},
                                     {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 1}},
                                     {"Sequence": {"id": "B", "type_id": 1}}],
-                           "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>",
-                                                                    "ids": [128000],
-                                                                    "tokens": ["<|begin_of_text|>"]}}},
+                           "special_tokens": {"<|begin_of_text|>": {
+                               "id": "<|begin_of_text|>", "ids": [128000],
+                               "tokens": ["<|begin_of_text|>"]}}},
         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
                     "use_regex": True},
         "model": {"type": "BPE", "dropout": None, "unk_token": None,
