@@ -37,7 +37,7 @@ from workloads.model.figures import EnergyFigures, ServerTelemetry
 from workloads.model.gate import GateResult
 from workloads.model.likelihood import Likelihood
 from workloads.model.records import TurnRecord
-from workloads.model.scenario import Scenario
+from workloads.model.scenario import Cell, Scenario
 from workloads.model.summary import BandSummary, ConcurrencySummary, RunSummary, Summary
 from workloads.model.whatif import WhatIfTurn
 
@@ -113,6 +113,17 @@ class CellSummary(Frozen):
     generation_rate: BandSummary | None = None
     summary: Summary
     cache_what_if: list[WhatIfTurn] | None = None
+
+
+def cell_coordinates(scenario: Scenario, cell: Cell) -> dict[str, int]:
+    """The fields of a :class:`CellSummary` that say where the cell is: its index, its
+    concurrency and prior depth, and turn 1's configured prompt there."""
+    return {
+        "cell": cell.index,
+        "concurrency": cell.concurrency,
+        "prior_tokens": cell.prior_tokens,
+        "configured_prompt_tokens": scenario.for_cell(cell).configured_prompt_tokens(1),
+    }
 
 
 class Sizing(Frozen):
@@ -374,10 +385,7 @@ def _rebuilt(records_path: Path) -> RunResult:
     if scenario.swept:
         cells = [
             CellSummary(
-                cell=cell.index,
-                concurrency=cell.concurrency,
-                prior_tokens=cell.prior_tokens,
-                configured_prompt_tokens=scenario.for_cell(cell).configured_prompt_tokens(1),
+                **cell_coordinates(scenario, cell),
                 window=found.windows.get(cell.index, Window()),
                 summary=Summary(turns=[], run=_empty_run_summary()),
             )

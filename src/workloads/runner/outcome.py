@@ -28,6 +28,7 @@ from workloads.model.results import (
     Sizing,
     TargetInfo,
     Window,
+    cell_coordinates,
     environment,
 )
 from workloads.model.scenario import Cell, Scenario
@@ -140,11 +141,7 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
     if s.swept:
         cells = [
             CellSummary(
-                cell=cell.index,
-                concurrency=cell.concurrency,
-                prior_tokens=cell.prior_tokens,
-                configured_prompt_tokens=m.sizings[cell.index].scenario
-                .configured_prompt_tokens(1),
+                **cell_coordinates(s, cell),
                 window=m.windows.get(cell.index, Window()),
                 cache_what_if=_what_if(m, cell.index),
                 **aggregate.cell_figures(mine, users=cell.concurrency),
