@@ -189,8 +189,3 @@ class Conversation:
     def add_reply(self, text: str) -> None:
         """Append the server's reply verbatim: the next turn's context holds what it said."""
         self.messages.append({"role": "assistant", "content": text})
-
-    @property
-    def shared_system(self) -> str:
-        """The system message (byte-identical across a repetition when nonce = "run")."""
-        return self.messages[0]["content"] if self.messages else ""
