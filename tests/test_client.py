@@ -9,7 +9,6 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-import aiohttp
 import pytest
 
 from workloads.model.errors import RequestError
@@ -17,7 +16,7 @@ from workloads.model.records import TurnRecord
 from workloads.model.scenario import Timeouts
 from workloads.runner.session import record_from_response
 from workloads.wire.client import AiohttpChatClient, parse_chunk, partial_response
-from workloads.wire.failures import retry_kinds, unwritten
+from workloads.wire.failures import retry_kinds
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[bool]]
 
@@ -242,17 +241,6 @@ async def test_an_idle_connection_past_keepalive_is_not_reused():
         await asyncio.sleep(0.3)
         second = await client.stream_chat(BODY)
     assert first.ok and second.ok and s.connections == 2 and second.resends == 0
-
-
-def test_only_a_reused_connection_found_closing_before_the_first_write_isunwritten():
-    closing = aiohttp.ClientConnectionResetError("Cannot write to closing transport")
-    assert unwritten(closing, {"reused": True, "sent_ns": 1, "chunks": 1})
-    assert unwritten(aiohttp.ServerDisconnectedError(), {"reused": True})  # before writing
-    assert not unwritten(closing, {"sent_ns": 1, "chunks": 1})  # a fresh connection
-    assert not unwritten(closing, {"reused": True, "sent_ns": 1, "chunks": 2})  # 1st went out
-    lost = aiohttp.ClientConnectionResetError("Connection lost")  # raised after a write
-    assert not unwritten(lost, {"reused": True, "sent_ns": 1, "chunks": 1})
-    assert not unwritten(aiohttp.ServerDisconnectedError(), {"reused": True, "sent_ns": 1})
 
 
 # --- retry_on ------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """The streaming chat client: POST with ``stream=true``, stamp every read, decode, map errors.
 
-This is the only module that knows aiohttp's exceptions; they are translated here into the
-closed set of :data:`workloads.model.errors.ErrorKind` and returned as data on the
-:class:`ChatResponse` (a failed request never raises out of :meth:`ChatClient.stream_chat`;
-cancellation propagates, with the partial response on the exception: :func:`partial_response`).
+Failures come back as data on the :class:`ChatResponse`, one of the closed set of
+:data:`workloads.model.errors.ErrorKind` (a failed request never raises out of
+:meth:`ChatClient.stream_chat`; cancellation propagates, with the partial response on the
+exception: :func:`partial_response`). The connections, the request write and the response
+read are :mod:`workloads.wire.stream`'s, below any HTTP library: aiohttp's ``StreamReader``
+cost more per streamed token than everything else the client does (benchmarks/RESULTS.md).
 
 A request is never sent twice without a record of it. It is sent again only when (a) a pooled
 connection was found dead before any byte of the request was written (a *resend*, counted), or
@@ -18,26 +20,20 @@ import json
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
-import aiohttp
-
-from workloads.core.chat_stream import ChatStream, Usage, parse_chunk
+from workloads._version import __version__
+from workloads.core.chat_stream import Usage, parse_chunk
 from workloads.model.errors import ErrorKind, RequestError
 from workloads.model.records import AttemptRecord
 from workloads.model.scenario import Timeouts
-from workloads.wire.failures import (
-    connect_kind,
-    retry_after,
-    retry_kinds,
-    status_kind,
-    unwritten,
-)
+from workloads.wire.failures import retry_kinds
+from workloads.wire.stream import Exchange, Pool
 
 __all__ = [
-    "AiohttpChatClient", "ChatClient", "ChatResponse", "Usage", "parse_chunk", "partial_response",
-    "retry_kinds",
+    "AiohttpChatClient", "ChatClient", "ChatResponse", "HttpChatClient", "Usage", "parse_chunk",
+    "partial_response", "retry_kinds",
 ]
 
 # A request whose pooled connection turns out to be dead before any byte of it was written is
@@ -103,24 +99,26 @@ class ChatClient(Protocol):
 
 
 def partial_response(err: BaseException) -> ChatResponse | None:
-    """What a cancelled :meth:`AiohttpChatClient.stream_chat` measured before it was
+    """What a cancelled :meth:`HttpChatClient.stream_chat` measured before it was
     cancelled (``error_kind="cancelled"``), or None when the client kept nothing."""
     response = getattr(err, _ATTR, None)
     return response if isinstance(response, ChatResponse) else None
 
 
-class AiohttpChatClient:
-    """Streams ``POST {base_url}/chat/completions`` over one pooled aiohttp session.
+class HttpChatClient:
+    """Streams ``POST {base_url}/chat/completions`` over a pool of kept-alive connections.
 
-        async with AiohttpChatClient("http://127.0.0.1:8000/v1", connections=5) as client:
+        async with HttpChatClient("http://127.0.0.1:8000/v1", connections=5) as client:
             response = await client.stream_chat({"model": "m", "messages": [...]})
 
     ``connections`` should be at least the number of concurrent sessions, so no request
-    waits for a connection (that wait would be counted in TTFT). ``retry_on`` (e.g.
-    ``{"429", "5xx"}``) sends a failed request again, up to ``max_retries`` times, after the
-    server's Retry-After or an exponential backoff; off by default, because a retried request
-    is a second request the server counts. ``reuse_connections=False`` opens a connection per
-    request (for servers that close kept-alive connections without saying so).
+    waits for a connection (that wait is before ``sent_ns``, outside TTFT, but it delays the
+    request). ``retry_on`` (e.g. ``{"429", "5xx"}``) sends a failed request again, up to
+    ``max_retries`` times, after the server's Retry-After or an exponential backoff; off by
+    default, because a retried request is a second request the server counts.
+    ``reuse_connections=False`` opens a connection per request (for servers that close
+    kept-alive connections without saying so). http and https (certificates verified); no
+    proxies.
     """
 
     def __init__(
@@ -136,83 +134,51 @@ class AiohttpChatClient:
         keepalive_s: float = KEEPALIVE_S,  # below the server's idle timeout
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
-        self._connections = connections
-        self._headers = {"Content-Type": "application/json"}
-        if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
-        self._timeout = aiohttp.ClientTimeout(
-            total=None, connect=timeouts.connect_s, sock_read=timeouts.read_gap_s
-        )
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"target URL {base_url!r}: use http://HOST[:PORT]/v1 or https://...")
+        self._tls = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port or (443 if self._tls else 80)
+        default_port = self._port == (443 if self._tls else 80)
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        authority = host if default_port else f"{host}:{self._port}"
+        # The request head, less its Content-Length; the key is in it and never logged.
+        self._head = (
+            f"POST {parts.path or '/'}{'?' + parts.query if parts.query else ''} HTTP/1.1\r\n"
+            f"Host: {authority}\r\nUser-Agent: workloads/{__version__}\r\n"
+            "Accept: text/event-stream\r\nContent-Type: application/json\r\n"
+            + (f"Authorization: Bearer {api_key}\r\n" if api_key else "")
+        ).encode("latin-1")
+        self._connections = max(1, connections)
+        self._timeouts = timeouts
         self._request_timeout_s = timeouts.turn_s
         self._retry_on = retry_kinds(retry_on)
         self._max_retries = max(0, max_retries)
         self._reuse = reuse_connections
         self._keepalive_s = keepalive_s
-        self._retired: list[aiohttp.ClientSession] = []  # pools left by _stop_reusing
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: Pool | None = None
+        self._slots: asyncio.Semaphore | None = None
 
-    async def __aenter__(self) -> AiohttpChatClient:
-        self._session = self._new_session(reuse=self._reuse)
+    async def __aenter__(self) -> HttpChatClient:
+        self._pool = Pool(
+            self._host, self._port, tls=self._tls, connect_s=self._timeouts.connect_s,
+            keepalive_s=self._keepalive_s, reuse=self._reuse,
+        )
+        self._slots = asyncio.Semaphore(self._connections)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        for session in (*self._retired, self._session):
-            if session is not None:
-                await session.close()
-        self._session = None
-        self._retired = []
-
-    def _new_session(self, *, reuse: bool) -> aiohttp.ClientSession:
-        trace = aiohttp.TraceConfig()
-        trace.on_request_headers_sent.append(self._on_sent)
-        trace.on_request_chunk_sent.append(self._on_chunk)
-        trace.on_connection_reuseconn.append(self._on_reuse)
-        connector = aiohttp.TCPConnector(
-            limit=self._connections, limit_per_host=0, force_close=not reuse,
-            keepalive_timeout=self._keepalive_s if reuse else None,
-        )
-        return aiohttp.ClientSession(
-            connector=connector, timeout=self._timeout, headers=self._headers,
-            trace_configs=[trace],
-        )
-
-    def _stop_reusing(self) -> None:
-        """The server dropped a kept-alive connection under a request: it closes idle
-        connections sooner than we expect. From now on every request gets its own connection,
-        so no further request is lost this way (requests in flight finish on the old pool)."""
-        if self._reuse and self._session is not None:
-            self._reuse = False
-            self._retired.append(self._session)
-            self._session = self._new_session(reuse=False)
-
-    # aiohttp calls these just *before* it hands the bytes to the transport (3.10+ buffers
-    # the headers and writes them with the body), so "sent" is conservative: set a moment
-    # early, never late. sent_ns is the last such moment, right before the body goes out.
-    @staticmethod
-    async def _on_sent(
-        session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object
-    ) -> None:
-        ctx.trace_request_ctx["sent_ns"] = time.perf_counter_ns()
-
-    @staticmethod
-    async def _on_chunk(
-        session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object
-    ) -> None:
-        trace = ctx.trace_request_ctx
-        trace["sent_ns"] = time.perf_counter_ns()
-        trace["chunks"] = trace.get("chunks", 0) + 1
-
-    @staticmethod
-    async def _on_reuse(
-        session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object
-    ) -> None:
-        ctx.trace_request_ctx["reused"] = True
+        if self._pool is not None:
+            self._pool.close()
+        self._pool = None
 
     async def stream_chat(self, body: dict[str, Any]) -> ChatResponse:
         """Stream one chat completion; failures come back as data on the response."""
-        if self._session is None:
-            raise RuntimeError("use 'async with AiohttpChatClient(...)' before stream_chat")
+        if self._pool is None:
+            raise RuntimeError("use 'async with HttpChatClient(...)' before stream_chat")
         payload = json.dumps(body).encode()  # encoded once: every attempt sends the same bytes
+        request = self._head + b"Content-Length: %d\r\n\r\n" % len(payload) + payload
         attempts: list[AttemptRecord] = []
         resends = retries = 0
         for _ in range(MAX_RESENDS + self._max_retries + 1):  # bounded: each pass counts one
@@ -220,7 +186,7 @@ class AiohttpChatClient:
                 started_ns=time.perf_counter_ns(), resends=resends, retries=retries,
                 attempts=attempts,
             )
-            unwritten = await self._attempt(payload, response)
+            unwritten = await self._attempt(request, response)
             kind = response.error_kind
             if kind is None:
                 return response
@@ -248,109 +214,69 @@ class AiohttpChatClient:
             attempts.append(_attempt_record(response))
         return response
 
-    async def _attempt(self, payload: bytes, out: ChatResponse) -> bool:
+    async def _attempt(self, request: bytes, out: ChatResponse) -> bool:
         """One attempt, filling ``out``; True when it failed before any byte was written on
         a reused connection (safe to send again)."""
-        trace: dict[str, Any] = {}
+        assert self._slots is not None
+        exchange: Exchange | None = None
         try:
-            async with asyncio.timeout(self._request_timeout_s):
-                await self._exchange(payload, out, trace)
-        except RequestError as err:
+            async with asyncio.timeout(self._request_timeout_s), self._slots:
+                exchange = await self._exchange(request)
+                if exchange is None:
+                    out.fail("disconnected", "a pooled connection closed before the request "
+                             "was written")
+                    return True
+                await exchange.waiter
+        except RequestError as err:  # could not connect
             out.fail(err.kind, str(err))
-            if err.http_status is not None:
-                out.http_status = err.http_status
-            out.retry_after_s = err.retry_after_s
-            return not err.sent
         except TimeoutError:
             out.fail("turn_deadline", f"request exceeded {self._request_timeout_s:g} s")
         except asyncio.CancelledError as err:
             out.fail("cancelled", "the run ended while this turn was in flight")
             setattr(err, _ATTR, out)
             raise
-        except Exception as err:  # a server's odd stream must cost a record, not the run
-            out.fail("malformed", f"unexpected {type(err).__name__} reading the stream: {err}")
         finally:
-            if out.sent_ns is None:
-                out.sent_ns = trace.get("sent_ns")
+            if exchange is not None:
+                exchange.abandon()  # a no-op for a finished response
+                self._fill(exchange, out)
         return False
 
-    async def _exchange(self, payload: bytes, out: ChatResponse, trace: dict[str, Any]) -> None:
-        assert self._session is not None
-        got_response = False
+    async def _exchange(self, request: bytes) -> Exchange | None:
+        """Write the request on a pooled or new connection; None when the pooled one was
+        found closed at the moment of writing (nothing was written)."""
+        pool = self._pool
+        assert pool is not None
         # One pass of the event loop before taking a pooled connection: a server that closes
         # the connection right after a response (llama.cpp's pattern) has its FIN read by then,
         # so the pool drops that connection instead of handing it to this request.
         await asyncio.sleep(0)
-        try:
-            async with self._session.post(
-                self.url, data=payload, trace_request_ctx=trace, allow_redirects=False
-            ) as resp:
-                out.headers_ns = time.perf_counter_ns()
-                out.sent_ns = trace.get("sent_ns", out.started_ns)
-                out.http_status = resp.status
-                got_response = True
-                if resp.status != 200:
-                    detail = (await resp.content.read(2048)).decode("utf-8", "replace")
-                    raise RequestError(
-                        status_kind(resp.status),
-                        f"HTTP {resp.status}: {detail.strip()[:300]}",
-                        http_status=resp.status,
-                        retry_after_s=retry_after(resp.headers.get("Retry-After")),
-                    )
-                content_type = resp.headers.get("Content-Type")
-                if content_type is not None and resp.content_type != "text/event-stream":
-                    detail = (await resp.content.read(200)).decode("utf-8", "replace")
-                    raise RequestError(
-                        "not_event_stream",
-                        f"HTTP 200 with Content-Type {content_type!r}, not text/event-stream "
-                        f"(a proxy's page, or a server that ignored stream=true): "
-                        f"{detail.strip()[:120]!r}",
-                    )
-                await _read_stream(resp, out)
-        except RequestError:
-            raise
-        except aiohttp.ClientConnectorError as err:  # a ClientOSError: catch it first
-            raise RequestError(connect_kind(err), f"cannot connect to {self.url}: {err}") \
-                from err
-        except aiohttp.ConnectionTimeoutError as err:
-            raise RequestError("connect_timeout", f"cannot connect to {self.url}: {err}") \
-                from err
-        except aiohttp.ServerTimeoutError as err:  # SocketTimeoutError: the read gap
-            raise RequestError("read_stall", f"no data for too long: {err}") from err
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError,
-                aiohttp.ClientPayloadError) as err:
-            safe = not got_response and unwritten(err, trace)
-            if not got_response and trace.get("reused"):
-                self._stop_reusing()
-            where = "after the response began" if got_response else "before any response"
-            message = f"connection closed {where}: {type(err).__name__}: {err}"
-            raise RequestError("disconnected", message, sent=not safe) from err
-        except aiohttp.ClientResponseError as err:  # HTTP the parser could not read
-            raise RequestError("malformed", f"bad HTTP response: {err}") from err
-        except (aiohttp.ClientError, ValueError) as err:
-            raise RequestError("malformed", f"{type(err).__name__}: {err}") from err
+        conn, reused = await pool.acquire()
+        if conn.closed or conn.transport.is_closing():  # only a reused one can be: no await
+            return None  # between the pool's check and here, so this is belt and braces
+        return conn.start(request, self._timeouts.read_gap_s, reused=reused)
 
-
-async def _read_stream(resp: aiohttp.ClientResponse, out: ChatResponse) -> None:
-    """Read the event stream into ``out``; every read is stamped as soon as it returns and
-    holds all the bytes buffered by then (one wake-up, one pass)."""
-    stream = ChatStream()
-    content = resp.content
-    clock = time.perf_counter_ns
-    try:
-        for _ in range(1 << 40):  # bounded by the read gap and the turn deadline
-            raw = await content.readany()
-            now = clock()
-            if not raw:
-                if not stream.close(now):
-                    raise RequestError(
-                        "truncated", "the stream ended without data: [DONE]"
-                        + ("" if stream.finish_reason else " and without a finish_reason")
-                    )
-                break
-            if stream.feed(raw, now):
-                break
-    finally:
+    def _fill(self, exchange: Exchange, out: ChatResponse) -> None:
+        """Copy what the exchange measured onto the response; its failure, if any."""
+        out.sent_ns = exchange.sent_ns
+        head = exchange.head
+        if head is not None:
+            out.headers_ns = exchange.headers_ns
+            out.http_status = head.status
+        error = exchange.error
+        if error is not None:
+            out.fail(error.kind, str(error))
+            if error.http_status is not None:
+                out.http_status = error.http_status
+            out.retry_after_s = error.retry_after_s
+            if error.kind == "disconnected" and head is None and exchange.reused:
+                # The server dropped a kept-alive connection under a request: it closes idle
+                # connections sooner than we expect. From now on every request gets its own
+                # connection, so no further request is lost this way.
+                assert self._pool is not None
+                self._pool.stop_reusing()
+        stream = exchange.stream
+        if stream is None:
+            return
         out.text = stream.text
         out.first_content_ns = stream.first_content_ns
         out.last_content_ns = stream.last_content_ns
@@ -363,7 +289,14 @@ async def _read_stream(resp: aiohttp.ClientResponse, out: ChatResponse) -> None:
         out.model = stream.model
         out.request_id = stream.request_id
         out.saw_done = stream.saw_done
-        out.done_ns = stream.done_ns if stream.done_ns is not None else clock()
+        out.done_ns = stream.done_ns if stream.done_ns is not None else (
+            out.error_ns if out.error_ns is not None else time.perf_counter_ns()
+        )
+
+
+# The name the runner and probe know it by (it streamed through aiohttp until the hot path
+# moved below it); the same class.
+AiohttpChatClient = HttpChatClient
 
 
 def _attempt_record(response: ChatResponse) -> AttemptRecord:

@@ -1,20 +1,17 @@
-"""How one failed request is named and judged: aiohttp's exceptions and statuses → the
-closed set of :data:`~workloads.model.errors.ErrorKind`, which kinds ``retry_on`` may name,
-and whether a failed request provably never left (the only case sent again unasked).
-Used by :mod:`workloads.wire.client`; pure, no I/O."""
+"""How one failed request is named: statuses and failures to connect → the closed set of
+:data:`~workloads.model.errors.ErrorKind`, and which kinds ``retry_on`` may name. Used by
+:mod:`workloads.wire.client` and :mod:`workloads.wire.stream`; pure, no I/O."""
 
 from __future__ import annotations
 
 import socket
 import ssl
 from collections.abc import Collection
-from typing import Any, get_args
-
-import aiohttp
+from typing import get_args
 
 from workloads.model.errors import ErrorKind
 
-__all__ = ["connect_kind", "retry_after", "retry_kinds", "status_kind", "unwritten"]
+__all__ = ["connect_kind", "retry_after", "retry_kinds", "status_kind"]
 
 RETRY_ALIASES: dict[str, ErrorKind] = {"429": "http_429", "4xx": "http_4xx", "5xx": "http_5xx"}
 NEVER_RETRIED = frozenset({"cancelled", "turn_deadline"})
@@ -55,34 +52,15 @@ def status_kind(status: int) -> ErrorKind:
     return "http_other"
 
 
-def connect_kind(err: aiohttp.ClientConnectorError) -> ErrorKind:
-    if isinstance(err, aiohttp.ClientConnectorDNSError):
+def connect_kind(err: BaseException) -> ErrorKind:
+    """The kind of a failure to resolve, connect or shake hands (an OSError, or the
+    TimeoutError of the connect timeout)."""
+    if isinstance(err, socket.gaierror):
         return "name_resolution"
-    if isinstance(err, aiohttp.ClientSSLError):  # certificate and handshake errors
+    if isinstance(err, ssl.SSLError | ssl.CertificateError):  # certificate and handshake
         return "tls"
-    cause = err.os_error
-    if isinstance(cause, ConnectionRefusedError):
+    if isinstance(err, ConnectionRefusedError):
         return "connect_refused"
-    if isinstance(cause, socket.gaierror):
-        return "name_resolution"
-    if isinstance(cause, ssl.SSLError):
-        return "tls"
-    if isinstance(cause, TimeoutError):
+    if isinstance(err, TimeoutError):
         return "connect_timeout"
     return "connect_failed"
-
-
-def unwritten(err: BaseException, trace: dict[str, Any]) -> bool:
-    """Provably no byte of the request went out: a *reused* connection aiohttp found closing
-    when it came to write the first (coalesced headers + body) bytes. Anything else may have
-    reached the server (it may have read and prefilled it), so it is a recorded failure."""
-    if not trace.get("reused"):
-        return False
-    if "sent_ns" not in trace:
-        return True  # failed before the write path began
-    first_write = trace.get("chunks", 0) <= 1
-    return (
-        first_write
-        and isinstance(err, aiohttp.ClientConnectionResetError)
-        and str(err) == "Cannot write to closing transport"  # aiohttp's check before writing
-    )

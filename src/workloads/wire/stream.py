@@ -1,0 +1,396 @@
+"""The streamed request's path below any HTTP library: the connection pool, the request
+write, and the response read, parsed where the bytes arrive.
+
+Each connection is an :class:`asyncio.Protocol`. Its ``data_received`` stamps the read with
+``perf_counter_ns`` the moment the event loop hands it over, unframes the HTTP body
+(:mod:`workloads.wire.http1`) and folds it into the :class:`~workloads.core.chat_stream.
+ChatStream` at once: no task wakes up between a byte's arrival and its stamp, so a busy loop
+delays the stamp only by its own backlog, and a paced token costs one callback, not a
+callback plus a reader task's wake-up. The waiting request task wakes once, when the
+response is over (``[DONE]``, the end of the body, a failure) or the read gap runs out.
+
+Failures are set on the :class:`Exchange` as a :class:`~workloads.model.errors.RequestError`
+with the kind of the closed set; :mod:`workloads.wire.client` turns them into the response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from typing import Any
+
+from workloads.core.chat_stream import ChatStream
+from workloads.model.errors import RequestError
+from workloads.wire.failures import connect_kind, retry_after, status_kind
+from workloads.wire.http1 import MalformedHTTP, ResponseHead, ResponseParser
+
+__all__ = ["Connection", "Exchange", "Pool"]
+
+DNS_TTL_S = 10.0  # aiohttp's default DNS cache life: a host is resolved once per this
+ERROR_DETAIL_BYTES = 2048  # of a non-200 body, kept in the error message
+PAGE_DETAIL_BYTES = 200  # of a 200 that is not an event stream
+clock = time.perf_counter_ns
+
+
+class Exchange:
+    """One request written on one connection, and its response as it arrives.
+
+    ``finished`` is set, and ``waiter`` resolved, when the turn's response is over: ``error``
+    then says how it failed (None: ``[DONE]`` arrived). The connection may go on reading
+    the end of the HTTP body after that (``draining``), to be reused once it is complete.
+    """
+
+    __slots__ = (
+        "_gap_ns", "_timer", "conn", "detail", "detail_limit", "draining", "error",
+        "finished", "head", "headers_ns", "last_ns", "parser", "received", "reused",
+        "sent_ns", "stream", "waiter",
+    )
+
+    def __init__(self, conn: Connection, read_gap_s: float, *, reused: bool) -> None:
+        self.conn = conn
+        self.reused = reused  # sent on a kept-alive connection
+        self.waiter: asyncio.Future[None] = conn.loop.create_future()
+        self.parser = ResponseParser()
+        self.head: ResponseHead | None = None
+        self.sent_ns = 0
+        self.headers_ns: int | None = None
+        self.last_ns = 0  # the last read's arrival (the read gap counts from it)
+        self.received = 0  # bytes read
+        self.stream: ChatStream | None = None  # once a 200 event stream began
+        self.detail = b""  # the start of a body that is not the event stream
+        self.detail_limit = 0
+        self.error: RequestError | None = None
+        self.finished = False
+        self.draining = False
+        self._gap_ns = round(read_gap_s * 1e9)
+        self._timer: asyncio.TimerHandle | None = None
+
+    def write(self, request: bytes) -> None:
+        """Write the request; the read gap starts counting now."""
+        self.conn.transport.write(request)
+        self.sent_ns = self.last_ns = clock()
+        loop = self.conn.loop
+        self._timer = loop.call_at(loop.time() + self._gap_ns / 1e9, self._check_gap)
+
+    # --- called by the connection, where the bytes arrive -------------------------------------
+
+    def feed(self, data: bytes, now: int) -> None:
+        self.last_ns = now
+        self.received += len(data)
+        try:
+            body = self.parser.feed(data)
+            if self.finished:  # draining the end of the body after [DONE]
+                if self.parser.complete:
+                    self._settle()
+                return
+            if self.head is None:
+                head = self.parser.head
+                if head is None:
+                    return
+                self._headed(head, now)
+                if self.finished:
+                    return
+            stream = self.stream
+            if stream is not None:
+                if body and stream.feed(body, now):
+                    self._finish(None)
+                elif self.parser.complete:
+                    self._body_ended(stream, now)
+            elif self.detail_limit:
+                self.detail += body[: self.detail_limit - len(self.detail)]
+                if self.detail or self.parser.complete:
+                    self._finish_detail()
+        except MalformedHTTP as err:
+            self._broken(RequestError("malformed", f"bad HTTP response: {err}"))
+        except RequestError as err:  # the stream's own failures: malformed, error_event
+            self._broken(err)
+
+    def ended(self, now: int, exc: BaseException | None) -> None:
+        """The connection closed (``exc`` None: the server closed it)."""
+        if self.finished:
+            self._stop_timer()
+            return
+        why = f": {type(exc).__name__}: {exc}" if exc is not None else " by the server"
+        try:
+            complete = self.parser.eof()
+            stream = self.stream
+            if self.head is None:
+                # Written, then dropped before a response: the server may have read it
+                # (and prefilled it), so it is never sent again unasked.
+                self._finish(RequestError("disconnected",
+                                          f"connection closed before any response{why}"))
+            elif stream is not None and complete:
+                self._body_ended(stream, now)  # a body that ends with the connection
+            elif stream is None and self.detail_limit:
+                self._finish_detail()
+            else:
+                self._finish(RequestError("disconnected",
+                                          f"connection closed after the response began{why}"))
+        except RequestError as err:
+            self._finish(err)
+
+    def abandon(self) -> None:
+        """The request task stopped waiting (cancelled, or its turn deadline passed): the
+        connection is closed, since the response it carries is not read to its end."""
+        if not self.finished:
+            self.finished = True
+            self._stop_timer()
+            self.conn.close()
+
+    # --- the response's course -----------------------------------------------------------------
+
+    def _headed(self, head: ResponseHead, now: int) -> None:
+        self.head = head
+        self.headers_ns = now
+        if head.status != 200:
+            self.detail_limit = ERROR_DETAIL_BYTES
+            return
+        content_type = head.header("content-type")
+        if content_type is not None and (
+            content_type.split(";", 1)[0].strip().lower() != "text/event-stream"
+        ):
+            self.detail_limit = PAGE_DETAIL_BYTES
+            return
+        encoding = head.header("content-encoding")
+        if encoding is not None and encoding.strip().lower() not in ("", "identity"):
+            self._finish(RequestError(
+                "malformed", f"a compressed event stream (Content-Encoding: {encoding}), "
+                "though the request asked for none"))
+            return
+        self.stream = ChatStream()
+
+    def _body_ended(self, stream: ChatStream, now: int) -> None:
+        if stream.close(now):
+            self._finish(None)
+        else:
+            self._finish(RequestError(
+                "truncated", "the stream ended without data: [DONE]"
+                + ("" if stream.finish_reason else " and without a finish_reason")
+            ))
+
+    def _finish_detail(self) -> None:
+        head = self.head
+        assert head is not None
+        text = self.detail.decode("utf-8", "replace").strip()
+        if head.status != 200:
+            self._finish(RequestError(
+                status_kind(head.status), f"HTTP {head.status}: {text[:300]}",
+                http_status=head.status,
+                retry_after_s=retry_after(head.header("retry-after")),
+            ))
+        else:
+            self._finish(RequestError(
+                "not_event_stream",
+                f"HTTP 200 with Content-Type {head.header('content-type')!r}, not "
+                f"text/event-stream (a proxy's page, or a server that ignored stream=true): "
+                f"{text[:120]!r}",
+            ))
+
+    def _finish(self, error: RequestError | None) -> None:
+        """The turn's answer is known: wake the request task once."""
+        if self.finished:
+            return
+        self.finished = True
+        self.error = error
+        if not self.waiter.done():
+            self.waiter.set_result(None)
+        if error is None and not self.parser.complete:
+            self.draining = True  # [DONE] came before the body's end: read on, then reuse
+            return
+        self._settle()
+
+    def _broken(self, error: RequestError) -> None:
+        if self.finished:  # the end of a body being drained did not parse: not reused
+            self.draining = False
+            self._stop_timer()
+            self.conn.close()
+        else:
+            self._finish(error)
+
+    def _settle(self) -> None:
+        """The response is over on the wire: the connection goes back to the pool when it
+        may carry another request, else it is closed."""
+        self._stop_timer()
+        self.draining = False
+        head = self.head
+        reusable = (
+            self.parser.complete and not self.parser.extra and head is not None
+            and head.keep_alive and (self.error is None or self.error.kind.startswith("http_"))
+        )
+        if reusable:
+            self.conn.idle()
+        else:
+            self.conn.close()
+
+    def _check_gap(self) -> None:
+        self._timer = None
+        if self.finished and not self.draining:
+            return
+        waited = clock() - self.last_ns
+        if waited < self._gap_ns:
+            loop = self.conn.loop
+            self._timer = loop.call_at(loop.time() + (self._gap_ns - waited) / 1e9,
+                                       self._check_gap)
+            return
+        if self.draining:  # the body's end never came: this connection is not reused
+            self.draining = False
+            self.conn.close()
+            return
+        self._finish(RequestError(
+            "read_stall", f"no data for too long: nothing read for {self._gap_ns / 1e9:g} s "
+            "(timeouts.read_gap_s)"))
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+class Connection(asyncio.Protocol):
+    """One HTTP/1.1 connection of the pool; the exchange in flight gets every read."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.loop = pool.loop
+        self.transport: asyncio.Transport
+        self.exchange: Exchange | None = None
+        self.closed = False
+        self.idle_since = 0.0  # loop time it was last returned to the pool
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        now = clock()  # first thing: the arrival stamp
+        exchange = self.exchange
+        if exchange is None:  # bytes no request asked for: this connection is not reused
+            self.close()
+            return
+        exchange.feed(data, now)
+
+    def eof_received(self) -> bool:
+        if self.exchange is not None:
+            self.exchange.ended(clock(), None)
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool.forget(self)
+        if self.exchange is not None:
+            self.exchange.ended(clock(), exc)
+            self.exchange = None
+
+    def start(self, request: bytes, read_gap_s: float, *, reused: bool) -> Exchange:
+        """Write ``request`` now and return the exchange that reads its response."""
+        exchange = Exchange(self, read_gap_s, reused=reused)
+        self.exchange = exchange
+        exchange.write(request)
+        return exchange
+
+    def idle(self) -> None:
+        self.exchange = None
+        self.pool.put_back(self)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.transport.abort()
+
+
+class Pool:
+    """Connections to one origin: idle ones are reused (newest first) until ``keepalive_s``
+    old; with ``reuse`` off every request gets a connection of its own."""
+
+    def __init__(
+        self, host: str, port: int, *, tls: bool, connect_s: float, keepalive_s: float,
+        reuse: bool,
+    ) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.host = host
+        self.port = port
+        self.tls = ssl.create_default_context() if tls else None  # verified, as aiohttp's
+        self.connect_s = connect_s
+        self.keepalive_s = keepalive_s
+        self.reuse = reuse
+        self._idle: list[Connection] = []
+        self._open: set[Connection] = set()
+        self._addresses: list[tuple[Any, ...]] = []
+        self._resolved_at = -DNS_TTL_S
+
+    async def acquire(self) -> tuple[Connection, bool]:
+        """A live connection and whether it was reused. Raises RequestError (connect_*,
+        name_resolution, tls) when a new one cannot be opened."""
+        now = self.loop.time()
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            if conn.closed or conn.transport.is_closing():
+                continue
+            if not self.reuse or now - conn.idle_since > self.keepalive_s:
+                conn.close()  # may be closing at the server right now: never send on it
+                continue
+            return conn, True
+        try:
+            async with asyncio.timeout(self.connect_s):
+                conn = await self._connect()
+        except TimeoutError as err:
+            raise RequestError("connect_timeout", f"cannot connect to {self._origin()}: no "
+                               f"connection within {self.connect_s:g} s") from err
+        except OSError as err:  # gaierror, SSLError, ConnectionRefusedError, ...
+            raise RequestError(connect_kind(err), f"cannot connect to {self._origin()}: "
+                               f"{type(err).__name__}: {err}") from err
+        return conn, False
+
+    def put_back(self, conn: Connection) -> None:
+        if self.reuse and not conn.closed:
+            conn.idle_since = self.loop.time()
+            self._idle.append(conn)
+        else:
+            conn.close()
+
+    def forget(self, conn: Connection) -> None:
+        self._open.discard(conn)
+
+    def stop_reusing(self) -> None:
+        """From now on every request gets its own connection; idle ones are closed."""
+        self.reuse = False
+        for conn in self._idle:
+            conn.close()
+        self._idle.clear()
+
+    def close(self) -> None:
+        for conn in list(self._open):
+            conn.close()
+        self._open.clear()
+        self._idle.clear()
+
+    async def _connect(self) -> Connection:
+        loop = self.loop
+        if loop.time() - self._resolved_at > DNS_TTL_S or not self._addresses:
+            self._addresses = await loop.getaddrinfo(
+                self.host, self.port, type=socket.SOCK_STREAM
+            )
+            self._resolved_at = loop.time()
+        factory: Callable[[], Connection] = lambda: Connection(self)  # noqa: E731
+        last: OSError | None = None
+        for family, _, proto, _, address in self._addresses:  # as aiohttp: each in turn
+            try:
+                _, conn = await loop.create_connection(
+                    factory, host=address[0], port=address[1], family=family, proto=proto,
+                    ssl=self.tls, server_hostname=self.host if self.tls else None,
+                )
+            except OSError as err:
+                last = err
+                continue
+            self._open.add(conn)
+            return conn
+        if last is None:
+            raise OSError(f"{self.host} resolved to no address")
+        raise last
+
+    def _origin(self) -> str:
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
