@@ -139,3 +139,45 @@ def test_an_unterminated_line_is_kept_in_pieces_not_rejoined_on_every_read():
     assert len(decoder._pending) == len(reads)
     assert decoder.feed(b"\n\n") == [ServerSentEvent(b"y" * 1024 * 2048)]
     assert decoder._pending == []
+
+
+def reference(data: bytes) -> list[ServerSentEvent]:
+    """The WHATWG rules, line by line, on the whole stream: the oracle for the decoder's
+    block-at-a-time fast path."""
+    text = data.removeprefix(b"\xef\xbb\xbf").replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    events, lines = [], text.split(b"\n")
+    buffer: list[bytes] = []
+    name, ident, retry = None, "", None
+    for line in lines[:-1] + ([lines[-1]] if lines[-1] else []):
+        if not line:
+            if buffer:
+                events.append(ServerSentEvent(b"\n".join(buffer), name, ident, retry))
+            buffer, name = [], None
+            continue
+        if line.startswith(b":"):
+            continue
+        field, _, value = line.partition(b":")
+        value = value.removeprefix(b" ")
+        if field == b"data":
+            buffer.append(value)
+        elif field == b"event":
+            name = value.decode("utf-8", "replace") or None
+        elif field == b"id" and b"\x00" not in value:
+            ident = value.decode("utf-8", "replace")
+        elif field == b"retry" and value.isdigit():
+            retry = int(value)
+    if buffer:
+        events.append(ServerSentEvent(b"\n".join(buffer), name, ident, retry))
+    return events
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    lines=st.lists(field_line, max_size=30),
+    newline=st.sampled_from(["\n", "\n", "\r\n", "\r"]),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=20),
+)
+def test_the_decoder_agrees_with_the_line_by_line_rules(lines, newline, cuts):
+    data = "".join(line + newline for line in lines).encode()
+    assert decode_all([data]) == reference(data)
+    assert decode_all(split(data, cuts)) == reference(data)

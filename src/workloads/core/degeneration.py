@@ -36,12 +36,8 @@ def degeneration(text: str) -> str | None:
     """
     words = text.split()
     if len(words) >= MIN_WORDS:
-        grams = [tuple(words[i:i + NGRAM]) for i in range(len(words) - NGRAM + 1)]
-        seen: set[tuple[str, ...]] = set()
-        repeats = 0
-        for gram in grams:
-            repeats += gram in seen
-            seen.add(gram)
+        grams = list(zip(*(words[i:] for i in range(NGRAM)), strict=False))
+        repeats = len(grams) - len(set(grams))  # each gram equal to an earlier one
         if repeats / len(grams) > REPEATED_SHARE:
             return f"repeated {NGRAM}-grams: {repeats / len(grams):.0%} of {len(grams)}"
         distinct = len(set(words)) / len(words)

@@ -73,6 +73,32 @@ class SSEDecoder:
         a hot path that reads a few hundred thousand events a second."""
         if self._head is not None:
             chunk = self._strip_bom(chunk)
+        if not chunk or self._pending_cr or b"\r" in chunk:
+            return self._feed_lines(chunk)
+        # LF only (every inference server): cut at blank lines. After "\n\n" no line is
+        # pending and no event is half read, so each block between two of them is one whole
+        # event; the common one, a single "data: " line, costs a slice. An event already in
+        # progress is finished line by line first, and so is every other block.
+        events: list[Fields] = []
+        if self._pending or self._data or self._event is not None:
+            end = chunk.find(b"\n\n")
+            if end < 0:
+                return self._feed_lines(chunk)
+            events = self._feed_lines(chunk[: end + 2])
+            chunk = chunk[end + 2 :]
+        blocks = chunk.split(b"\n\n")
+        tail = blocks.pop()
+        for block in blocks:
+            if block.startswith(b"data: ") and b"\n" not in block:
+                events.append((block[6:], None, self._id, self._retry))
+            else:
+                events += self._feed_lines(block + b"\n\n")
+        if tail:
+            events += self._feed_lines(tail)
+        return events
+
+    def _feed_lines(self, chunk: bytes) -> list[Fields]:
+        """Decode ``chunk`` line by line (any line ends, any state)."""
         if not chunk:
             return []
         if self._pending_cr:

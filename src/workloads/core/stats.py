@@ -36,7 +36,11 @@ MIN_REPETITIONS = 3  # per arm, for any verdict
 
 
 def _clean(values: Iterable[float | None]) -> list[float]:
-    return sorted(v for v in values if v is not None and not math.isnan(v))
+    data = [v for v in values if v is not None]
+    if any(map(math.isnan, data)):  # one C pass; NaN is rare, so the filter below is too
+        data = [v for v in data if not math.isnan(v)]
+    data.sort()
+    return data
 
 
 def percentile(values: Iterable[float | None], q: float) -> float | None:
@@ -44,6 +48,12 @@ def percentile(values: Iterable[float | None], q: float) -> float | None:
     data = _clean(values)
     if not data:
         return None
+    return _sorted_percentile(data, q)
+
+
+def _sorted_percentile(data: list[float], q: float) -> float:
+    """:func:`percentile` of clean, sorted, non-empty ``data`` (ITL pools a value per
+    streamed token: cleaned and sorted once, not once per percentile)."""
     if not 0 <= q <= 100:
         raise ValueError(f"percentile q must be in [0, 100], got {q}")
     pos = (len(data) - 1) * q / 100
@@ -206,8 +216,7 @@ def percentiles(values: Iterable[float | None]) -> Percentiles | None:
     data = _clean(values)
     if not data:
         return None
-    p50, p90, p99 = (percentile(data, q) for q in (50, 90, 99))
-    assert p50 is not None and p90 is not None and p99 is not None
+    p50, p90, p99 = (_sorted_percentile(data, q) for q in (50, 90, 99))
     return Percentiles(p50=p50, p90=p90, p99=p99, max=data[-1], n=len(data))
 
 

@@ -202,7 +202,9 @@ class ResponseParser:
                     if size - pos > MAX_LINE_BYTES:
                         raise MalformedHTTP(f"chunk-size line over {MAX_LINE_BYTES} bytes")
                     break
-                remaining = _chunk_size(data[pos:eol])
+                line = data[pos:eol]
+                known = _SIZES.get(line)
+                remaining = _chunk_size(line) if known is None else known
                 pos = eol + 2
                 state = _DATA if remaining else _TRAILER
             elif state == _TRAILER:
@@ -230,14 +232,24 @@ def _join(parts: list[bytes]) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+# Chunk-size lines already seen, to their sizes: a stream's chunks have a few sizes, and a
+# dict look-up costs a third of checking and converting the hex again. Bounded.
+_SIZES: dict[bytes, int] = {}
+MAX_SIZES = 4096
+
+
 def _chunk_size(line: bytes) -> int:
     """The size of a chunk-size line (hex, optional ``;extensions`` after it)."""
-    if b";" in line:
-        line = line.split(b";", 1)[0].rstrip(b" \t")
+    digits = line
+    if b";" in digits:
+        digits = digits.split(b";", 1)[0].rstrip(b" \t")
     # int(x, 16) alone would accept "0x1f", "+1f", "1_f" and spaces: check the digits first.
-    if not line or len(line) > 16 or line.strip(HEX):
+    if not digits or len(digits) > 16 or digits.strip(HEX):
         raise MalformedHTTP(f"bad chunk size: {line[:40]!r}")
-    return int(line, 16)
+    size = int(digits, 16)
+    if len(_SIZES) < MAX_SIZES and digits is line:
+        _SIZES[line] = size
+    return size
 
 
 def _parse_head(raw: bytes) -> ResponseHead:
