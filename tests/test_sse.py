@@ -181,3 +181,21 @@ def test_the_decoder_agrees_with_the_line_by_line_rules(lines, newline, cuts):
     data = "".join(line + newline for line in lines).encode()
     assert decode_all([data]) == reference(data)
     assert decode_all(split(data, cuts)) == reference(data)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    lines=st.lists(st.one_of(field_line, field_line.map(lambda _: "data: {}"),
+                             field_line.map(lambda _: "")), max_size=40),
+    newline=st.sampled_from(["\n", "\n", "\r\n"]),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=20),
+)
+def test_feed_data_gives_the_events_of_the_line_by_line_rules(lines, newline, cuts):
+    # The hot path's split: whole events, then plain data events (a single data line each).
+    data = "".join(line + newline for line in lines).encode()
+    decoder, got = SSEDecoder(), []
+    for piece in split(data, cuts):
+        fields, plain = decoder.feed_data(piece)
+        got += [(raw, event) for raw, event, _, _ in fields] + [(raw, None) for raw in plain]
+    got += [(e.raw, e.event) for e in decoder.close()]
+    assert got == [(e.raw, e.event) for e in reference(data)]

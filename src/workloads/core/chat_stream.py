@@ -189,33 +189,33 @@ class ChatStream:
     def feed(self, raw: bytes, now: int) -> bool:
         """Fold the bytes of one read, which arrived at ``now``; True when the stream is
         over (``[DONE]``)."""
-        parts = self._parts
-        stamps = self.content_ns
-        for data, name, _, _ in self._decoder.feed_fields(raw):
-            # The common event, a content delta, inline: one parse, four look-ups, no call
-            # of our own. Every other shape (and every check) goes through _event.
-            if name is None and data[:1] == b"{":
-                try:
-                    obj = loads(data)
-                except (ValueError, RecursionError):
-                    obj = None
-                if type(obj) is dict and (choices := obj.get("choices")) \
-                        and type(choices) is list and type(choice := choices[0]) is dict \
-                        and type(delta := choice.get("delta")) is dict \
-                        and type(content := delta.get("content")) is str and content \
-                        and self.request_id is not None and "error" not in obj \
-                        and obj.get("usage") is None and obj.get("timings") is None:
-                    if self.first_content_ns is None:
-                        self.first_content_ns = now
-                    self.last_content_ns = now
-                    stamps.append(now)
-                    self.content_events += 1
-                    parts.append(content)
-                    if (reason := choice.get("finish_reason")) is not None \
-                            and type(reason) is str:
-                        self.finish_reason = reason
-                    continue
+        fields, plain = self._decoder.feed_data(raw)
+        for data, name, _, _ in fields:
             if self._event(data, name, now):
+                return True
+        add_part = self._parts.append
+        add_stamp = self.content_ns.append
+        for data in plain:
+            # The common event, a content delta, inline: one parse, a few look-ups, no call
+            # of our own. Every other shape (and every check) goes through _event.
+            try:
+                obj = loads(data)
+                choice = obj["choices"][0]  # indexing succeeds only on a dict and a list
+                content = choice["delta"]["content"]  # ... and on dicts here
+            except (ValueError, RecursionError, LookupError, TypeError):
+                content = None
+            if type(content) is str and content and self.request_id is not None \
+                    and "error" not in obj and obj.get("usage") is None \
+                    and obj.get("timings") is None:
+                if self.first_content_ns is None:
+                    self.first_content_ns = now
+                self.last_content_ns = now
+                add_stamp(now)
+                self.content_events += 1
+                add_part(content)
+                if (reason := choice.get("finish_reason")) is not None and type(reason) is str:
+                    self.finish_reason = reason
+            elif self._event(data, None, now):
                 return True
         return False
 

@@ -22,6 +22,7 @@ __all__ = ["MAX_HEAD_BYTES", "MalformedHTTP", "ResponseHead", "ResponseParser"]
 
 MAX_HEAD_BYTES = 64 * 1024  # status line + headers (aiohttp's limit is 8190 per line)
 MAX_LINE_BYTES = 64 * 1024  # a chunk-size line with its extensions, or one trailer field
+BULK_BYTES = 1024  # a read longer than this may hold many chunks: try them in bulk
 HEX = b"0123456789abcdefABCDEF"
 CRLF = b"\r\n"
 # Parser states.
@@ -176,6 +177,7 @@ class ResponseParser:
         size = len(data)
         find = data.find
         startswith = data.startswith
+        bulk = size > BULK_BYTES
         while pos < size:
             if state == _DATA:
                 end = pos + remaining
@@ -197,6 +199,10 @@ class ResponseParser:
                 else:
                     raise MalformedHTTP(f"chunk not followed by CRLF: {data[pos:pos + 20]!r}")
             elif state == _SIZE:
+                if bulk:  # once per read: the whole chunks from here, unframed in C
+                    bulk = False
+                    pos = _whole_chunks(data, pos, parts)
+                    continue
                 eol = find(CRLF, pos)
                 if eol < 0:
                     if size - pos > MAX_LINE_BYTES:
@@ -228,6 +234,28 @@ class ResponseParser:
         return _join(parts)
 
 
+def _whole_chunks(data: bytes, pos: int, parts: list[bytes]) -> int:
+    """Unframe the run of whole chunks from ``pos`` without a Python step per chunk: split
+    at every CRLF, and when the pieces pair up as (size line, payload) with every size
+    already seen and equal to its payload's length, take the payloads. Returns where the
+    run ends; ``pos`` unchanged when the pieces do not pair up (a payload holding a CRLF, a
+    new size, an extension, the last chunk), and the chunk-by-chunk loop goes on from there.
+    """
+    pieces = (data[pos:] if pos else data).split(CRLF)
+    whole = (len(pieces) - 1) // 2  # each whole chunk is followed by its CRLF
+    if whole < 2:
+        return pos
+    sizes = pieces[0 : 2 * whole : 2]
+    payloads = pieces[1 : 2 * whole : 2]
+    try:
+        if list(map(_SIZES.__getitem__, sizes)) != list(map(len, payloads)):
+            return pos
+    except KeyError:
+        return pos
+    parts += payloads
+    return pos + sum(map(len, sizes)) + sum(map(len, payloads)) + 4 * whole
+
+
 def _join(parts: list[bytes]) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
@@ -247,7 +275,7 @@ def _chunk_size(line: bytes) -> int:
     if not digits or len(digits) > 16 or digits.strip(HEX):
         raise MalformedHTTP(f"bad chunk size: {line[:40]!r}")
     size = int(digits, 16)
-    if len(_SIZES) < MAX_SIZES and digits is line:
+    if size and len(_SIZES) < MAX_SIZES and digits is line:  # not 0: the last chunk
         _SIZES[line] = size
     return size
 
