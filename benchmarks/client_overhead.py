@@ -129,12 +129,19 @@ def client_main(config: dict[str, Any]) -> None:
     target = workloads.Target(config["url"], MODEL)
     run = workloads.run_async(scenario, target=target, out_dir=config["out"])
     cpu_before = time.process_time()
+    try:  # the loop the library itself starts (uvloop when installed), where it has one
+        from workloads.wire.loop import run_loop
+
+        def start(main: Any) -> Any:
+            return run_loop(main, fast=config["loop"] != "asyncio")
+    except ImportError:  # a version from before wire/loop.py: the standard loop
+        start = asyncio.run
     if config.get("profile"):
         profiler = cProfile.Profile()
-        result = profiler.runcall(asyncio.run, run)
+        result = profiler.runcall(start, run)
         profiler.dump_stats(config["profile"])
     else:
-        result = asyncio.run(run)
+        result = start(run)
     cpu_after = time.process_time()
     print(json.dumps({
         "import_cpu_s": cpu_imported - cpu_start,
@@ -271,10 +278,12 @@ def run_client(
     samples: list[tuple[int, int]] = []
     server_samples: list[tuple[int, int]] = []
     try:
+        interpreter, _, loop = python.partition(":")
         config = {"cpu": setup.client_cpu, "scenario": str(scenario), "url": url,
-                  "out": str(out / "run"), "profile": str(profile) if profile else None}
+                  "out": str(out / "run"), "profile": str(profile) if profile else None,
+                  "loop": loop or "auto"}
         client = spawn(
-            [python, str(Path(__file__).resolve()), "--client", json.dumps(config)],
+            [interpreter, str(Path(__file__).resolve()), "--client", json.dumps(config)],
             setup, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
         deadline = time.monotonic() + RUN_TIMEOUT_S
@@ -467,9 +476,12 @@ def calibrate(cpu: int, loops: int = 20_000, rounds: int = 7) -> float:
 
 
 def client_name(python: str) -> str:
-    """A short name for a client interpreter: its virtual environment's folder."""
-    path = Path(python)
-    return path.parent.parent.name if path.parent.name == "bin" else path.name
+    """A short name for a client interpreter: its virtual environment's folder (and
+    ``+asyncio`` for ``PY:asyncio``)."""
+    interpreter, _, loop = python.partition(":")
+    path = Path(interpreter)
+    name = path.parent.parent.name if path.parent.name == "bin" else path.name
+    return f"{name}+{loop}" if loop else name
 
 
 def machine() -> str:
@@ -551,7 +563,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", nargs="+", default=[sys.executable], metavar="PY",
                         help="the clients' interpreters (e.g. venvs of two checkouts, before "
                         "and after): runs alternate between them, so each comparison is made "
-                        "under the same machine state; default: this interpreter")
+                        "under the same machine state; default: this interpreter. PY:asyncio "
+                        "runs that client on the standard loop even where uvloop is installed")
     parser.add_argument("--client", help=argparse.SUPPRESS)  # internal: the client process
     args = parser.parse_args(argv)
     if args.client:
@@ -576,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
               "shares these cores; CPU figures are inflated and the biases are not the "
               "client's alone", flush=True)
     names = {py: client_name(py) for py in args.python}
-    imports = {py: startup_cpu("import workloads", py) for py in args.python}
+    imports = {py: startup_cpu("import workloads", py.partition(":")[0]) for py in args.python}
     bare_s = startup_cpu("pass")
     yardstick_us = calibrate(setup.client_cpu)
     for py in args.python:

@@ -20,7 +20,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from workloads.core.chat_stream import ChatStream
 from workloads.model.errors import RequestError
@@ -261,8 +261,8 @@ class Connection(asyncio.Protocol):
         self.idle_since = 0.0  # loop time it was last returned to the pool
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A read-write transport (uvloop's do not subclass asyncio.Transport: no isinstance).
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         now = clock()  # first thing: the arrival stamp
