@@ -506,7 +506,7 @@ def fmt(value: float | None, spec: str) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    columns = [("client", "", 13, "<"), ("mode", "", 6, "<"), ("C", "", 5, ">"),
+    columns = [("client", "", 21, "<"), ("mode", "", 6, "<"), ("C", "", 5, ">"),
                ("req", "", 6, ">"),
                ("all-in", "µs/tok", 8, ">"), ("margin", "µs/tok", 8, ">"),
                ("fixed", "ms/req", 8, ">"), ("stream", "µs/tok", 8, ">"),
@@ -520,7 +520,7 @@ def table(rows: list[Row]) -> str:
     lines = [line([c[0] for c in columns]), line([c[1] for c in columns])]
     for r in rows:
         lines.append(line([
-            r.client[:12], r.mode, str(r.users), str(r.requests), fmt(r.allin_us, ".1f"),
+            r.client[:20], r.mode, str(r.users), str(r.requests), fmt(r.allin_us, ".1f"),
             fmt(r.marginal_us, ".1f"), fmt(r.fixed_ms, ".2f"), fmt(r.stream_us, ".1f"),
             "–" if r.client_core is None else f"{r.client_core:.0%}",
             "–" if r.server_core is None else f"{r.server_core:.0%}",

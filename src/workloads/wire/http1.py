@@ -62,7 +62,9 @@ class ResponseParser:
     Raises :class:`MalformedHTTP`. (No HEAD requests: this client sends POSTs only.)
     """
 
-    __slots__ = ("_buf", "_remaining", "_state", "complete", "extra", "head", "informational")
+    __slots__ = (
+        "_buf", "_remaining", "_state", "complete", "error", "extra", "head", "informational",
+    )
 
     def __init__(self) -> None:
         self._state = _HEAD
@@ -72,9 +74,14 @@ class ResponseParser:
         self.informational = 0  # 1xx responses skipped
         self.complete = False
         self.extra = b""  # bytes that arrived after the end of this response
+        # Broken framing found after some body in the same read: that body is returned
+        # first (what arrived before the fault is measured), then this says why it stopped.
+        self.error: MalformedHTTP | None = None
 
     def feed(self, data: bytes) -> bytes:
         """The body bytes in ``data`` (chunk framing removed), in order."""
+        if self.error is not None:
+            raise self.error
         if self._buf:
             data = self._buf + data
             self._buf = b""
@@ -91,7 +98,14 @@ class ResponseParser:
         if state == _DONE:
             self.extra += data
             return b""
-        return self._feed_chunked(data)
+        parts: list[bytes] = []
+        try:
+            self._feed_chunked(data, parts)
+        except MalformedHTTP as err:
+            if not parts:
+                raise
+            self.error = err
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def eof(self) -> bool:
         """The connection closed. True when that is the end of a complete response (a body
@@ -167,10 +181,9 @@ class ResponseParser:
         self._finish()
         return data[:remaining]
 
-    def _feed_chunked(self, data: bytes) -> bytes:
-        """Unframe every whole chunk in ``data``; keep a partial size line or chunk end for
-        the next read. One pass, one join."""
-        parts: list[bytes] = []
+    def _feed_chunked(self, data: bytes, parts: list[bytes]) -> None:
+        """Unframe every whole chunk in ``data`` into ``parts``; keep a partial size line or
+        chunk end for the next read."""
         state = self._state
         remaining = self._remaining
         pos = 0
@@ -225,13 +238,12 @@ class ResponseParser:
                     self.complete = True
                     self.extra += data[pos:]
                     self._remaining = 0
-                    return _join(parts)
+                    return
                 pos = eol + 2  # a trailer field: read, not kept
         self._state = state
         self._remaining = remaining
         if pos < size:
             self._buf = data[pos:]
-        return _join(parts)
 
 
 def _whole_chunks(data: bytes, pos: int, parts: list[bytes]) -> int:
@@ -254,10 +266,6 @@ def _whole_chunks(data: bytes, pos: int, parts: list[bytes]) -> int:
         return pos
     parts += payloads
     return pos + sum(map(len, sizes)) + sum(map(len, payloads)) + 4 * whole
-
-
-def _join(parts: list[bytes]) -> bytes:
-    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 # Chunk-size lines already seen, to their sizes: a stream's chunks have a few sizes, and a

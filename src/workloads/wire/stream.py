@@ -103,6 +103,8 @@ class Exchange:
                 self.detail += body[: self.detail_limit - len(self.detail)]
                 if self.detail or self.parser.complete:
                     self._finish_detail()
+            if self.parser.error is not None:  # after the body that came before it
+                raise self.parser.error
         except MalformedHTTP as err:
             self._broken(RequestError("malformed", f"bad HTTP response: {err}"))
         except RequestError as err:  # the stream's own failures: malformed, error_event

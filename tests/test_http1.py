@@ -1,0 +1,262 @@
+"""The streamed response's HTTP/1.1 framing (wire/http1.py under wire/stream.py): raw
+loopback servers write every byte, split where the test says, and the client must read the
+same stream whatever the split; plus the pure parser at every split of every shape."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import pytest
+
+from workloads.wire.client import HttpChatClient
+from workloads.wire.http1 import MalformedHTTP, ResponseParser
+
+
+def event(obj: dict) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def delta(text: str) -> bytes:
+    return event({"id": "c1", "choices": [{"index": 0, "delta": {"content": text},
+                                           "finish_reason": None}]})
+
+
+EVENTS = [
+    event({"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant"}}]}),
+    delta("Hel"), delta("lo"), delta(" wor"), delta("ld"),
+    event({"id": "c1", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}),
+    event({"id": "c1", "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 4}}),
+    b"data: [DONE]\n\n",
+]
+SSE = b"".join(EVENTS)
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+
+
+def chunked(*payloads: bytes, ext: bytes = b"", trailer: bytes = b"") -> bytes:
+    body = b"".join(b"%x%s\r\n%s\r\n" % (len(p), ext, p) for p in payloads)
+    return HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + body + b"0\r\n" + trailer + b"\r\n"
+
+
+def with_length(body: bytes) -> bytes:
+    return HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def until_close(body: bytes) -> bytes:
+    return HEAD + b"\r\n" + body
+
+
+# --- the pure parser, split at every offset ---------------------------------------------------
+
+
+def parse(pieces: list[bytes]) -> tuple[bytes, ResponseParser]:
+    parser, body = ResponseParser(), b""
+    for piece in pieces:
+        body += parser.feed(piece)
+    return body, parser
+
+
+@pytest.mark.parametrize("response", [
+    chunked(*EVENTS),
+    chunked(SSE),
+    chunked(*EVENTS, ext=b";name=value; q=\"x\""),
+    chunked(*EVENTS, trailer=b"X-Checksum: 1\r\nX-Other: 2\r\n"),
+    with_length(SSE),
+    HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"".join(
+        b"%X\r\n%s\r\n" % (len(e), e) for e in EVENTS * 40) + b"0\r\n\r\n",  # bulk path
+])
+def test_every_split_of_a_response_gives_the_same_body(response):
+    whole, parser = parse([response])
+    assert parser.complete and parser.head is not None and parser.head.status == 200
+    expected = whole
+    assert SSE in expected or expected == SSE * 40
+    for cut in range(len(response) + 1):
+        body, parser = parse([response[:cut], response[cut:]])
+        assert body == expected and parser.complete and not parser.extra, cut
+    for cut in range(0, len(response), 7):  # three pieces: a size line split twice
+        body, _ = parse([response[:cut], response[cut:cut + 3], response[cut + 3:]])
+        assert body == expected, cut
+
+
+def test_a_body_until_close_ends_with_the_connection():
+    body, parser = parse([until_close(SSE)[:50], until_close(SSE)[50:]])
+    assert body == SSE and not parser.complete
+    assert parser.eof() and parser.complete
+    assert parser.head is not None and not parser.head.keep_alive
+
+
+@pytest.mark.parametrize("size_line", [b"zz", b"0x5", b"+5", b"5_0", b" 5", b"", b"1" * 17])
+def test_a_malformed_chunk_size_is_malformed(size_line):
+    response = HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + size_line + b"\r\nhello\r\n"
+    with pytest.raises(MalformedHTTP, match="chunk size"):
+        parse([response])
+
+
+def test_a_chunk_without_its_crlf_is_malformed_after_the_body_before_it():
+    body, parser = parse([HEAD + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n"])
+    assert body == b"hello" and parser.error is not None and "CRLF" in str(parser.error)
+    with pytest.raises(MalformedHTTP, match="CRLF"):
+        parser.feed(b"0\r\n\r\n")
+
+
+def test_informational_responses_are_skipped_and_heads_checked():
+    body, parser = parse([b"HTTP/1.1 100 Continue\r\n\r\n" + with_length(b"data: x\n\n")])
+    assert body == b"data: x\n\n" and parser.informational == 1
+    for bad in (b"HTTP/2 200 OK\r\n\r\n", b"HTTP/1.1 20 OK\r\n\r\n",
+                b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n", b"ICY 200 OK\r\n\r\n"):
+        with pytest.raises(MalformedHTTP):
+            parse([bad])
+    with pytest.raises(MalformedHTTP, match="Content-Length"):
+        parse([b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"])
+
+
+def test_keep_alive_follows_the_version_and_connection_header():
+    def head(raw: bytes) -> bool:
+        _, parser = parse([raw + b"Content-Length: 0\r\n\r\n"])
+        assert parser.head is not None
+        return parser.head.keep_alive
+
+    assert head(b"HTTP/1.1 200 OK\r\n")
+    assert not head(b"HTTP/1.1 200 OK\r\nConnection: close\r\n")
+    assert not head(b"HTTP/1.0 200 OK\r\n")
+    assert head(b"HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\n")
+
+
+# --- the client, against raw loopback servers -----------------------------------------------
+
+@asynccontextmanager
+async def raw_server(pieces_for: Callable[[int], list[bytes]], *, close: bool = False,
+                     ) -> AsyncIterator[tuple[str, list[int]]]:
+    """Answer request i of a connection with ``pieces_for(i)``, each piece a write of its
+    own with a pause after it (so each is a read of its own); ``close`` closes the connection
+    after every response. Yields the base URL and a list of connections per request."""
+    served: list[int] = []
+    connections = 0
+    handlers: set[asyncio.Task[None]] = set()
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.add(task)
+        try:
+            for _ in range(1000):  # bounded
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+                served.append(connections)
+                for piece in pieces_for(len(served) - 1):
+                    writer.write(piece)
+                    await writer.drain()
+                    await asyncio.sleep(0.002)
+                if close:
+                    return
+        except asyncio.CancelledError:
+            return  # the test is over: its server stops mid-response
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/v1", served
+    finally:
+        server.close()
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers)
+        await server.wait_closed()
+
+
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+
+
+def assert_whole(r) -> None:
+    assert r.ok, r.error_message
+    assert r.text == "Hello world" and r.content_events == 4 and r.saw_done
+    assert r.finish_reason == "length" and r.usage is not None and r.usage.prompt_tokens == 7
+
+
+async def test_chunked_stream_split_at_every_byte_offset_on_one_kept_alive_connection():
+    response = chunked(*EVENTS)
+
+    def pieces(i: int) -> list[bytes]:
+        return [response[:i], response[i:]] if 0 < i < len(response) else [response]
+
+    async with raw_server(pieces) as (url, served), HttpChatClient(url) as client:
+        for _ in range(len(response)):
+            assert_whole(await client.stream_chat(BODY))
+    # Every response is read to its end and its connection reused; a cut after [DONE] ends
+    # the turn before the body's last bytes came, so the next request opens another.
+    done = response.index(b"data: [DONE]") + len(b"data: [DONE]\n\n")
+    assert served[:done] == [1] * done
+    assert max(served) <= 1 + len(response) - done
+
+
+async def test_chunk_extensions_trailers_and_size_lines_split_across_reads():
+    response = chunked(*EVENTS, ext=b";ext=1", trailer=b"X-Trailer: yes\r\n")
+    at = response.index(b";ext=1") - 1  # inside the first size line
+
+    def pieces(i: int) -> list[bytes]:
+        return [response[:at], response[at:at + 2], response[at + 2:]]
+
+    async with raw_server(pieces) as (url, served), HttpChatClient(url) as client:
+        for _ in range(3):
+            assert_whole(await client.stream_chat(BODY))
+    assert served == [1, 1, 1]
+
+
+async def test_content_length_body_and_the_connection_is_reused():
+    response = with_length(SSE)
+    async with raw_server(lambda i: [response[:40], response[40:]]) as (url, served), \
+            HttpChatClient(url) as client:
+        for _ in range(3):
+            assert_whole(await client.stream_chat(BODY))
+    assert served == [1, 1, 1]
+
+
+async def test_body_until_close_is_whole_and_the_next_request_gets_a_new_connection():
+    response = until_close(SSE)
+    async with raw_server(lambda i: [response[:90], response[90:]], close=True) as (
+            url, served), HttpChatClient(url) as client:
+        for _ in range(3):
+            assert_whole(await client.stream_chat(BODY))
+    assert served == [1, 2, 3]
+
+
+async def test_done_before_the_end_of_the_body_then_the_connection_is_reused():
+    # [DONE] arrives, the terminating chunk a moment later (uvicorn writes it on its own):
+    # the turn ends at [DONE] and the connection, read to the body's end, is reused.
+    response = chunked(*EVENTS)
+    end = len(response) - len(b"0\r\n\r\n")
+    async with raw_server(lambda i: [response[:end], response[end:]]) as (url, served), \
+            HttpChatClient(url) as client:
+        first = await client.stream_chat(BODY)
+        await asyncio.sleep(0.05)
+        second = await client.stream_chat(BODY)
+    assert_whole(first)
+    assert_whole(second)
+    assert first.done_ns is not None and served == [1, 1]
+
+
+@pytest.mark.parametrize("size_line", [b"zz", b"0x1f", b"-1"])
+async def test_malformed_chunk_size_is_malformed(size_line):
+    response = HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + (
+        b"%x\r\n%s\r\n" % (len(EVENTS[1]), EVENTS[1]) + size_line + b"\r\n" + EVENTS[2])
+    async with raw_server(lambda i: [response]) as (url, _), HttpChatClient(url) as client:
+        r = await client.stream_chat(BODY)
+    assert r.error_kind == "malformed" and "chunk size" in (r.error_message or "")
+    assert r.text == "Hel" and r.content_events == 1  # what came before is kept
+
+
+async def test_a_compressed_event_stream_is_malformed_not_garbage():
+    response = HEAD + b"Content-Encoding: gzip\r\nContent-Length: 3\r\n\r\n\x1f\x8b\x08"
+    async with raw_server(lambda i: [response]) as (url, _), HttpChatClient(url) as client:
+        r = await client.stream_chat(BODY)
+    assert r.error_kind == "malformed" and "Content-Encoding" in (r.error_message or "")
