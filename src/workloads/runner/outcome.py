@@ -64,6 +64,9 @@ class Measured:
     client: ClientHealth | None = None  # the client's own health over the run
     gate_outputs: list[GateOutput] = field(default_factory=list)  # the correctness gate
     likelihood: Likelihood | None = None  # the likelihood probe, before the first window
+    # Tokenizer use in worker processes (--workers): calls and seconds, beyond ``tokenizer``'s
+    tokenizer_calls: int = 0
+    tokenizer_seconds: float = 0.0
 
     def kv_capacity(self) -> tuple[int | None, int]:
         """The server's KV capacity in tokens (None: unknown) and its block size: as the user
@@ -123,8 +126,8 @@ def _sizing(m: Measured) -> Sizing:
     return Sizing(
         tokenizer=tok.description,
         exact=tok.exact,
-        calls=tok.calls,
-        seconds=round(tok.seconds, 3),
+        calls=tok.calls + m.tokenizer_calls,
+        seconds=round(tok.seconds + m.tokenizer_seconds, 3),
         fallbacks=sum(z.fallbacks for z in m.sizings.values()),
         scale={
             str(i): {str(t): round(v, 4) for t, v in z.scale.items()}
