@@ -143,6 +143,7 @@ class WorkerPool:
         self._server: asyncio.Server | None = None
         self._readers: list[asyncio.Task[None]] = []
         self.gone: list[str | None] = [None] * count
+        self.on_close: list[Callable[[], object]] = []  # e.g. disconnect from Ray
 
     async def __aenter__(self) -> WorkerPool:
         self._server = await asyncio.start_server(self._accept, self.bind, 0, limit=LINE_LIMIT)
@@ -252,6 +253,9 @@ class WorkerPool:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
+        for hook in self.on_close:
+            hook()
+        self.on_close = []
 
 
 class WorkerPlayers:
