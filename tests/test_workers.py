@@ -16,6 +16,8 @@ import pytest
 
 import workloads
 from workloads.cli import main
+from workloads.core.aggregate import summarize
+from workloads.core.concurrency import concurrency
 from workloads.model.transcripts import TRANSCRIPTS_FILE, read_transcripts
 from workloads.runner.workers import WorkerFailed, auto_workers
 from workloads.servers.simulated import SimulatedServer
@@ -75,6 +77,12 @@ async def test_sharded_run_sends_what_one_process_sends(tmp_path: Path) -> None:
         starts[key] = min(starts.get(key, r.started_ns), r.started_ns)
     for rep in (0, 1):
         assert starts[(rep, 2)] >= ends[(rep, 1)]
+    # one clock: spans across records are reported; from two hosts' clocks they are not
+    assert two.summary.run.wall_aggregate_rate is not None and two.concurrency is not None
+    mixed = [r.model_copy(update={"host": f"h{r.session % 2}"}) for r in two.records]
+    assert summarize(mixed, users=4).run.wall_aggregate_rate is None
+    assert summarize(mixed, users=4).run.request_rate is None
+    assert concurrency(mixed) is None
 
 
 async def test_free_pacing_and_transcripts_across_workers(tmp_path: Path) -> None:
@@ -129,7 +137,7 @@ async def test_a_worker_that_dies_fails_the_run_and_keeps_its_records(tmp_path: 
             killed.append(workers[0])
 
     async with SimulatedServer() as server:
-        with pytest.raises(WorkerFailed, match="went away|exit status"):
+        with pytest.raises(WorkerFailed, match=r"went away|exit status"):
             await run_on(server, tmp_path, 2, on_record=kill_a_worker)
     assert killed
     kept = turn_lines(tmp_path)

@@ -178,6 +178,13 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
     warnings += sizing_warnings(m.records, result.sizing or _sizing(m), s)
     gate, invalid = _gate(m)
     warnings += _degenerate_warning(m.records)
+    hosts = {r.host for r in m.records if r.host is not None}
+    if len(hosts) > 1:
+        warnings.append(
+            f"the turns were sent from {len(hosts)} hosts ({', '.join(sorted(hosts))}), each "
+            "stamping with its own clock: wall throughput, requests/s and concurrency over "
+            "time need one clock and are not reported; per-turn rates, TTFT and every "
+            "duration are")
     return result.model_copy(update={"warnings": warnings, "gate": gate,
                                      "invalid_reason": invalid, "likelihood": m.likelihood})
 

@@ -44,7 +44,7 @@ __all__ = ["SESSIONS_PER_WORKER", "WorkerFailed", "WorkerPlayers", "WorkerPool",
 SESSIONS_PER_WORKER = 64  # --workers auto: a process per this many concurrent sessions
 START_TIMEOUT_S = 120.0  # spawn, import, connect, probe the tokenizer
 FINISH_TIMEOUT_S = 30.0
-START_LEAD_S = 0.005  # free pacing's common start: time for the play command to arrive
+START_LEAD_S = 0.02  # free pacing's common start: time for the play command to arrive
 STDERR_TAIL = 4096
 
 Spawner = Callable[[str, int, str, int, int], Awaitable["Process"]]
@@ -111,9 +111,12 @@ async def spawn_local(host: str, port: int, token: str, index: int, count: int) 
     """A worker process on this host (``python -m workloads.runner.worker``)."""
     env = dict(os.environ)
     env[TOKEN_ENV] = token
-    # the worker imports this very package, wherever it was imported from
+    # The worker imports this very package: from a source tree (tests, a checkout) that is
+    # on our sys.path but not on a fresh interpreter's, say where. An installed package's
+    # directory is left alone (first on the path it would shadow the standard library).
     source = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (source, env.get("PYTHONPATH")) if p)
+    if Path(source).name not in ("site-packages", "dist-packages"):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (source, env.get("PYTHONPATH")) if p)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "workloads.runner.worker", host, str(port), str(index),
         str(count), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
