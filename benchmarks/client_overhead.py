@@ -38,6 +38,12 @@ whole host), so the server's stamps and the client's records compare directly.
     python benchmarks/client_overhead.py --json out.json --profile c64.prof
     python benchmarks/client_overhead.py --python venv-a/bin/python venv-b/bin/python
 
+The client runs on the loop the library itself starts (``workloads.wire.loop.run_loop``:
+uvloop where the ``fast`` extra is installed; ``asyncio.run`` for a version without it);
+``--python PY:asyncio`` forces the standard loop for that client. At zero delay with one
+content chunk per server write the server core saturates before a fast client does (its
+``server core`` column passes 90%, and the script warns): ``--burst 16`` measures the client.
+
 ``--profile`` adds one cProfile'd client run at C64, zero delay, and prints its hot spots.
 ``--python`` runs the clients of several interpreters (say, the venvs of two checkouts)
 alternately, so a before/after comparison shares one machine state: on a VM whose other
