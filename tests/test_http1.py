@@ -66,6 +66,9 @@ def parse(pieces: list[bytes]) -> tuple[bytes, ResponseParser]:
     with_length(SSE),
     HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"".join(
         b"%X\r\n%s\r\n" % (len(e), e) for e in EVENTS * 40) + b"0\r\n\r\n",  # bulk path
+    HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"".join(  # bulk, broken by a new size
+        b"%x%s\r\n%s\r\n" % (len(e), b";x" if i == 150 else b"", e)
+        for i, e in enumerate(EVENTS * 40)) + b"0\r\n\r\n",
 ])
 def test_every_split_of_a_response_gives_the_same_body(response):
     whole, parser = parse([response])

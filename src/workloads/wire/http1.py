@@ -248,22 +248,31 @@ class ResponseParser:
 
 def _whole_chunks(data: bytes, pos: int, parts: list[bytes]) -> int:
     """Unframe the run of whole chunks from ``pos`` without a Python step per chunk: split
-    at every CRLF, and when the pieces pair up as (size line, payload) with every size
-    already seen and equal to its payload's length, take the payloads. Returns where the
-    run ends; ``pos`` unchanged when the pieces do not pair up (a payload holding a CRLF, a
-    new size, an extension, the last chunk), and the chunk-by-chunk loop goes on from there.
-    """
+    at every CRLF, pair the pieces up as (size line, payload), and take the longest run of
+    pairs whose sizes were seen before and equal their payloads' lengths. Returns where the
+    run ends, for the chunk-by-chunk loop to go on from (a payload holding a CRLF, a new
+    size, an extension, the last chunk)."""
     pieces = (data[pos:] if pos else data).split(CRLF)
     whole = (len(pieces) - 1) // 2  # each whole chunk is followed by its CRLF
     if whole < 2:
         return pos
     sizes = pieces[0 : 2 * whole : 2]
     payloads = pieces[1 : 2 * whole : 2]
-    try:
-        if list(map(_SIZES.__getitem__, sizes)) != list(map(len, payloads)):
+    known = list(map(_SIZES.get, sizes))
+    lengths = list(map(len, payloads))
+    if known != lengths:  # the longest agreeing prefix, by bisection on C list compares
+        low, high = 0, whole - 1
+        while low < high:
+            middle = (low + high + 1) // 2
+            if known[:middle] == lengths[:middle]:
+                low = middle
+            else:
+                high = middle - 1
+        if low == 0:
             return pos
-    except KeyError:
-        return pos
+        whole = low
+        sizes = sizes[:whole]
+        payloads = payloads[:whole]
     parts += payloads
     return pos + sum(map(len, sizes)) + sum(map(len, payloads)) + 4 * whole
 
