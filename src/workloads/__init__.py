@@ -6,7 +6,7 @@
 
 Everything public is importable from here; other modules are internal. Importing this
 package loads nothing but its version: every name loads its module on first use (the data
-models on pydantic; the run, the simulated server, telemetry and the HTTP client on aiohttp),
+models on pydantic; the run, the simulated server, telemetry and the plain HTTP reads on aiohttp),
 so the pytest plugin costs nothing in a test run that does not use it.
 """
 

@@ -1,7 +1,7 @@
 """What can go wrong on the wire, named once: the exceptions a plain HTTP read of a target
 (models, version, metrics, tokenize) can raise, and how they are described in a message.
-The streaming chat client (:mod:`workloads.wire.client`) maps them further, into the closed
-set of :data:`~workloads.model.errors.ErrorKind` a TurnRecord carries."""
+The streaming chat client does not use aiohttp: :mod:`workloads.wire.stream` names its
+failures in the closed set of :data:`~workloads.model.errors.ErrorKind` a TurnRecord carries."""
 
 from __future__ import annotations
 
