@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from workloads.model.scenario import Timeouts
 from workloads.wire.client import HttpChatClient
 from workloads.wire.http1 import MalformedHTTP, ResponseParser
 
@@ -263,3 +264,34 @@ async def test_a_compressed_event_stream_is_malformed_not_garbage():
     async with raw_server(lambda i: [response]) as (url, _), HttpChatClient(url) as client:
         r = await client.stream_chat(BODY)
     assert r.error_kind == "malformed" and "Content-Encoding" in (r.error_message or "")
+
+
+async def test_a_body_that_never_ends_after_done_is_dropped_after_the_read_gap():
+    # [DONE] arrives, the terminating chunk never does: the turn is whole, and the connection
+    # is closed once the read gap passes instead of being reused or kept forever.
+    response = chunked(*EVENTS)
+    unended = response[: len(response) - len(b"0\r\n\r\n")]
+    timeouts = Timeouts(read_gap_s=0.2)
+    async with raw_server(lambda i: [unended]) as (url, served), \
+            HttpChatClient(url, timeouts=timeouts) as client:
+        first = await client.stream_chat(BODY)
+        await asyncio.sleep(0.5)
+        second = await client.stream_chat(BODY)
+    assert_whole(first)
+    assert_whole(second)
+    assert served == [1, 2]
+
+
+async def test_an_error_status_read_to_its_end_keeps_the_connection():
+    def pieces(i: int) -> list[bytes]:
+        if i == 0:
+            return [b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 0\r\n"
+                    b"Content-Length: 4\r\n\r\nbusy"]
+        return [chunked(*EVENTS)]
+
+    async with raw_server(pieces) as (url, served), \
+            HttpChatClient(url, retry_on={"429"}) as client:
+        r = await client.stream_chat(BODY)
+    assert_whole(r)
+    assert r.retries == 1 and [a.error_kind for a in r.attempts] == ["http_429"]
+    assert served == [1, 1]
