@@ -121,6 +121,7 @@ async def spawn_local(host: str, port: int, token: str, index: int, count: int) 
         sys.executable, "-m", "workloads.runner.worker", host, str(port), str(index),
         str(count), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE, env=env,
+        start_new_session=True,  # Ctrl-C in a terminal reaches the coordinator, not them
     )
     return _Subprocess(proc, index)
 
