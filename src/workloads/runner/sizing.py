@@ -533,10 +533,10 @@ def _window_sizing_warnings(
     if not estimated:
         return []
     if scenario.repetitions.warmup == 0:
-        how = ("uncorrected: no warm-up taught the target's ratio, set repetitions.warmup = 1 "
-               "to correct them")
+        how = ("uncorrected: no warm-up taught them the target's tokens per estimated token "
+               "(set repetitions.warmup = 1)")
     else:
-        how = "corrected per session and turn by the warm-up's exact sizing"
+        how = "corrected per session and turn by what the warm-up's exact sizing taught"
     misses = [
         r for r in _as_configured(records, estimated, scenario) if r.prompt_tokens is not None
     ]
@@ -544,14 +544,16 @@ def _window_sizing_warnings(
     if misses:
         r = max(misses, key=lambda r: abs(_miss(r)) / (r.configured_prompt_tokens or 1))
         configured = r.configured_prompt_tokens or 0
-        worst = (
-            f"; within {abs(_miss(r)) / configured:.1%} of configured (worst: turn {r.turn}, "
-            f"{r.prompt_tokens:,} tokens for {configured:,})"
-        )
+        worst = "; every one at its configured prompt"
+        if _miss(r):
+            worst = (
+                f"; within {abs(_miss(r)) / configured:.1%} of their configured prompts "
+                f"(worst: turn {r.turn}, {r.prompt_tokens:,} tokens for {configured:,})"
+            )
     return [
-        f"{plural_turns(len(estimated))} were sized by tiktoken estimate, {how}, so that no "
-        f"/tokenize call overlapped measured streams (pacing {scenario.pacing.mode}, "
-        f"sizing_during_window = \"estimate\"){worst}; their shareable prefixes are "
+        f"{plural_turns(len(estimated))} were sized by tiktoken estimate so that no /tokenize "
+        f"call overlapped measured streams (pacing {scenario.pacing.mode}, "
+        f"sizing_during_window = \"estimate\"), {how}{worst}; their shareable prefixes are "
         "estimates (~); sizing_during_window = \"exact\" sizes them exactly, at the cost of "
         "/tokenize calls to the server during the window"
     ]
