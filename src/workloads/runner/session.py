@@ -269,9 +269,7 @@ class Session:
             prepared = await self.sizing.replayed(self.script[turn], exact=not quiet)
         else:
             prepared = await self.sizing.fit_turn(self.conversation, turn, base, exact=exact)
-        if quiet:
-            self.sizing.quiet_turns += 1
-        elif self.warmup and self.sizing.teaches and self.script is None:
+        if self.warmup and self.sizing.teaches and self.script is None:
             await self.sizing.teach(self.conversation, turn, prepared)
         shareable, shareable_exact = await self._shareable(turn, prepared)
         self._plan = TurnPlan(prepared, shareable, shareable_exact)

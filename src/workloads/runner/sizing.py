@@ -101,7 +101,6 @@ class CellSizing:
     fallbacks: int = 0  # turns sized by estimate because a /tokenize call failed
     # The runner sets this while the cell's measured window is open (see :attr:`quiet`).
     window_open: bool = False
-    quiet_turns: int = 0  # turns sized quietly (by estimate, inside the window)
     # Exact mode: target tokens per estimated token seen in the warm-up, per turn (the
     # median of these is ``scale[turn]``).
     _taught: dict[int, list[float]] = field(default_factory=dict)
@@ -463,7 +462,7 @@ def sizing_warnings(
         off = [
             r for r in _as_configured(records, measured, scenario)
             if r.prompt_tokens != r.configured_prompt_tokens
-            and r.tokenized_prompt_tokens is not None  # estimate-sized turns: said below
+            and not _quietly_sized(r, scenario)  # said below, with their own accuracy
         ]
         # A miss of a token or two in twelve thousand is noise (a pad that tokenizes across
         # a boundary); warn only when it moves the depth by more than 1%.
@@ -513,6 +512,17 @@ def _as_configured(
     ]
 
 
+def _quietly_sized(record: TurnRecord, scenario: Scenario) -> bool:
+    """Whether an exact run sized this record by estimate inside the window (quiet sizing)
+    rather than with the target's /tokenize. Turn 1 is sized before a repetition's first
+    request: never quietly. (A turn whose /tokenize call failed reads the same: it was sized
+    by estimate too.)"""
+    return (
+        scenario.pacing.mode != "lockstep" and scenario.sizing_during_window == "estimate"
+        and record.turn > 1 and record.tokenized_prompt_tokens is None
+    )
+
+
 def _window_sizing_warnings(
     records: Sequence[TurnRecord], measured: Sequence[TurnRecord], scenario: Scenario
 ) -> list[str]:
@@ -528,8 +538,7 @@ def _window_sizing_warnings(
             "sizing_during_window = \"exact\"): those calls loaded the server under test "
             "inside the window"
         ]
-    # Turn 1 is sized before a repetition's first request: never quietly.
-    estimated = [r for r in measured if r.tokenized_prompt_tokens is None and r.turn > 1]
+    estimated = [r for r in measured if _quietly_sized(r, scenario)]
     if not estimated:
         return []
     if scenario.repetitions.warmup == 0:
