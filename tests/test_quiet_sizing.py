@@ -7,17 +7,22 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from array import array
 from collections.abc import Awaitable, Callable
 
 import pytest
 from aiohttp import web
 
 import workloads
-from fakes import LlamaCppLikeServer
-from workloads.core.tokens import EstimateTokenizer
+from fakes import FakeChatClient, LlamaCppLikeServer, LocalTokenizer
+from workloads.core.conversation import Conversation
+from workloads.core.corpus import load_corpus
+from workloads.core.tokens import EstimateTokenizer, TargetTokenizer, TokenizeError
 from workloads.model.records import TurnRecord
-from workloads.model.results import RunResult
+from workloads.model.results import RunResult, TargetInfo
 from workloads.report.console import sizing_line
+from workloads.runner.outcome import Measured, build_result
+from workloads.runner.session import Session, TokenTrace
 from workloads.runner.sizing import CellSizing
 from workloads.servers.simulated.app import build_app
 from workloads.servers.simulated.engine import Engine
@@ -197,3 +202,54 @@ def test_sizing_is_quiet_only_inside_the_window_with_overlapping_pacing():
     assert not quiet(free_scenario(pacing={"mode": "lockstep"}), True)
     assert not quiet(free_scenario(sizing_during_window="exact"), True)
     assert not quiet(free_scenario(), True, EstimateTokenizer())  # no /tokenize to avoid
+
+
+class DownTokenizer(EstimateTokenizer):
+    """A target tokenizer whose every call fails (the server went away after the window)."""
+
+    exact = True
+
+    async def render(self, messages: object, mode: object) -> list[int]:
+        raise TokenizeError("POST /tokenize: connection refused")
+
+    async def encode(self, text: str) -> list[int]:
+        raise TokenizeError("POST /tokenize: connection refused")
+
+
+def traced_session(tok: TargetTokenizer) -> Session:
+    scenario = free_scenario(users=1)
+    conversation = Conversation(corpus=load_corpus("synthetic"), style="agent", seed=0,
+                                session=0, nonce="n", run_nonce="r")
+    session = Session(client=FakeChatClient(lambda body: (1, "x")), scenario=scenario,
+                      model="m", conversation=conversation, sizing=CellSizing(scenario, tok),
+                      repetition=1, warmup=False, on_record=lambda record: None)
+    messages = [{"role": "user", "content": "def f(x):\n    return x + 1\n"}]
+    session.token_log = [TokenTrace(10, 2, array("i"), messages=messages, reply="two words")]
+    return session
+
+
+def test_after_the_window_quiet_turns_are_traced_in_the_targets_ids_or_not_at_all():
+    tok = LocalTokenizer("words")
+    session = traced_session(tok)
+    asyncio.run(session.finish_trace())
+    (trace,) = session.token_log
+    messages = [{"role": "user", "content": "def f(x):\n    return x + 1\n"}]
+    assert list(trace.prompt) == asyncio.run(tok.render(messages, "generate"))
+    assert list(trace.completion) == tok.tokenizer.encode("two words")
+    assert trace.messages is None
+
+    failed = traced_session(DownTokenizer())
+    asyncio.run(failed.finish_trace())
+    assert not failed.token_log[0].prompt  # not faked with estimate ids
+    scenario = free_scenario(users=1)
+    cell = scenario.cells()[0]
+    measured = Measured(
+        scenario=scenario, corpus=load_corpus("synthetic"), cells=[cell],
+        target=TargetInfo(base_url="http://127.0.0.1:1/v1", model="m", simulated=False,
+                          kv_capacity_tokens=4096),
+        sizings={0: CellSizing(scenario, DownTokenizer())}, tokenizer=DownTokenizer(),
+        traces={0: [*session.token_log, *failed.token_log]},
+    )
+    assert build_result(measured, complete=True).cache_what_if is None  # no partial oracle
+    measured.traces = {0: session.token_log}
+    assert build_result(measured, complete=True).cache_what_if is not None  # the control
