@@ -139,8 +139,9 @@ def test_free_pacing_calls_no_tokenize_during_measured_streams_unless_asked():
     estimated = estimate_sized(quiet)
     assert {r.turn for r in estimated} == {2, 3} and len(estimated) == 2 * 4 * 2
     assert all(not r.shareable_exact for r in estimated)
+    # Openings, turn 1 and the warm-up are sized before or outside the window: exactly.
     assert all(r.tokenized_prompt_tokens == r.prompt_tokens
-               for r in quiet.records if not r.warmup and r.turn == 1)
+               for r in quiet.records if r.warmup or r.turn == 1)
     assert max(miss(r) for r in estimated) <= TOLERANCE
     assert quiet.sizing is not None and quiet.sizing.exact and quiet.sizing.scale["0"]
     (line,) = [w for w in quiet.warnings if "sized by tiktoken estimate" in w]
@@ -186,22 +187,18 @@ def test_lockstep_sizes_every_turn_exactly_between_barriers():
     assert not [w for w in result.warnings if "tiktoken" in w or "under test" in w]
 
 
-def test_sizing_is_quiet_only_inside_the_window_with_overlapping_pacing():
+def test_sizing_is_quiet_only_with_a_target_tokenizer_and_overlapping_pacing():
     class Exact(EstimateTokenizer):
         exact = True  # stands for a target tokenizer: only the flag is read here
 
-    def quiet(scenario: workloads.Scenario, window_open: bool, tok=None) -> bool:
-        sizing = CellSizing(scenario, tok or Exact())
-        sizing.window_open = window_open
-        return sizing.quiet
+    def quiet(scenario: workloads.Scenario, tok: TargetTokenizer | None = None) -> bool:
+        return CellSizing(scenario, tok or Exact()).quiet
 
-    assert quiet(free_scenario(), True)
-    assert not quiet(free_scenario(), False)  # warm-ups and before the window: exact
-    assert quiet(free_scenario(pacing={"mode": "arrivals",
-                                       "arrivals": {"rate_per_s": 5.0}}), True)
-    assert not quiet(free_scenario(pacing={"mode": "lockstep"}), True)
-    assert not quiet(free_scenario(sizing_during_window="exact"), True)
-    assert not quiet(free_scenario(), True, EstimateTokenizer())  # no /tokenize to avoid
+    assert quiet(free_scenario())
+    assert quiet(free_scenario(pacing={"mode": "arrivals", "arrivals": {"rate_per_s": 5.0}}))
+    assert not quiet(free_scenario(pacing={"mode": "lockstep"}))  # sized between barriers
+    assert not quiet(free_scenario(sizing_during_window="exact"))
+    assert not quiet(free_scenario(), EstimateTokenizer())  # no /tokenize to avoid
 
 
 class DownTokenizer(EstimateTokenizer):

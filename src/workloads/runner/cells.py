@@ -222,7 +222,6 @@ class Run:
                 break
             if not repetition.warmup and opened is None:
                 await self.telemetry.start()  # the window opens: sized, nothing sent yet
-                sizing.window_open = True  # turns sized from now on may overlap streams
                 opened = time.time()
                 if m.window_start is None:
                     m.window_start = opened
@@ -240,7 +239,6 @@ class Run:
         if opened is None:
             return  # stopped before the cell's first measured request: no window
         m.window_end = time.time()  # every measured response of the cell has ended
-        m.sizings[cell.index].window_open = False
         here = [r for r in m.records if not r.warmup and r.cell == cell.index]
         server, energy = await self.telemetry.finish(here)
         m.windows[cell.index] = window(opened, m.window_end, server, energy)

@@ -5,10 +5,10 @@ session goes on.
 
 Preparing and sending are separate steps so that the tokenizer calls of :meth:`prepare` are
 never on a turn's timed path: in lock-step every session prepares turn k before any sends it.
-With free or arrivals pacing a session prepares its next turn while others stream; inside a
-measured window it then sizes quietly (:attr:`CellSizing.quiet`: no ``/tokenize`` call), and
-the exact token ids the what-if oracle needs are rendered after the window
-(:meth:`Session.finish_trace`).
+With free or arrivals pacing a session prepares its next turn while others stream; in a
+measured repetition (inside the window) it then sizes quietly (:attr:`CellSizing.quiet`: no
+``/tokenize`` call), and the exact token ids the what-if oracle needs are rendered after the
+window (:meth:`Session.finish_trace`).
 """
 
 from __future__ import annotations
@@ -256,9 +256,10 @@ class Session:
         """Size turn ``turn`` and work out its shareable prefix (tokenizer calls, untimed).
 
         Turn 1 is always prepared before the repetition's first request; a later turn may be
-        prepared while other sessions stream, so inside a measured window it is sized quietly
-        (:attr:`CellSizing.quiet`)."""
-        quiet = turn > 1 and self.sizing.quiet
+        prepared while other sessions stream, so in a measured repetition (the window is open
+        from before its first request to after its last response) it is sized quietly when
+        :attr:`CellSizing.quiet`, and in a warm-up it teaches quiet sizing."""
+        quiet = turn > 1 and not self.warmup and self.sizing.quiet
         base, exact = turn_base(
             turn, self.last, opening=self.opening_ids, opening_exact=self.opening_exact,
             sizing_exact=self.sizing.exact and not quiet,
@@ -269,7 +270,7 @@ class Session:
             prepared = await self.sizing.replayed(self.script[turn], exact=not quiet)
         else:
             prepared = await self.sizing.fit_turn(self.conversation, turn, base, exact=exact)
-        if self.warmup and self.sizing.teaches and self.script is None:
+        if self.warmup and self.sizing.quiet and self.script is None:
             await self.sizing.teach(self.conversation, turn, prepared)
         shareable, shareable_exact = await self._shareable(turn, prepared)
         self._plan = TurnPlan(prepared, shareable, shareable_exact)

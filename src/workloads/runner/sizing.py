@@ -31,10 +31,11 @@ repetitions are sized with it (:meth:`CellSizing.learn`).
 
 Quiet sizing: a ``/tokenize`` call is a request to the server under test. In lock-step every
 turn is sized between barriers, with no stream in flight; with free or arrivals pacing a
-session sizes its next turn while other sessions' measured streams are in flight, so inside a
-measured window (:attr:`CellSizing.window_open`, set by the runner) such turns are sized by
-tiktoken instead, corrected per session and turn by the ratios the warm-up's exact sizing
-taught (:meth:`CellSizing.teach`), unless ``sizing_during_window = "exact"``.
+session sizes its next turn while other sessions' streams are in flight, so in a measured
+repetition (inside the window: it opens before a cell's first measured request and closes
+after its last response) such turns are sized by tiktoken instead, corrected per session and
+turn by the ratios the warm-up's exact sizing taught (:meth:`CellSizing.teach`), unless
+``sizing_during_window = "exact"`` (:attr:`CellSizing.quiet`).
 """
 
 from __future__ import annotations
@@ -99,8 +100,6 @@ class CellSizing:
     session_scale: dict[tuple[int, int], float] = field(default_factory=dict)
     shared_n_system: int | None = None
     fallbacks: int = 0  # turns sized by estimate because a /tokenize call failed
-    # The runner sets this while the cell's measured window is open (see :attr:`quiet`).
-    window_open: bool = False
     # Exact mode: target tokens per estimated token seen in the warm-up, per turn (the
     # median of these is ``scale[turn]``).
     _taught: dict[int, list[float]] = field(default_factory=dict)
@@ -114,20 +113,15 @@ class CellSizing:
         return self.tokenizer.exact
 
     @property
-    def teaches(self) -> bool:
-        """Exact sizing that quiet sizing will replace inside the window: the warm-up's
-        exact turns then also teach the estimate's correction (:meth:`teach`)."""
+    def quiet(self) -> bool:
+        """Quiet sizing: the measured repetitions' turns after the first are sized by the
+        corrected estimate, calling no ``/tokenize``, and the warm-up's exactly sized turns
+        teach that correction (:meth:`teach`). True for a target tokenizer with pacing that
+        lets streams overlap while a session sizes its next turn (free, arrivals; lock-step
+        sizes between barriers) unless ``sizing_during_window = "exact"``. Openings and
+        turn 1 are sized before a repetition's first request, so they stay exact."""
         s = self.scenario
         return self.exact and s.pacing.mode != "lockstep" and s.sizing_during_window == "estimate"
-
-    @property
-    def quiet(self) -> bool:
-        """Size turns by the corrected estimate now, calling no ``/tokenize``: a measured
-        window is open and streams may be in flight while a session sizes its next turn
-        (free or arrivals pacing; lock-step sizes between barriers). Openings and turn 1 are
-        sized before a repetition's first request, so they stay exact (the session asks
-        this only for later turns)."""
-        return self.teaches and self.window_open
 
     def memo(self, session: int) -> SessionMemo:
         return self.memos.setdefault(session, SessionMemo())
