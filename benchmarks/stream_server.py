@@ -358,13 +358,15 @@ class Connection(asyncio.Protocol):
 
 
 async def serve(
-    host: str, port: int, ttft_ms: float, itl_ms: float, truth: str | None, burst: int = 1
+    host: str, port: int, ttft_ms: float, itl_ms: float, truth: str | None, burst: int = 1,
+    reuse_port: bool = False,
 ) -> None:
     out = open(truth, "a", buffering=1 << 20) if truth else None  # noqa: SIM115
     try:
         engine = Engine(round(ttft_ms * 1e6), round(itl_ms * 1e6), out, burst)
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: Connection(engine), host, port, backlog=4096)
+        server = await loop.create_server(lambda: Connection(engine), host, port, backlog=4096,
+                                          reuse_port=reuse_port or None)
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
@@ -390,6 +392,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="zero delay only: content chunks per stream per step, written "
                         "at once (for a client faster than one write per chunk)")
     parser.add_argument("--cpu", type=int, help="pin this process to that CPU core")
+    parser.add_argument("--reuse-port", action="store_true",
+                        help="SO_REUSEPORT: several server processes on one --port, the kernel "
+                        "spreading the connections (for more streams than one core writes)")
     args = parser.parse_args(argv)
     if args.burst < 1 or (args.burst > 1 and (args.ttft_ms or args.itl_ms)):
         parser.error("--burst N needs N >= 1, and N > 1 only at zero delay")
@@ -397,7 +402,8 @@ def main(argv: list[str] | None = None) -> None:
         os.sched_setaffinity(0, {args.cpu})
     try:
         asyncio.run(
-            serve(args.host, args.port, args.ttft_ms, args.itl_ms, args.truth, args.burst)
+            serve(args.host, args.port, args.ttft_ms, args.itl_ms, args.truth, args.burst,
+                  args.reuse_port)
         )
     except KeyboardInterrupt:
         sys.exit(130)

@@ -30,6 +30,7 @@ from workloads.cli.common import (
     UsageError,
     prog,
     run_safety_arguments,
+    scale_arguments,
     target_arguments,
 )
 from workloads.cli.run import cmd_run
@@ -83,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="no progress (a bar in a terminal, else a line on stderr every 5 s)")
     run.add_argument("--no-plots", action="store_true", help="do not write DIR/plots/*.png")
     run_safety_arguments(run)
+    scale_arguments(run)
     run.add_argument("--gate", choices=["off", "report", "required"],
                      help="the correctness gate, sent greedily before and after the measured "
                      "window: report it, require it (a failing case makes the run invalid, "

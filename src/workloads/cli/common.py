@@ -104,6 +104,35 @@ def run_safety_arguments(run: argparse.ArgumentParser) -> None:
                      "they are cancelled (default: %(default)s)")
 
 
+def scale_arguments(run: argparse.ArgumentParser) -> None:
+    """--workers, --ray: how many processes, on which hosts, send the requests."""
+    run.add_argument("--workers", default="auto", metavar="N|auto",
+                     help="worker processes that send the requests, each with its own event "
+                     "loop: 1 sends from this process; auto (default) uses one per 64 "
+                     "concurrent sessions, at most one per core")
+    run.add_argument("--ray", metavar="ADDRESS",
+                     help="run the worker processes as Ray actors on the cluster at ADDRESS "
+                     "(e.g. 127.0.0.1:6379 or auto; the ray extra: pip install "
+                     "'workloads[ray]'); --workers says how many (auto: one per 64 concurrent "
+                     "sessions)")
+
+
+def workers_count(value: str, concurrency: int, *, ray: bool = False) -> int:
+    """--workers N|auto as a number of processes (auto on Ray: not capped by this host's
+    cores)."""
+    from workloads.runner.workers import auto_workers
+
+    if value == "auto":
+        return auto_workers(concurrency, cpus=1 << 20 if ray else None)
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise UsageError(f"--workers {value}: give a number of processes (1 or more) or auto")
+    return count
+
+
 def prog() -> str:
     """The command as the user typed it: ``workloads`` (the installed script) or
     ``python -m workloads``."""

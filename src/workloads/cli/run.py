@@ -19,6 +19,7 @@ from workloads.cli.common import (
     launch,
     make_console,
     parse_assignments,
+    workers_count,
     write_plots,
 )
 from workloads.model.errors import ScenarioError
@@ -76,6 +77,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from workloads.runner.run import claim_out_dir
 
     claim_out_dir(out, overwrite=args.overwrite)  # before starting anything: one clear line
+    workers = workers_count(args.workers, max(c.concurrency for c in scenario.cells()),
+                            ray=args.ray is not None)
+    if args.replay and args.workers == "auto":
+        workers = 1  # replay re-sends from one process
 
     with LiveProgress(scenario, console, quiet=args.quiet) as live:
         on_record = live.on_record
@@ -102,6 +107,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                         overwrite=args.overwrite,
                         transcripts=not args.no_transcripts,
                         replay=args.replay,
+                        workers=workers,
+                        ray=args.ray,
                     ),
                     grace_s=args.grace,
                     console=console,

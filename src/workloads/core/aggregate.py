@@ -110,7 +110,15 @@ def _per_rep(records: Iterable[TurnRecord]) -> dict[Key, list[TurnRecord]]:
     return dict(sorted(groups.items()))
 
 
+def one_clock(records: Iterable[TurnRecord]) -> bool:
+    """Whether every record's stamps are one host's clock (a span across records means
+    something only then: a Ray run's hosts each have their own monotonic clock)."""
+    return len({r.host for r in records}) <= 1
+
+
 def _wall_rate(records: Sequence[TurnRecord]) -> float | None:
+    if not one_clock(records):
+        return None
     ends = [r.last_content_ns for r in records if r.last_content_ns is not None]
     starts = [r.sent_ns for r in records if r.sent_ns is not None]
     tokens = sum(r.completion_tokens or 0 for r in records)
@@ -134,6 +142,8 @@ def _gaps_s(records: Iterable[TurnRecord]) -> Iterator[float]:
 
 def _request_rate(records: Sequence[TurnRecord]) -> float | None:
     """Finished requests per second over the records' span: first send → last stream end."""
+    if not one_clock(records):
+        return None
     finished = [r for r in records if r.status == "ok"]
     ends = [e for r in finished if (e := r.done_ns or r.last_content_ns) is not None]
     starts = [r.sent_ns for r in records if r.sent_ns is not None]

@@ -39,8 +39,12 @@ def in_flight(records: Iterable[TurnRecord]) -> list[tuple[int, int]]:
 
 def concurrency(records: Iterable[TurnRecord], *, points: int = 200) -> ConcurrencySummary | None:
     """Time-weighted mean and the max of requests in flight over the measured records' span,
-    with up to ``points`` samples of the step function for a plot; None with no span."""
-    steps = in_flight(r for r in records if not r.warmup)
+    with up to ``points`` samples of the step function for a plot; None with no span, or
+    when the records come from several hosts (each stamps with its own clock)."""
+    measured = [r for r in records if not r.warmup]
+    if len({r.host for r in measured}) > 1:
+        return None
+    steps = in_flight(measured)
     if len(steps) < 2 or steps[-1][0] <= steps[0][0]:
         return None
     start, end = steps[0][0], steps[-1][0]

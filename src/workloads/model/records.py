@@ -109,6 +109,10 @@ class TurnRecord(Frozen):
     # Gaps between consecutive content chunks' arrivals, integer microseconds (n − 1 values
     # for n chunks): the inter-token latency distribution, compact. None: not recorded.
     chunk_gaps_us: list[int] | None = None
+    # The host whose worker process sent this turn (--workers, --ray; format 3). Its stamps
+    # are that host's monotonic clock: only compare them with records of the same host.
+    # None: the run's own process sent it.
+    host: str | None = None
 
     @model_validator(mode="before")
     @classmethod

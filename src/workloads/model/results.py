@@ -53,7 +53,7 @@ __all__ = [
     "read_records_file",
 ]
 
-FORMAT_VERSION = 2  # of result.json and records.jsonl together; history above load_result
+FORMAT_VERSION = 3  # of result.json and records.jsonl together; history above load_result
 RESULT_FILE = "result.json"
 RECORDS_FILE = "records.jsonl"
 
@@ -150,6 +150,9 @@ class ClientHealth(Frozen):
     cpu_share: float | None  # this process's CPU seconds / wall seconds (1.0 = one core)
     send_delay_p50_ms: float | None  # measured requests: started -> written (pool, connect)
     send_delay_p99_ms: float | None
+    # Client processes whose figures these are (the worst of them: lag, CPU share): 1 unless
+    # the run had worker processes (--workers).
+    processes: int = 1
 
 
 class RunResult(Frozen):
@@ -327,6 +330,10 @@ def _upgrade_1(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _upgrade_2(data: dict[str, Any]) -> dict[str, Any]:
+    return data  # 3 only added optional fields
+
+
+def _upgrade_3(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
@@ -339,7 +346,9 @@ def _upgrade_2(data: dict[str, Any]) -> dict[str, Any]:
 #   2 — 2026-11-30: records.jsonl starts with a header line (the run as it started) and
 #       carries nonces and window lines, so a killed run's report can be rebuilt from it;
 #       the optional result fields added the same day land here.
-_LOADERS = {1: _upgrade_1, 2: _upgrade_2}
+#   3 — 2026-12-01: worker processes (--workers, --ray): TurnRecord.host (the host that
+#       sent the turn; None from a single process) and ClientHealth.processes.
+_LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3}
 
 
 def load_result(path: str | Path) -> RunResult:

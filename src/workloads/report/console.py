@@ -455,6 +455,8 @@ def client_line(result: RunResult) -> str | None:
         parts.append(f"CPU {c.cpu_share:.2f} of a core")
     if c.send_delay_p50_ms is not None:
         parts.append(f"send delay p50 {ms(c.send_delay_p50_ms)}, p99 {ms(c.send_delay_p99_ms)}")
+    if c.processes > 1:  # lag and CPU are the worst process's
+        return f"client ({c.processes} worker processes, the worst's): " + " · ".join(parts)
     return "client: " + " · ".join(parts)
 
 

@@ -28,6 +28,7 @@ from workloads.core.tokens import TargetTokenizer
 from workloads.model.likelihood import Likelihood
 from workloads.model.records import RecordWriter, TurnRecord
 from workloads.model.results import (
+    ClientHealth,
     RunHeader,
     RunResult,
     TargetInfo,
@@ -38,11 +39,11 @@ from workloads.model.results import (
 from workloads.model.scenario import Cell, Scenario
 from workloads.model.transcripts import TranscriptWriter
 from workloads.runner.gate import send_gate
-from workloads.runner.monitor import ClientMonitor
+from workloads.runner.monitor import ClientMonitor, merged_health
 from workloads.runner.outcome import Measured, build_result, corpus_info, window
-from workloads.runner.repetition import Repetition, open_sessions, play
-from workloads.runner.replay import Recording, replay_sessions
-from workloads.runner.session import Session
+from workloads.runner.players import LocalPlayers, Players
+from workloads.runner.repetition import Repetition
+from workloads.runner.replay import Recording
 from workloads.runner.sizing import CellSizing
 from workloads.telemetry import WindowTelemetry
 from workloads.wire.client import ChatClient
@@ -73,6 +74,7 @@ class Run:
         transcripts: TranscriptWriter | None = None,
         replay: Recording | None = None,
         likelihood: Likelihood | None = None,
+        players: Callable[[Run], Players] | None = None,  # default: this process plays all
     ) -> None:
         self.client = client
         self.transcripts = transcripts
@@ -98,8 +100,14 @@ class Run:
             note=note,
             likelihood=likelihood,
         )
+        self.players: Players = LocalPlayers(
+            sizings=self.measured.sizings, corpus=self.measured.corpus, entropy=self.entropy,
+            client=client, model=model, on_record=self.record, on_exchange=self._exchange,
+            stop=self.stop, grace_s=grace_s, replay=replay,
+        ) if players is None else players(self)
 
-    def _record(self, record: TurnRecord) -> None:
+    def record(self, record: TurnRecord) -> None:
+        """Keep ``record``: in the result, appended to records.jsonl, to ``on_record``."""
         self.measured.records.append(record)
         if self.writer is not None:
             self.writer.write(record)
@@ -121,6 +129,7 @@ class Run:
         correctness gate, unless off, goes before the first cell and after the last: outside
         every measured window."""
         complete = False
+        workers: list[ClientHealth] = []  # the worker processes' own health, when any
         gate = self.measured.scenario.gate
         monitor = ClientMonitor()  # the client watches itself: loop lag, CPU share
         try:
@@ -134,6 +143,7 @@ class Run:
                     await self._cell(cell)
                     if self.stopped:
                         break
+            workers = await self.players.finish()
             if gate != "off" and not self.stopped:
                 self.measured.gate_outputs += await send_gate(
                     self.client, self.model, self.measured.scenario, "after")
@@ -141,7 +151,7 @@ class Run:
         finally:
             # Also on Ctrl-C or a crash: the result says what was measured, and that it stopped.
             m = self.measured
-            m.client = monitor.health(m.records)
+            m.client = merged_health(monitor.health(m.records), workers)
             m.telemetry_warnings = list(self.telemetry.warnings)
             result = build_result(m, complete=complete)
             if self.out is not None:
@@ -156,64 +166,16 @@ class Run:
             corpus=corpus_info(m.corpus), environment=environment(),
         )
 
-    async def _play(self, sessions: list[Session], repetition: Repetition,
-                    scenario: Scenario) -> bool:
-        """Play a repetition; False when stop left turns out or cut them short.
-
-        Once stop is set, the sessions start no new turn and the turns in flight get
-        ``grace_s``; those still running then are cancelled (each records itself).
-        """
-        playing = asyncio.ensure_future(
-            play(sessions, repetition, scenario, self.measured.corpus, stop=self.stop)
-        )
-        try:
-            stopping = asyncio.ensure_future(self.stop.wait())
-            try:
-                await asyncio.wait({playing, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                stopping.cancel()
-            if not playing.done():  # stop was set: the turns in flight get their grace
-                await asyncio.wait({playing}, timeout=self.grace_s)
-            if not playing.done():
-                playing.cancel()
-            try:
-                return await playing
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise  # we are cancelled ourselves, not only the turns
-                return False
-        finally:
-            if not playing.done():  # we were cancelled: the turns go too, and record so
-                playing.cancel()
-                await asyncio.wait({playing})
-
     async def _cell(self, cell: Cell) -> None:
         m = self.measured
         s = m.scenario.repetitions
         opened: float | None = None
-        traced: list[Session] = []  # measured sessions whose last reply the oracle lacks
         for index in range(s.warmup + s.measured):
             if self.stop.is_set():
                 self.stopped = True
                 break
             repetition = Repetition(cell=cell, index=index, warmup=index < s.warmup)
-            sizing = m.sizings[cell.index]
-            if self.replay is not None:
-                sessions, nonces = replay_sessions(
-                    repetition, self.replay, sizing=sizing, corpus=m.corpus,
-                    client=self.client, model=self.model, on_record=self._record,
-                    on_exchange=self._exchange,
-                )
-                async with asyncio.TaskGroup() as tg:  # turn 1 sized before anything is sent
-                    for session in sessions:
-                        tg.create_task(session.prepare(1))
-            else:
-                sessions, nonces = await open_sessions(
-                    repetition, sizing=sizing, corpus=m.corpus, entropy=self.entropy,
-                    client=self.client, model=self.model, on_record=self._record,
-                    on_exchange=self._exchange,
-                )
+            nonces = await self.players.open(repetition)
             m.nonces.append(nonces)
             if self.writer is not None:
                 self.writer.write_line(meta_line("nonces", nonces.model_dump(mode="json")))
@@ -225,14 +187,8 @@ class Run:
                 opened = time.time()
                 if m.window_start is None:
                     m.window_start = opened
-            finished = await self._play(sessions, repetition, sizing.scenario)
-            if repetition.warmup and not sizing.exact:
-                sizing.learn([o for session in sessions for o in session.observations])
-            if not repetition.warmup:
-                m.traces.setdefault(cell.index, []).extend(
-                    t for session in sessions for t in session.token_log
-                )
-                traced += sessions
+            finished = await self.players.play(repetition)
+            await self.players.learn(repetition)
             if not finished:
                 self.stopped = True
                 break
@@ -245,5 +201,5 @@ class Run:
         if self.writer is not None:
             line = m.windows[cell.index].model_dump(mode="json")
             self.writer.write_line(meta_line("window", {"cell": cell.index, **line}))
-        for session in traced:  # after the window: these tokenizer calls are not measured
-            await session.finish_trace()
+        # after the window: these tokenizer calls are not measured
+        m.traces.setdefault(cell.index, []).extend(await self.players.traces(cell))

@@ -24,7 +24,7 @@ from workloads.core import stats
 from workloads.model.records import TurnRecord
 from workloads.model.results import ClientHealth
 
-__all__ = ["LOOP_LAG_P99_LIMIT_MS", "ClientMonitor", "health_warnings"]
+__all__ = ["LOOP_LAG_P99_LIMIT_MS", "ClientMonitor", "health_warnings", "merged_health"]
 
 LOOP_LAG_P99_LIMIT_MS = 5.0  # a chunk may wait this long to be stamped: 1% of wakes
 LOOP_LAG_MAX_LIMIT_MS = 50.0  # one stall this long shifts a TTFT by as much
@@ -89,6 +89,27 @@ class ClientMonitor:
             send_delay_p50_ms=stats.percentile(delays, 50),
             send_delay_p99_ms=stats.percentile(delays, 99),
         )
+
+
+def merged_health(here: ClientHealth, workers: Sequence[ClientHealth]) -> ClientHealth:
+    """The run's client health when worker processes sent its requests: the worst worker's
+    event-loop lag and CPU share (a chunk's stamp waits on its own process's loop; this
+    process only collected records), and ``here``'s send delays (from every record)."""
+    if not workers:
+        return here
+
+    def worst(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return max(known) if known else None
+
+    return here.model_copy(update={
+        "loop_lag_samples": sum(w.loop_lag_samples for w in workers),
+        "loop_lag_p50_ms": worst([w.loop_lag_p50_ms for w in workers]),
+        "loop_lag_p99_ms": worst([w.loop_lag_p99_ms for w in workers]),
+        "loop_lag_max_ms": worst([w.loop_lag_max_ms for w in workers]),
+        "cpu_share": worst([w.cpu_share for w in workers]),
+        "processes": len(workers),
+    })
 
 
 def health_warnings(h: ClientHealth | None) -> list[str]:

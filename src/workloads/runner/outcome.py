@@ -64,6 +64,9 @@ class Measured:
     client: ClientHealth | None = None  # the client's own health over the run
     gate_outputs: list[GateOutput] = field(default_factory=list)  # the correctness gate
     likelihood: Likelihood | None = None  # the likelihood probe, before the first window
+    # Tokenizer use in worker processes (--workers): calls and seconds, beyond ``tokenizer``'s
+    tokenizer_calls: int = 0
+    tokenizer_seconds: float = 0.0
 
     def kv_capacity(self) -> tuple[int | None, int]:
         """The server's KV capacity in tokens (None: unknown) and its block size: as the user
@@ -123,8 +126,8 @@ def _sizing(m: Measured) -> Sizing:
     return Sizing(
         tokenizer=tok.description,
         exact=tok.exact,
-        calls=tok.calls,
-        seconds=round(tok.seconds, 3),
+        calls=tok.calls + m.tokenizer_calls,
+        seconds=round(tok.seconds + m.tokenizer_seconds, 3),
         fallbacks=sum(z.fallbacks for z in m.sizings.values()),
         scale={
             str(i): {str(t): round(v, 4) for t, v in z.scale.items()}
@@ -175,6 +178,13 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
     warnings += sizing_warnings(m.records, result.sizing or _sizing(m), s)
     gate, invalid = _gate(m)
     warnings += _degenerate_warning(m.records)
+    hosts = {r.host for r in m.records if r.host is not None}
+    if len(hosts) > 1:
+        warnings.append(
+            f"the turns were sent from {len(hosts)} hosts ({', '.join(sorted(hosts))}), each "
+            "stamping with its own clock: wall throughput, requests/s and concurrency over "
+            "time need one clock and are not reported; per-turn rates, TTFT and every "
+            "duration are")
     return result.model_copy(update={"warnings": warnings, "gate": gate,
                                      "invalid_reason": invalid, "likelihood": m.likelihood})
 

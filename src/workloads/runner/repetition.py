@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from workloads.core import tokens
@@ -21,12 +21,22 @@ from workloads.core.corpus import Corpus
 from workloads.model.records import TurnRecord
 from workloads.model.results import RepetitionNonces
 from workloads.model.scenario import Cell, Scenario
+from workloads.runner.order import LocalOpeningOrder, OpeningOrder
 from workloads.runner.pacing import arrival_times, turn_deadline
 from workloads.runner.session import Exchange, Session
 from workloads.runner.sizing import CellSizing
 from workloads.wire.client import ChatClient
 
-__all__ = ["Repetition", "open_sessions", "play"]
+__all__ = ["Barrier", "Repetition", "open_sessions", "play"]
+
+# Lock-step's barrier: called with the turn once this process's sessions have it sized; returns
+# the barrier's time (perf_counter), or None when the run stopped first. Across worker
+# processes it waits for every process (one host: perf_counter is the host's monotonic clock).
+Barrier = Callable[[int], Awaitable[float | None]]
+
+
+async def _here(turn: int) -> float:
+    return time.perf_counter()
 
 
 @dataclass(frozen=True)
@@ -48,9 +58,16 @@ async def open_sessions(
     model: str,
     on_record: Callable[[TurnRecord], None],
     on_exchange: Exchange | None = None,
+    shard: range | None = None,
+    order: OpeningOrder | None = None,
 ) -> tuple[list[Session], RepetitionNonces]:
     """The repetition's sessions, each with its opening sized and turn 1 prepared; nothing
-    sent yet. Also the nonces drawn for it (the result records them)."""
+    sent yet. Also the nonces drawn for it (the result records them).
+
+    ``shard``: only these sessions (a worker process's share); the others are opened only
+    as far as turn 1's shareable prefix needs (the next session's opening ids).
+    ``order``: who sent turn 1 first, shared by every process of the run.
+    """
     s = sizing.scenario
     cell = repetition.cell.index
     nonces = make_nonces(entropy, cell=cell, repetition=repetition.index, users=s.users,
@@ -69,18 +86,25 @@ async def open_sessions(
     n_system = 0
     if s.opening_tokens > 0:
         n_system = await sizing.fit_shared(conversations[0], probe_nonce(nonces))
-    sessions = [
-        Session(
-            client=client, scenario=s, model=model, conversation=conversation, sizing=sizing,
-            repetition=repetition.index, warmup=repetition.warmup, on_record=on_record,
-            cell=cell, on_exchange=on_exchange,
+    shard = shard if shard is not None else range(s.users)
+    mine = [i for i in shard if i < s.users]
+    # With nonce = "run", turn 1's shareable prefix needs the next session's opening too
+    neighbour = (mine[-1] + 1) % s.users if mine and s.nonce == "run" and s.users > 1 else None
+    if neighbour in mine:
+        neighbour = None
+    opened = {
+        i: Session(
+            client=client, scenario=s, model=model, conversation=conversations[i],
+            sizing=sizing, repetition=repetition.index, warmup=repetition.warmup,
+            on_record=on_record, cell=cell, on_exchange=on_exchange,
         )
-        for conversation in conversations
-    ]
+        for i in [*mine, *([neighbour] if neighbour is not None else [])]
+    }
     async with asyncio.TaskGroup() as tg:
-        for session in sessions:
+        for session in opened.values():
             tg.create_task(session.open(n_system))
-    _share_openings(sessions, sizing)
+    _share_openings(opened, sizing, order if order is not None else LocalOpeningOrder())
+    sessions = [opened[i] for i in mine]
     async with asyncio.TaskGroup() as tg:  # turn 1 sized before anything is sent
         for session in sessions:
             tg.create_task(session.prepare(1))
@@ -94,14 +118,18 @@ async def play(
     corpus: Corpus,
     *,
     stop: asyncio.Event | None = None,  # once set, no turn starts (in-flight ones go on)
+    barrier: Barrier = _here,
+    start: float | None = None,  # free pacing's common start (perf_counter); default now
 ) -> bool:
     """Send every turn of ``sessions`` on the scenario's pacing; False when ``stop`` left
-    turns unsent."""
+    turns unsent. ``sessions`` may be a share of the repetition's (a worker process's): each
+    keeps its own pacing draws, and ``barrier`` and ``start`` are common to every share."""
     s = scenario
     stop = stop if stop is not None else asyncio.Event()
     rngs = [
-        corpus.rng(s.content.seed, "pacing", repetition.cell.index, repetition.index, i)
-        for i in range(s.users)
+        corpus.rng(s.content.seed, "pacing", repetition.cell.index, repetition.index,
+                   session.conversation.session)
+        for session in sessions
     ]
     if s.pacing.mode == "lockstep":
         for turn in range(1, s.turns + 1):
@@ -111,23 +139,27 @@ async def play(
                 async with asyncio.TaskGroup() as tg:  # every session sized before any sends
                     for session in sessions:
                         tg.create_task(session.prepare(turn))
-            barrier = time.perf_counter()
+            at = await barrier(turn)
+            if at is None:  # stopped while the other processes sized their sessions
+                return False
             async with asyncio.TaskGroup() as tg:  # the barrier: all of turn k, then k+1
                 sends = []
                 for session, rng in zip(sessions, rngs, strict=True):
-                    due = turn_deadline(barrier, s.pacing, turn, rng)
+                    due = turn_deadline(at, s.pacing, turn, rng)
                     sends.append(tg.create_task(_send_at(session, turn, due, stop)))
             if not all(task.result() for task in sends):
                 return False
         return True
-    start = time.perf_counter()
+    start = start if start is not None else time.perf_counter()
     starts = [start] * len(sessions)
     if s.pacing.arrivals is not None:  # an open-loop fleet: each session has its arrival
         times = arrival_times(
-            s.pacing.arrivals, len(sessions),
+            s.pacing.arrivals, s.users,
             corpus.rng(s.content.seed, "arrivals", repetition.cell.index, repetition.index),
         )
-        starts = [start + at for at in times]  # sessions past the last arrival never start
+        # sessions past the last arrival never start
+        starts = [start + times[session.conversation.session] for session in sessions
+                  if session.conversation.session < len(times)]
     async with asyncio.TaskGroup() as tg:
         runs = [
             tg.create_task(_free_running(session, s, at, rng, stop))
@@ -136,17 +168,21 @@ async def play(
     return all(task.result() for task in runs)
 
 
-def _share_openings(sessions: list[Session], sizing: CellSizing) -> None:
+def _share_openings(sessions: dict[int, Session], sizing: CellSizing,
+                    order: OpeningOrder) -> None:
     """Turn 1's shareable prefix: with nonce = "run", the part of its opening this session
     has in common with another session of the repetition (0 alone, or with nonce = "session").
+    ``sessions``: by index, each with the next one (wrapping round) among them.
     """
-    if sizing.scenario.nonce != "run" or len(sessions) < 2:
+    users = sizing.scenario.users
+    if sizing.scenario.nonce != "run" or users < 2:
         return
     scale = 1.0 if sizing.exact else sizing.scale.get(1, 1.0)
-    arrivals: list[int] = []  # who has sent turn 1, shared: the first has nothing seen
-    for i, session in enumerate(sessions):
-        session.arrivals = arrivals
-        other = sessions[(i + 1) % len(sessions)]
+    for i, session in sessions.items():
+        session.order = order  # who has sent turn 1: the first finds nothing of the others
+        other = sessions.get((i + 1) % users)
+        if other is None:
+            continue  # the neighbour opened only for its ids
         common = tokens.common_prefix_length(session.opening_ids, other.opening_ids)
         session.peer_shared = round(common * scale)
         session.peer_shared_exact = session.opening_exact and other.opening_exact

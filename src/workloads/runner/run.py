@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -29,6 +30,7 @@ from workloads.model.target import Target
 from workloads.model.transcripts import TRANSCRIPTS_FILE, TranscriptWriter
 from workloads.runner.cells import Run
 from workloads.runner.replay import load_recording
+from workloads.runner.workers import WorkerPlayers, WorkerPool
 from workloads.telemetry import TelemetryOptions, WindowTelemetry, energy_for_target
 from workloads.wire.client import AiohttpChatClient, ChatClient
 from workloads.wire.identify import identify
@@ -62,6 +64,8 @@ async def run_async(
     overwrite: bool = False,
     transcripts: bool = True,  # write DIR/transcripts.jsonl (with out_dir); records keep hashes
     replay: str | Path | None = None,  # a run directory whose exact messages to re-send
+    workers: int = 1,  # processes that send the requests: 1 = this one (see auto_workers)
+    ray: str | None = None,  # a Ray cluster's address: the workers are Ray actors there
 ) -> RunResult:
     """Run ``scenario`` against ``target`` (the embedded simulated server when None).
 
@@ -77,6 +81,10 @@ async def run_async(
     ``transcripts.jsonl``; off, the records still carry their prompt and completion hashes.
     ``replay`` (a run directory with transcripts) re-sends that run's exact messages turn by
     turn, recorded replies included; ``scenario`` must be the recorded one.
+    ``workers`` (> 1) shards every cell's sessions over that many worker processes on this
+    host, each with its own event loop and client; this process keeps the records, windows
+    and result (:mod:`workloads.runner.workers`). ``ray`` runs the workers as Ray actors on
+    the cluster at that address (``workers`` of them; the ``ray`` extra).
 
     ``stop``: once set (the CLI sets it on SIGINT/SIGTERM; the library installs no signal
     handler), no new turn starts, turns in flight get ``stop_grace_s`` seconds to finish and
@@ -86,6 +94,14 @@ async def run_async(
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
+    sharded = workers > 1 or ray is not None
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, not {workers}")
+    if sharded and client is not None:
+        raise ValueError("workers send with their own HTTP clients: a client= replacement "
+                         "runs in one process (workers=1)")
+    if sharded and replay is not None:
+        raise ValueError("--replay runs in one process: drop --workers/--ray")
     recording = None
     if replay is not None:
         recording = load_recording(replay)
@@ -141,6 +157,12 @@ async def run_async(
             )
         window_telemetry = await stack.enter_async_context(_window_telemetry(chosen, telemetry,
                                                                             simulated))
+        players = None
+        if sharded:
+            pool = await stack.enter_async_context(await _worker_pool(workers, ray))
+            players = functools.partial(
+                _worker_players, pool, target=chosen, transcripts=out is not None and transcripts
+            )
         writer = None
         if out is not None:
             writer = stack.enter_context(RecordWriter(out / RECORDS_FILE))
@@ -172,6 +194,7 @@ async def run_async(
             transcripts=transcript_writer,
             replay=recording,
             likelihood=likelihood,
+            players=players,
         ).execute()
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -183,6 +206,19 @@ def run(
 ) -> RunResult:
     """Synchronous :func:`run_async` (starts its own event loop). Same arguments."""
     return asyncio.run(run_async(scenario, target, **options))
+
+
+async def _worker_pool(workers: int, ray: str | None) -> WorkerPool:
+    if ray is None:
+        return WorkerPool(workers)
+    from workloads.runner.ray_workers import ray_pool  # the ray extra, only when asked
+
+    return await ray_pool(ray, workers)
+
+
+def _worker_players(pool: WorkerPool, run: Run, *, target: Target,
+                    transcripts: bool) -> WorkerPlayers:
+    return WorkerPlayers(pool, run, target=target, transcripts=transcripts)
 
 
 def claim_out_dir(out: Path, *, overwrite: bool = False) -> None:

@@ -28,6 +28,7 @@ from workloads.core.tokens import TokenizeError
 from workloads.model.records import Status, TurnRecord
 from workloads.model.scenario import Scenario
 from workloads.model.transcripts import prompt_hash, text_hash
+from workloads.runner.order import OpeningOrder
 from workloads.runner.plan import (
     LastTurn,
     Seen,
@@ -204,9 +205,9 @@ class Session:
         self.cell = cell
         self.on_exchange = on_exchange  # the transcripts writer, when kept
         self.script = script  # replay: each turn's recorded messages, sent as they are
-        # nonce = "run": sessions of this repetition that have sent turn 1 (shared, in send
-        # order); the first to send has nothing the server has seen.
-        self.arrivals: list[int] | None = None
+        # nonce = "run": who of this repetition's sessions sent turn 1 first (shared); the
+        # first to send has nothing the server has seen.
+        self.order: OpeningOrder | None = None
         self.opening_ids: list[int] = []
         self.opening_exact = sizing.exact
         # Turn 1's shareable prefix: the part of the opening other sessions of this
@@ -298,10 +299,10 @@ class Session:
             pacing_lag_ns=lag_ns,
         )
         shareable = plan.shareable
-        if turn == 1 and self.arrivals is not None:
-            if not self.arrivals:
-                shareable = 0  # no other session's opening has reached the server yet
-            self.arrivals.append(self.conversation.session)
+        if turn == 1 and self.order is not None and await self.order.first(
+            self.conversation.session
+        ):
+            shareable = 0  # no other session's opening has reached the server yet
         started = time.perf_counter_ns()
         try:
             response = await self.client.stream_chat(body)

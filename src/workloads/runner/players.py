@@ -1,0 +1,175 @@
+"""Who plays a cell's sessions: this process (:class:`LocalPlayers`), or worker processes
+(:class:`workloads.runner.workers.WorkerPlayers`). The run (:mod:`workloads.runner.cells`)
+drives either the same way, repetition by repetition:
+
+    nonces = await players.open(repetition)   # sized, turn 1 prepared, nothing sent
+    ...                                       # the window opens here, before the first send
+    finished = await players.play(repetition) # every turn sent; stop and grace applied
+    await players.learn(repetition)           # a warm-up teaches estimate sizing
+    traces = await players.traces(cell)       # after the window: the what-if oracle's input
+    workers = await players.finish()          # after the last cell: worker processes' health
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Protocol
+
+from workloads.core.corpus import Corpus
+from workloads.model.records import TurnRecord
+from workloads.model.results import ClientHealth, RepetitionNonces
+from workloads.model.scenario import Cell
+from workloads.runner.order import OpeningOrder
+from workloads.runner.repetition import Barrier, Repetition, open_sessions, play
+from workloads.runner.replay import Recording, replay_sessions
+from workloads.runner.session import Exchange, Session, TokenTrace
+from workloads.runner.sizing import CellSizing
+from workloads.wire.client import ChatClient
+
+__all__ = ["LocalPlayers", "Players", "Shard"]
+
+Observation = tuple[int, int, int, int]  # (session, turn, actual added, estimated added)
+
+
+class Players(Protocol):
+    """Plays the sessions of every repetition of a run (see the module docstring)."""
+
+    async def open(self, repetition: Repetition) -> RepetitionNonces: ...
+
+    async def play(self, repetition: Repetition) -> bool: ...
+
+    async def learn(self, repetition: Repetition) -> None: ...
+
+    async def traces(self, cell: Cell) -> list[TokenTrace]: ...
+
+    async def finish(self) -> list[ClientHealth]: ...
+
+
+class Shard:
+    """Which of a cell's sessions one of ``count`` processes plays: a contiguous block, so
+    turn 1's shareable prefix needs only one session beyond it."""
+
+    def __init__(self, index: int = 0, count: int = 1) -> None:
+        self.index, self.count = index, count
+
+    def sessions(self, users: int) -> range:
+        return range(self.index * users // self.count, (self.index + 1) * users // self.count)
+
+
+class LocalPlayers:
+    """Plays the sessions of this process's shard (all of them by default) on its loop."""
+
+    def __init__(
+        self,
+        *,
+        sizings: dict[int, CellSizing],
+        corpus: Corpus,
+        entropy: bytes,
+        client: ChatClient,
+        model: str,
+        on_record: Callable[[TurnRecord], None],
+        on_exchange: Exchange | None = None,
+        stop: asyncio.Event,
+        grace_s: float,
+        replay: Recording | None = None,
+        shard: Shard | None = None,
+        order: Callable[[], OpeningOrder | None] = lambda: None,  # one per repetition
+        barrier: Callable[[Repetition], Barrier] | None = None,
+        start: Callable[[Repetition], float | None] = lambda rep: None,
+    ) -> None:
+        self.sizings = sizings
+        self.corpus = corpus
+        self.entropy = entropy
+        self.client = client
+        self.model = model
+        self.on_record = on_record
+        self.on_exchange = on_exchange
+        self.stop = stop  # once set, no new turn; in-flight turns get grace_s
+        self.grace_s = grace_s
+        self.replay = replay
+        self.shard = shard or Shard()
+        self.order = order
+        self.barrier = barrier
+        self.start = start
+        self.sessions: list[Session] = []  # the repetition being played
+        self.traced: dict[int, list[Session]] = {}  # measured sessions, per cell
+
+    async def open(self, repetition: Repetition) -> RepetitionNonces:
+        sizing = self.sizings[repetition.cell.index]
+        if self.replay is not None:
+            self.sessions, nonces = replay_sessions(
+                repetition, self.replay, sizing=sizing, corpus=self.corpus,
+                client=self.client, model=self.model, on_record=self.on_record,
+                on_exchange=self.on_exchange,
+            )
+            async with asyncio.TaskGroup() as tg:  # turn 1 sized before anything is sent
+                for session in self.sessions:
+                    tg.create_task(session.prepare(1))
+            return nonces
+        self.sessions, nonces = await open_sessions(
+            repetition, sizing=sizing, corpus=self.corpus, entropy=self.entropy,
+            client=self.client, model=self.model, on_record=self.on_record,
+            on_exchange=self.on_exchange,
+            shard=self.shard.sessions(sizing.scenario.users), order=self.order(),
+        )
+        return nonces
+
+    async def play(self, repetition: Repetition) -> bool:
+        """Play the opened repetition; False when stop left turns out or cut them short.
+
+        Once stop is set, the sessions start no new turn and the turns in flight get
+        ``grace_s``; those still running then are cancelled (each records itself).
+        """
+        sessions = self.sessions
+        scenario = self.sizings[repetition.cell.index].scenario
+        extra = {} if self.barrier is None else {"barrier": self.barrier(repetition)}
+        playing = asyncio.ensure_future(
+            play(sessions, repetition, scenario, self.corpus, stop=self.stop,
+                 start=self.start(repetition), **extra)
+        )
+        try:
+            stopping = asyncio.ensure_future(self.stop.wait())
+            try:
+                await asyncio.wait({playing, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopping.cancel()
+            if not playing.done():  # stop was set: the turns in flight get their grace
+                await asyncio.wait({playing}, timeout=self.grace_s)
+            if not playing.done():
+                playing.cancel()
+            try:
+                finished = await playing
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # we are cancelled ourselves, not only the turns
+                finished = False
+        finally:
+            if not playing.done():  # we were cancelled: the turns go too, and record so
+                playing.cancel()
+                await asyncio.wait({playing})
+        if not repetition.warmup:
+            self.traced.setdefault(repetition.cell.index, []).extend(sessions)
+        return finished
+
+    def observations(self) -> list[Observation]:
+        """What the repetition just played taught about estimate sizing."""
+        return [o for session in self.sessions for o in session.observations]
+
+    async def learn(self, repetition: Repetition) -> None:
+        sizing = self.sizings[repetition.cell.index]
+        if repetition.warmup and not sizing.exact:
+            sizing.learn(self.observations())
+
+    async def traces(self, cell: Cell) -> list[TokenTrace]:
+        """The measured turns' token traces, each with its reply's ids (tokenizer calls:
+        call after the window)."""
+        sessions = self.traced.pop(cell.index, [])
+        for session in sessions:
+            await session.finish_trace()
+        return [t for session in sessions for t in session.token_log]
+
+    async def finish(self) -> list[ClientHealth]:
+        """Nothing to end: this process's own health is the run's monitor's."""
+        return []
