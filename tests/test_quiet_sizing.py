@@ -160,6 +160,17 @@ def test_free_pacing_calls_no_tokenize_during_measured_streams_unless_asked():
         for t in exact.cache_what_if]
 
 
+def test_worker_processes_size_quietly_too():
+    """Each worker process decides from its own sessions' warm-up flag: no signal from the
+    run's process is needed."""
+    with CountingSimulator({"step_fixed_s": 0.01}) as server:
+        result = workloads.run(free_scenario(), server.target, workers=2)
+        assert server.calls_during(result.records) == 0
+    estimated = estimate_sized(result)
+    assert len(estimated) == 16 and max(miss(r) for r in estimated) <= TOLERANCE
+    assert result.cache_what_if is not None  # traced in the workers, after the window
+
+
 @pytest.mark.parametrize("warmup", [1, 0])
 def test_a_foreign_tokenizer_is_corrected_by_the_warm_ups_exact_sizing(warmup):
     """The "words" tokenizer counts 1.4-1.8x tiktoken on code: uncorrected estimates miss by
