@@ -383,6 +383,7 @@ class Session:
                     trace.messages = None
                 if not trace.completion and trace.reply:
                     trace.completion = array("i", await tok.encode(trace.reply))
+                trace.reply = ""  # the run keeps traces to its end: not their texts
 
         async with asyncio.TaskGroup() as tg:  # the tokenizer bounds its own concurrency
             for trace in self.token_log:
