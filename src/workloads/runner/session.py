@@ -263,10 +263,10 @@ class Session:
         quiet = turn > 1 and not self.warmup and self.sizing.quiet
         base, exact = turn_base(
             turn, self.last, opening=self.opening_ids, opening_exact=self.opening_exact,
-            sizing_exact=self.sizing.exact and not quiet,
+            sizing_exact=self.sizing.exact,
         )
-        if quiet:
-            base = None  # the history in the estimate's units, as the warm-up taught them
+        if quiet:  # the history measured by the estimate, as the warm-up's teaching did
+            base, exact = None, False
         if self.script is not None:
             prepared = await self.sizing.replayed(self.script[turn], exact=not quiet)
         else:

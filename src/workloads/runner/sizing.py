@@ -348,7 +348,7 @@ class CellSizing:
             target=target, base=base,
         )
 
-    # --- warm-up correction --------------------------------------------------------------
+    # --- warm-up correction (quiet sizing) ------------------------------------------------
 
     async def teach(
         self, conversation: Conversation, turn: int, prepared: PreparedTurn
