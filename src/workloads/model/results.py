@@ -134,8 +134,8 @@ class Sizing(Frozen):
     calls: int  # tokenizer HTTP calls made to the target (0 for estimates)
     seconds: float  # their total duration; none was on a turn's timed path
     fallbacks: int = 0  # turns or openings sized by estimate because a call failed
-    # Estimate mode: target tokens per estimated token, learned from each cell's warm-up,
-    # per cell and turn ({"0": {"1": 1.02}}).
+    # Estimate mode (and quiet sizing): target tokens per estimated token, learned from each
+    # cell's warm-up, per cell and turn ({"0": {"1": 1.02}}).
     scale: dict[str, dict[str, float]] = Field(default_factory=dict)
 
 
