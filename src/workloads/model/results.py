@@ -347,7 +347,8 @@ def _upgrade_3(data: dict[str, Any]) -> dict[str, Any]:
 #       carries nonces and window lines, so a killed run's report can be rebuilt from it;
 #       the optional result fields added the same day land here.
 #   3 — 2026-12-01: worker processes (--workers, --ray): TurnRecord.host (the host that
-#       sent the turn; None from a single process) and ClientHealth.processes.
+#       sent the turn; None from a single process) and ClientHealth.processes; the scenario's
+#       sizing_during_window (quiet sizing; older files read as its default, "estimate").
 _LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3}
 
 
