@@ -289,7 +289,8 @@ def read_records_file(path: Path) -> RecordsFile:
             data = json.loads(line)
             kind = data.pop("kind", None) if isinstance(data, dict) else None
             if kind == "header":
-                _check_version(data.get("format_version"), path)
+                if _check_version(data.get("format_version"), path) < 3:
+                    _sized_exactly(data)
                 header = RunHeader.model_validate(data)
             elif kind == "nonces":
                 nonces.append(RepetitionNonces.model_validate(data))
@@ -326,11 +327,20 @@ def _upgrade_1(data: dict[str, Any]) -> dict[str, Any]:
     window = data.get("window")
     if isinstance(window, dict) and window.get("telemetry", 0) is None:
         window.pop("telemetry")
-    return data
+    return _upgrade_2(data)
 
 
 def _upgrade_2(data: dict[str, Any]) -> dict[str, Any]:
-    return data  # 3 only added optional fields
+    """Format 2 → 3: what 3 added is optional, but a run before quiet sizing sized every
+    turn with the target's tokenizer, also inside its windows."""
+    _sized_exactly(data)
+    return data
+
+
+def _sized_exactly(data: dict[str, Any]) -> None:
+    scenario = data.get("scenario")
+    if isinstance(scenario, dict):
+        scenario.setdefault("sizing_during_window", "exact")
 
 
 def _upgrade_3(data: dict[str, Any]) -> dict[str, Any]:
