@@ -365,6 +365,8 @@ class WorkerPlayers:
     async def finish(self) -> list[ClientHealth]:
         """Each worker's client health; the workers' tokenizer use goes into the run's
         sizing figures."""
+        if not self.configured:  # stopped before the first repetition: nothing was played
+            return []
         replies = await self.pool.command("finish", FINISH_TIMEOUT_S)
         m = self.run.measured
         for r in replies:
