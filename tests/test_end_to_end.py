@@ -9,6 +9,7 @@ import pytest
 
 import workloads
 from workloads.cli import main
+from workloads.model.results import FORMAT_VERSION
 
 SMALL = [
     "--set", "users=3",
@@ -51,7 +52,7 @@ def test_cli_run_against_a_simulated_target_matches_its_ground_truth(
     assert all(r["cached_tokens"] == 0 for r in records if r["turn"] == 1)
 
     result = json.loads((out / "result.json").read_text())
-    assert result["format_version"] == 2 and result["label"] == "arm-a"
+    assert result["format_version"] == FORMAT_VERSION and result["label"] == "arm-a"
     assert result["target"]["model"] == simulated_server.model
     assert len(result["nonces"]) == 3
     all_nonces = [n for rep in result["nonces"] for n in rep["sessions"]]

@@ -114,3 +114,14 @@ def test_save_writes_records_with_their_header_where_there_are_none(tmp_path):
     assert workloads.load_result(tmp_path / "copy").format_version == FORMAT_VERSION
     assert found.header.scenario.model_dump() == result.scenario.model_dump()
     assert found.records == result.records and found.nonces == result.nonces
+
+
+def test_runs_from_before_quiet_sizing_read_as_sized_exactly_inside_their_windows():
+    # format 1 and 2 runs sized every turn with the target's tokenizer; the field's default
+    # ("estimate") describes runs made since
+    for name in STORED:
+        version = json.loads((DATA / name / "result.json").read_text())["format_version"]
+        expected = "exact" if version < 3 else "estimate"
+        assert workloads.load_result(DATA / name).scenario.sizing_during_window == expected
+    found = read_records_file(DATA / "v2-small" / "records.jsonl")
+    assert found.header is not None and found.header.scenario.sizing_during_window == "exact"

@@ -9,6 +9,9 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -163,3 +166,31 @@ def test_cli_workers_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert main(["run", "five-user-coding", "--workers", "0", "--out",
                  str(tmp_path / "bad")]) == 2
     assert "--workers 0: give a number of processes" in capsys.readouterr().err
+
+
+def test_ctrl_c_to_the_whole_process_group_stops_a_sharded_cli_run_gracefully(
+    tmp_path: Path,
+) -> None:
+    """A terminal's Ctrl-C reaches every process of the foreground group: the workers leave
+    the stop to the coordinator, which saves the partial result and exits 130."""
+    out = tmp_path / "signalled"
+    args = [sys.executable, "-m", "workloads", "run", "five-user-coding", "--out", str(out),
+            "--quiet", "--no-plots", "--workers", "2", "--grace", "0"]
+    for item in [*SMALL, "output_tokens=400", "turns=3", "repetitions.warmup=0"]:
+        args += ["--set", item]
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               start_new_session=True)  # its own group, as in a terminal
+    for _ in range(1200):  # bounded: 120 s for turn 1 of every session
+        if (out / "records.jsonl").exists() and len(turn_lines(out)) >= 4:
+            break
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.1)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr.decode()[-2000:]
+    assert b"Traceback" not in stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["complete"] is False
+    records = turn_lines(out)
+    assert len(records) >= 4
+    assert all(r["status"] == "ok" or r["error_kind"] == "cancelled" for r in records)

@@ -134,8 +134,8 @@ class Sizing(Frozen):
     calls: int  # tokenizer HTTP calls made to the target (0 for estimates)
     seconds: float  # their total duration; none was on a turn's timed path
     fallbacks: int = 0  # turns or openings sized by estimate because a call failed
-    # Estimate mode: target tokens per estimated token, learned from each cell's warm-up,
-    # per cell and turn ({"0": {"1": 1.02}}).
+    # Estimate mode (and quiet sizing): target tokens per estimated token, learned from each
+    # cell's warm-up, per cell and turn ({"0": {"1": 1.02}}).
     scale: dict[str, dict[str, float]] = Field(default_factory=dict)
 
 
@@ -289,7 +289,8 @@ def read_records_file(path: Path) -> RecordsFile:
             data = json.loads(line)
             kind = data.pop("kind", None) if isinstance(data, dict) else None
             if kind == "header":
-                _check_version(data.get("format_version"), path)
+                if _check_version(data.get("format_version"), path) < 3:
+                    _sized_exactly(data)
                 header = RunHeader.model_validate(data)
             elif kind == "nonces":
                 nonces.append(RepetitionNonces.model_validate(data))
@@ -326,11 +327,20 @@ def _upgrade_1(data: dict[str, Any]) -> dict[str, Any]:
     window = data.get("window")
     if isinstance(window, dict) and window.get("telemetry", 0) is None:
         window.pop("telemetry")
-    return data
+    return _upgrade_2(data)
 
 
 def _upgrade_2(data: dict[str, Any]) -> dict[str, Any]:
-    return data  # 3 only added optional fields
+    """Format 2 → 3: what 3 added is optional, but a run before quiet sizing sized every
+    turn with the target's tokenizer, also inside its windows."""
+    _sized_exactly(data)
+    return data
+
+
+def _sized_exactly(data: dict[str, Any]) -> None:
+    scenario = data.get("scenario")
+    if isinstance(scenario, dict):
+        scenario.setdefault("sizing_during_window", "exact")
 
 
 def _upgrade_3(data: dict[str, Any]) -> dict[str, Any]:
@@ -347,7 +357,8 @@ def _upgrade_3(data: dict[str, Any]) -> dict[str, Any]:
 #       carries nonces and window lines, so a killed run's report can be rebuilt from it;
 #       the optional result fields added the same day land here.
 #   3 — 2026-12-01: worker processes (--workers, --ray): TurnRecord.host (the host that
-#       sent the turn; None from a single process) and ClientHealth.processes.
+#       sent the turn; None from a single process) and ClientHealth.processes; the scenario's
+#       sizing_during_window (quiet sizing; older files read as its default, "estimate").
 _LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3}
 
 

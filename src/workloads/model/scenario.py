@@ -193,6 +193,12 @@ class Scenario(Frozen):
     # windows: "report" records and prints it; "required" also marks the run invalid when a
     # case fails; "off" does not send it.
     gate: GateMode = "report"
+    # How turns are sized inside a measured window when streams may overlap (pacing "free"
+    # or "arrivals"; lock-step sizes between barriers, always exactly): "estimate" = quiet
+    # sizing, tiktoken corrected by what the warm-up's exact sizing taught, no /tokenize call
+    # while measured streams are in flight; "exact" = the target's /tokenize anyway (exact
+    # depths, but its calls load the server under test during the window).
+    sizing_during_window: Literal["estimate", "exact"] = "estimate"
 
     @model_validator(mode="after")
     def _extra_body_cannot_override_core(self) -> Scenario:

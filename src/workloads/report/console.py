@@ -276,11 +276,26 @@ def sizing_line(result: RunResult) -> str | None:
     if z is None:
         return None
     if z.exact:
+        estimated = _estimate_sized(result)
+        if estimated:
+            return (
+                f"depths and shareable prefixes exact, from the target's {z.tokenizer} "
+                f"({z.calls:,} calls, {z.seconds:.1f} s, none between a request and its first "
+                f"token), except {plural(estimated, 'measured turn')} sized by tiktoken "
+                "estimate, shareable prefixes ~ (see warnings)"
+            )
         return (
             f"depths and shareable prefixes exact, from the target's {z.tokenizer}: "
             f"{z.calls:,} calls, {z.seconds:.1f} s, none between a request and its first token"
         )
     return f"depths sized with {z.tokenizer}; shareable prefixes are estimates (~)"
+
+
+def _estimate_sized(result: RunResult) -> int:
+    """Measured turns sized without the target's /tokenize count (quiet sizing inside the
+    window, or a failed call), though the target has one."""
+    return sum(1 for r in result.records if not r.warmup and r.tokenized_prompt_tokens is None
+               and r.prompt_tokens is not None)
 
 
 def _pct(value: float | None) -> str:

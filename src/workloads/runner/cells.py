@@ -100,10 +100,11 @@ class Run:
             note=note,
             likelihood=likelihood,
         )
+        self.monitor = ClientMonitor()  # the client watches itself: loop lag, CPU share
         self.players: Players = LocalPlayers(
             sizings=self.measured.sizings, corpus=self.measured.corpus, entropy=self.entropy,
             client=client, model=model, on_record=self.record, on_exchange=self._exchange,
-            stop=self.stop, grace_s=grace_s, replay=replay,
+            stop=self.stop, grace_s=grace_s, replay=replay, monitor=self.monitor,
         ) if players is None else players(self)
 
     def record(self, record: TurnRecord) -> None:
@@ -131,7 +132,7 @@ class Run:
         complete = False
         workers: list[ClientHealth] = []  # the worker processes' own health, when any
         gate = self.measured.scenario.gate
-        monitor = ClientMonitor()  # the client watches itself: loop lag, CPU share
+        monitor = self.monitor
         try:
             if self.writer is not None:
                 self.writer.write_line(header_line(self._header()))

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 
 from workloads.core import stats
@@ -36,7 +36,9 @@ class ClientMonitor:
     """Samples the event loop's lag and the process's CPU while the ``async with`` block runs.
 
         async with ClientMonitor() as monitor:
-            ...  # the run
+            ...                       # set-up and sizing: not watched
+            with monitor.watching():
+                ...                   # requests in flight: lag and CPU share count here
         health = monitor.health(records)
     """
 
@@ -44,30 +46,46 @@ class ClientMonitor:
         self.interval_s = interval_s
         self._lags_ms: array[float] = array("d")
         self._task: asyncio.Task[None] | None = None
-        self._wall = 0.0
+        self._watching = 0  # nested watching() blocks open now
+        self._since = (0.0, 0.0)  # (wall, CPU) when the outermost watching() opened
+        self._wall = 0.0  # wall and CPU seconds inside watching() blocks, summed
         self._cpu = 0.0
 
     async def __aenter__(self) -> ClientMonitor:
-        self._wall, self._cpu = time.perf_counter(), time.process_time()
         self._task = asyncio.create_task(self._sample())
         return self
 
     async def __aexit__(
         self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._wall = time.perf_counter() - self._wall
-        self._cpu = time.process_time() - self._cpu
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """The figures cover the time inside these blocks: while requests are sent and
+        streamed (a repetition's play), not the sizing before it, when no chunk is in
+        flight to be stamped late."""
+        if self._watching == 0:
+            self._since = (time.perf_counter(), time.process_time())
+        self._watching += 1
+        try:
+            yield
+        finally:
+            self._watching -= 1
+            if self._watching == 0:
+                self._wall += time.perf_counter() - self._since[0]
+                self._cpu += time.process_time() - self._since[1]
 
     async def _sample(self) -> None:
         due = time.perf_counter() + self.interval_s
         while len(self._lags_ms) < MAX_SAMPLES:
             await asyncio.sleep(max(0.0, due - time.perf_counter()))
             now = time.perf_counter()
-            self._lags_ms.append(max(0.0, now - due) * 1000)
+            if self._watching:
+                self._lags_ms.append(max(0.0, now - due) * 1000)
             # The next wake is on the grid, skipping wakes a stall swallowed: a 200 ms stall
             # is one sample of 200 ms, not twenty that each look late.
             due += self.interval_s * (1 + int((now - due) // self.interval_s))

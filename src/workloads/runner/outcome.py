@@ -114,8 +114,8 @@ def _what_if(m: Measured, cell: int) -> list[WhatIfTurn] | None:
     unlimited one would. Needs exact token ids (a target /tokenize) and a known capacity."""
     traces = sorted(m.traces.get(cell, []), key=lambda t: t.sent_ns)
     capacity, block_size = m.kv_capacity()
-    if not traces or capacity is None:
-        return None
+    if not traces or capacity is None or not all(t.prompt for t in traces):
+        return None  # (an empty prompt: a turn's ids could not be rendered after the window)
     requests = [OracleRequest(t.prompt, t.completion, turn=t.turn, counted=t.counted)
                 for t in traces]
     return what_if(requests, capacity_tokens=capacity, block_size=block_size)

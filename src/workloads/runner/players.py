@@ -13,13 +13,15 @@ drives either the same way, repetition by repetition:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Protocol
 
 from workloads.core.corpus import Corpus
 from workloads.model.records import TurnRecord
 from workloads.model.results import ClientHealth, RepetitionNonces
-from workloads.model.scenario import Cell
+from workloads.model.scenario import Cell, Scenario
+from workloads.runner.monitor import ClientMonitor
 from workloads.runner.order import OpeningOrder
 from workloads.runner.repetition import Barrier, Repetition, open_sessions, play
 from workloads.runner.replay import Recording, replay_sessions
@@ -77,6 +79,7 @@ class LocalPlayers:
         order: Callable[[], OpeningOrder | None] = lambda: None,  # one per repetition
         barrier: Callable[[Repetition], Barrier] | None = None,
         start: Callable[[Repetition], float | None] = lambda rep: None,
+        monitor: ClientMonitor | None = None,  # watches this process's loop while playing
     ) -> None:
         self.sizings = sizings
         self.corpus = corpus
@@ -92,6 +95,7 @@ class LocalPlayers:
         self.order = order
         self.barrier = barrier
         self.start = start
+        self.monitor = monitor
         self.sessions: list[Session] = []  # the repetition being played
         self.traced: dict[int, list[Session]] = {}  # measured sessions, per cell
 
@@ -124,6 +128,11 @@ class LocalPlayers:
         sessions = self.sessions
         scenario = self.sizings[repetition.cell.index].scenario
         extra = {} if self.barrier is None else {"barrier": self.barrier(repetition)}
+        with self.monitor.watching() if self.monitor else contextlib.nullcontext():
+            return await self._play(repetition, sessions, scenario, extra)
+
+    async def _play(self, repetition: Repetition, sessions: list[Session],
+                    scenario: Scenario, extra: dict[str, Barrier]) -> bool:
         playing = asyncio.ensure_future(
             play(sessions, repetition, scenario, self.corpus, stop=self.stop,
                  start=self.start(repetition), **extra)

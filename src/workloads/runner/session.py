@@ -5,6 +5,10 @@ session goes on.
 
 Preparing and sending are separate steps so that the tokenizer calls of :meth:`prepare` are
 never on a turn's timed path: in lock-step every session prepares turn k before any sends it.
+With free or arrivals pacing a session prepares its next turn while others stream; in a
+measured repetition (inside the window) it then sizes quietly (:attr:`CellSizing.quiet`: no
+``/tokenize`` call), and the exact token ids the what-if oracle needs are rendered after the
+window (:meth:`Session.finish_trace`).
 """
 
 from __future__ import annotations
@@ -162,6 +166,10 @@ class TokenTrace:
     # In the observed hit rate too (valid, cached tokens reported): the oracle's per-turn
     # figures are over the same requests; the others are replayed but not counted.
     counted: bool = True
+    # A turn sized by estimate (quiet sizing, or a failed /tokenize call): the messages sent,
+    # rendered to ``prompt`` by the target after the window; None once rendered.
+    messages: list[dict[str, str]] | None = None
+    reply: str = ""  # the reply text, encoded to ``completion`` when no later turn did
 
 
 class Session:
@@ -212,7 +220,8 @@ class Session:
         self.last = LastTurn()  # what this session sent last
         self._plan: TurnPlan | None = None
         # Exact token ids of the turns sent, in the target's tokenizer, for the what-if cache
-        # oracle; only kept when the target tokenizes (prepared.exact).
+        # oracle; only kept when the target tokenizes (turns sized by estimate are rendered
+        # after the window, by finish_trace).
         self.token_log: list[TokenTrace] = []
 
     async def open(self, n_system: int) -> None:
@@ -245,15 +254,25 @@ class Session:
         return estimated_shareable(self.last), False
 
     async def prepare(self, turn: int) -> None:
-        """Size turn ``turn`` and work out its shareable prefix (tokenizer calls, untimed)."""
+        """Size turn ``turn`` and work out its shareable prefix (tokenizer calls, untimed).
+
+        Turn 1 is always prepared before the repetition's first request; a later turn may be
+        prepared while other sessions stream, so in a measured repetition (the window is open
+        from before its first request to after its last response) it is sized quietly when
+        :attr:`CellSizing.quiet`, and in a warm-up it teaches quiet sizing."""
+        quiet = turn > 1 and not self.warmup and self.sizing.quiet
         base, exact = turn_base(
             turn, self.last, opening=self.opening_ids, opening_exact=self.opening_exact,
             sizing_exact=self.sizing.exact,
         )
+        if quiet:  # the history measured by the estimate, as the warm-up's teaching did
+            base, exact = None, False
         if self.script is not None:
-            prepared = await self.sizing.replayed(self.script[turn])
+            prepared = await self.sizing.replayed(self.script[turn], exact=not quiet)
         else:
             prepared = await self.sizing.fit_turn(self.conversation, turn, base, exact=exact)
+        if self.warmup and self.sizing.quiet and self.script is None:
+            await self.sizing.teach(self.conversation, turn, prepared)
         shareable, shareable_exact = await self._shareable(turn, prepared)
         self._plan = TurnPlan(prepared, shareable, shareable_exact)
 
@@ -327,10 +346,11 @@ class Session:
         )
         if reached:
             self.seen = Seen(prepared.ids, prepared.exact, response.text)
-            if prepared.exact and record.sent_ns is not None:
+            if (prepared.exact or self.sizing.exact) and record.sent_ns is not None:
                 self.token_log.append(TokenTrace(
-                    record.sent_ns, turn, array("i", prepared.ids),
+                    record.sent_ns, turn, array("i", prepared.ids if prepared.exact else ()),
                     counted=record.valid and record.cached_tokens is not None,
+                    messages=None if prepared.exact else sent, reply=response.text,
                 ))
         # The server's real reply goes into the history, even a partial one; a turn with no
         # reply at all keeps the roles alternating with a marker.
@@ -345,15 +365,29 @@ class Session:
         return record
 
     async def finish_trace(self) -> None:
-        """Give the last traced turn its reply's ids (the next turn's prepare does this for
-        every other turn), so the what-if oracle caches it too. Call after the window."""
-        if not self.token_log or self.token_log[-1].completion or not self.seen.exact:
+        """Complete the token trace for the what-if oracle; call after the window, where
+        these tokenizer calls overlap no measured stream. Turns sized by estimate get their
+        prompt rendered by the target; every turn whose reply's ids no later exact turn
+        encoded (the last one, one before a quiet turn) gets them."""
+        if not self.token_log or not self.sizing.exact:
             return
-        if not self.seen.reply:
-            return
-        with contextlib.suppress(TokenizeError):  # the oracle goes without it, as before
-            self.token_log[-1].completion = array(
-                "i", await self.sizing.tokenizer.encode(self.seen.reply))
+        tok = self.sizing.tokenizer
+
+        async def complete(trace: TokenTrace) -> None:
+            # On a failed call the trace stays incomplete: a prompt left empty keeps the
+            # oracle from running on a partial trace; a reply without ids, as before, is
+            # replayed uncached.
+            with contextlib.suppress(TokenizeError):
+                if trace.messages is not None:
+                    trace.prompt = array("i", await tok.render(trace.messages, "generate"))
+                    trace.messages = None
+                if not trace.completion and trace.reply:
+                    trace.completion = array("i", await tok.encode(trace.reply))
+                trace.reply = ""  # the run keeps traces to its end: not their texts
+
+        async with asyncio.TaskGroup() as tg:  # the tokenizer bounds its own concurrency
+            for trace in self.token_log:
+                tg.create_task(complete(trace))
 
     async def turn(self, turn: int) -> TurnRecord:
         """Prepare and send turn ``turn``."""

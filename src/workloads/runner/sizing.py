@@ -28,6 +28,14 @@ Without a target ``/tokenize`` the same search runs on tiktoken estimates; the w
 ``usage.prompt_tokens`` then gives, per session and turn, the ratio of the target's tokens to
 estimated ones (the warm-up sends the same text, only the nonces differ), and measured
 repetitions are sized with it (:meth:`CellSizing.learn`).
+
+Quiet sizing: a ``/tokenize`` call is a request to the server under test. In lock-step every
+turn is sized between barriers, with no stream in flight; with free or arrivals pacing a
+session sizes its next turn while other sessions' streams are in flight, so in a measured
+repetition (inside the window: it opens before a cell's first measured request and closes
+after its last response) such turns are sized by tiktoken instead, corrected per session and
+turn by the ratios the warm-up's exact sizing taught (:meth:`CellSizing.teach`), unless
+``sizing_during_window = "exact"`` (:attr:`CellSizing.quiet`).
 """
 
 from __future__ import annotations
@@ -92,6 +100,9 @@ class CellSizing:
     session_scale: dict[tuple[int, int], float] = field(default_factory=dict)
     shared_n_system: int | None = None
     fallbacks: int = 0  # turns sized by estimate because a /tokenize call failed
+    # Exact mode: target tokens per estimated token seen in the warm-up, per turn (the
+    # median of these is ``scale[turn]``).
+    _taught: dict[int, list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if isinstance(self.tokenizer, EstimateTokenizer):
@@ -100,6 +111,17 @@ class CellSizing:
     @property
     def exact(self) -> bool:
         return self.tokenizer.exact
+
+    @property
+    def quiet(self) -> bool:
+        """Quiet sizing: the measured repetitions' turns after the first are sized by the
+        corrected estimate, calling no ``/tokenize``, and the warm-up's exactly sized turns
+        teach that correction (:meth:`teach`). True for a target tokenizer with pacing that
+        lets streams overlap while a session sizes its next turn (free, arrivals; lock-step
+        sizes between barriers) unless ``sizing_during_window = "exact"``. Openings and
+        turn 1 are sized before a repetition's first request, so they stay exact."""
+        s = self.scenario
+        return self.exact and s.pacing.mode != "lockstep" and s.sizing_during_window == "estimate"
 
     def memo(self, session: int) -> SessionMemo:
         return self.memos.setdefault(session, SessionMemo())
@@ -257,9 +279,10 @@ class CellSizing:
             self.fallbacks += 1
             return await self._fit_turn(conversation, turn, None, self.estimate)
 
-    async def replayed(self, messages: Sequence[Message]) -> PreparedTurn:
-        """A recorded turn (replay), sent as it is: only its ids are measured."""
-        tok: TargetTokenizer = self.tokenizer if self.exact else self.estimate
+    async def replayed(self, messages: Sequence[Message], *, exact: bool = True) -> PreparedTurn:
+        """A recorded turn (replay), sent as it is: only its ids are measured (by estimate
+        when ``exact`` is False: quiet sizing)."""
+        tok: TargetTokenizer = self.tokenizer if self.exact and exact else self.estimate
         try:
             ids = await tok.render(list(messages), "generate")
         except TokenizeError:
@@ -324,6 +347,31 @@ class CellSizing:
             messages=conversation.with_turn(turn, *key), ids=renders[key], exact=tok.exact,
             target=target, base=base,
         )
+
+    # --- warm-up correction (quiet sizing) ------------------------------------------------
+
+    async def teach(
+        self, conversation: Conversation, turn: int, prepared: PreparedTurn
+    ) -> None:
+        """Learn from an exactly sized warm-up turn what quiet sizing needs: the target's
+        tokens this turn adds per estimated token (``session_scale``; ``scale`` holds the
+        median over sessions). Call before the turn is committed to the history. The
+        estimate's base is the history rendered as quiet sizing renders it (its own units:
+        quiet turns measure the history with the estimate, never with the target)."""
+        if not prepared.exact:
+            return  # a fallback turn: nothing exact to learn from
+        est = self.estimate
+        added = len(prepared.ids) - (prepared.base if turn > 1 else 0)
+        history = conversation.messages
+        est_base = len(await est.render(history, "continue")) if turn > 1 and history else 0
+        est_added = len(await est.render(prepared.messages, "generate")) - est_base
+        if added <= 0 or est_added <= 0:
+            return
+        ratio = added / est_added
+        self.session_scale[(conversation.session, turn)] = ratio
+        ratios = self._taught.setdefault(turn, [])
+        ratios.append(ratio)
+        self.scale[turn] = statistics.median(ratios)
 
     # --- warm-up correction (estimate mode) ------------------------------------------------
 
@@ -405,17 +453,10 @@ def sizing_warnings(
                 "(the second warm-up is sized with the first one's correction)"
             )
     else:
-        # A turn after an invalid one (failed, cut short) has a history of another length
-        # than configured: that is the earlier turn's story, not a sizing miss.
-        invalid = {(r.cell, r.repetition, r.session, r.turn) for r in records if not r.valid}
         off = [
-            r for r in measured
-            if r.configured_prompt_tokens is not None
-            and r.prompt_tokens != r.configured_prompt_tokens
-            and (r.turn == 1 or scenario.exact_output)
-            and not any(
-                (r.cell, r.repetition, r.session, t) in invalid for t in range(1, r.turn)
-            )
+            r for r in _as_configured(records, measured, scenario)
+            if r.prompt_tokens != r.configured_prompt_tokens
+            and not _quietly_sized(r, scenario)  # said below, with their own accuracy
         ]
         # A miss of a token or two in twelve thousand is noise (a pad that tokenizes across
         # a boundary); warn only when it moves the depth by more than 1%.
@@ -431,6 +472,7 @@ def sizing_warnings(
                 "turn_tokens smaller than the chat template's framing, or opening_tokens "
                 "smaller than the system prompt and nonce?"
             )
+        out += _window_sizing_warnings(records, measured, scenario)
     lags = [r.pacing_lag_ns for r in measured if r.pacing_lag_ns is not None]
     late = [lag for lag in lags if lag > 100_000_000]
     if late:
@@ -446,6 +488,78 @@ def sizing_warnings(
         )
     out += _resampled_reply_warning(measured, scenario)
     return out
+
+
+def _as_configured(
+    records: Sequence[TurnRecord], measured: Sequence[TurnRecord], scenario: Scenario
+) -> list[TurnRecord]:
+    """The measured records whose history is as configured, so a miss is their sizing's.
+
+    A turn after an invalid one (failed, cut short) has a history of another length than
+    configured: that is the earlier turn's story, not a sizing miss."""
+    invalid = {(r.cell, r.repetition, r.session, r.turn) for r in records if not r.valid}
+    return [
+        r for r in measured
+        if r.configured_prompt_tokens is not None
+        and (r.turn == 1 or scenario.exact_output)
+        and not any((r.cell, r.repetition, r.session, t) in invalid for t in range(1, r.turn))
+    ]
+
+
+def _quietly_sized(record: TurnRecord, scenario: Scenario) -> bool:
+    """Whether an exact run sized this record by estimate inside the window (quiet sizing)
+    rather than with the target's /tokenize. Turn 1 is sized before a repetition's first
+    request: never quietly. (A turn whose /tokenize call failed reads the same: it was sized
+    by estimate too.)"""
+    return (
+        scenario.pacing.mode != "lockstep" and scenario.sizing_during_window == "estimate"
+        and record.turn > 1 and record.tokenized_prompt_tokens is None
+    )
+
+
+def _window_sizing_warnings(
+    records: Sequence[TurnRecord], measured: Sequence[TurnRecord], scenario: Scenario
+) -> list[str]:
+    """With an exact target tokenizer and pacing that lets streams overlap: how the turns
+    sized inside the measured windows were sized (quiet sizing, or /tokenize calls that
+    overlapped measured streams when the user asked for them)."""
+    if scenario.pacing.mode == "lockstep" or scenario.turns == 1 or not measured:
+        return []  # every turn sized with nothing in flight
+    if scenario.sizing_during_window == "exact":
+        return [
+            f"turns after the first were sized with the target's /tokenize while other "
+            f"sessions' measured streams were in flight (pacing {scenario.pacing.mode}, "
+            "sizing_during_window = \"exact\"): those calls loaded the server under test "
+            "inside the window"
+        ]
+    estimated = [r for r in measured if _quietly_sized(r, scenario)]
+    if not estimated:
+        return []
+    if scenario.repetitions.warmup == 0:
+        how = ("uncorrected: no warm-up taught them the target's tokens per estimated token "
+               "(set repetitions.warmup = 1)")
+    else:
+        how = "corrected per session and turn by what the warm-up's exact sizing taught"
+    misses = [
+        r for r in _as_configured(records, estimated, scenario) if r.prompt_tokens is not None
+    ]
+    worst = ""
+    if misses:
+        r = max(misses, key=lambda r: abs(_miss(r)) / (r.configured_prompt_tokens or 1))
+        configured = r.configured_prompt_tokens or 0
+        worst = "; every one at its configured prompt"
+        if _miss(r):
+            worst = (
+                f"; within {abs(_miss(r)) / configured:.1%} of their configured prompts "
+                f"(worst: turn {r.turn}, {r.prompt_tokens:,} tokens for {configured:,})"
+            )
+    return [
+        f"{plural_turns(len(estimated))} were sized by tiktoken estimate so that no /tokenize "
+        f"call overlapped measured streams (pacing {scenario.pacing.mode}, "
+        f"sizing_during_window = \"estimate\"), {how}{worst}; their shareable prefixes are "
+        "estimates (~); sizing_during_window = \"exact\" sizes them exactly, at the cost of "
+        "/tokenize calls to the server during the window"
+    ]
 
 
 def _resampled_reply_warning(measured: Sequence[TurnRecord], scenario: Scenario) -> list[str]:

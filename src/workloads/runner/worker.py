@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import sys
 import time
@@ -156,6 +157,7 @@ async def _work(channel: Channel, config: dict[str, Any], shard: Shard) -> int:
         ))
         sizings = {i: CellSizing(scenario.for_cell(c), tokenizer) for i, c in cells.items()}
         starts: dict[tuple[int, int], float] = {}
+        monitor = ClientMonitor()
         players = LocalPlayers(
             sizings=sizings, corpus=load_corpus(scenario.content.corpus),
             entropy=bytes.fromhex(config["entropy"]), client=client, model=model,
@@ -164,6 +166,7 @@ async def _work(channel: Channel, config: dict[str, Any], shard: Shard) -> int:
             order=lambda: None,  # replaced per repetition below
             barrier=remote.barrier,
             start=lambda rep: starts.get((rep.cell.index, rep.index)),
+            monitor=monitor,
         )
         commands: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
@@ -184,7 +187,7 @@ async def _work(channel: Channel, config: dict[str, Any], shard: Shard) -> int:
         listener = asyncio.create_task(listen())
         channel.send("up")
         try:
-            async with ClientMonitor() as monitor:  # this worker watches its own loop
+            async with monitor:  # this worker watches its own loop while it plays
                 for _ in range(MAX_COMMANDS):
                     command = await commands.get()
                     if command["op"] == "gone":
@@ -195,7 +198,8 @@ async def _work(channel: Channel, config: dict[str, Any], shard: Shard) -> int:
                                            same_host=config["host"] == host)
                     channel.send("done", **reply)
                     await channel.flush()
-            channel.send("done", health=monitor.health(records).model_dump(mode="json"),
+            health = monitor.health(records)
+            channel.send("done", health=health.model_dump(mode="json"),
                          calls=tokenizer.calls, seconds=tokenizer.seconds,
                          fallbacks={str(i): z.fallbacks for i, z in sizings.items()})
             await channel.flush()
@@ -240,6 +244,11 @@ def main(argv: list[str]) -> int:
     environment)."""
     host, port, index, count = argv
     token = os.environ.pop(TOKEN_ENV, "")
+    # The coordinator decides when the run stops (SIGINT/SIGTERM there: grace, then cancel);
+    # a signal sent to the whole process group must not end a worker mid-turn. A worker
+    # ends when the coordinator tells it to, or when the coordinator is gone.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return asyncio.run(serve(host, int(port), token, int(index), int(count)))
 
 

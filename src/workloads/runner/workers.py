@@ -121,6 +121,7 @@ async def spawn_local(host: str, port: int, token: str, index: int, count: int) 
         sys.executable, "-m", "workloads.runner.worker", host, str(port), str(index),
         str(count), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE, env=env,
+        start_new_session=True,  # Ctrl-C in a terminal reaches the coordinator, not them
     )
     return _Subprocess(proc, index)
 
@@ -364,6 +365,8 @@ class WorkerPlayers:
     async def finish(self) -> list[ClientHealth]:
         """Each worker's client health; the workers' tokenizer use goes into the run's
         sizing figures."""
+        if not self.configured:  # stopped before the first repetition: nothing was played
+            return []
         replies = await self.pool.command("finish", FINISH_TIMEOUT_S)
         m = self.run.measured
         for r in replies:
