@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import errno
 import sys
@@ -14,6 +13,7 @@ from typing import Any
 from workloads.cli.common import UsageError, launch, make_console, parse_assignments, write_plots
 from workloads.cli.run import print_failures
 from workloads.model.errors import ScenarioError
+from workloads.wire.loop import run_loop
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
@@ -134,7 +134,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
             console.print("--model is only used with --target; ignoring it")
         if args.sim and (args.target or args.launch):
             console.print("--sim is only used with the embedded simulator; ignoring it")
-        report = asyncio.run(
+        report = run_loop(
             probe(target, timeout_s=args.timeout, metrics_url=args.metrics_url)
         )
     if args.json:

@@ -23,6 +23,7 @@ from workloads.cli.common import (
     write_plots,
 )
 from workloads.model.errors import ScenarioError
+from workloads.wire.loop import run_loop
 
 
 def run_scenario(args: argparse.Namespace) -> Any:
@@ -94,7 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                         parallel=max(c.concurrency for c in scenario.cells()),
                         context_per_slot=context_per_slot(scenario),
                     ))
-                result, signum = asyncio.run(run_until_signal(
+                result, signum = run_loop(run_until_signal(
                     dict(
                         scenario=scenario,
                         target=target,

@@ -9,11 +9,10 @@ seen (pure).
 
 from __future__ import annotations
 
-import asyncio
-
 from workloads.model.target import Target
 from workloads.probe.conformance import Check, Support
 from workloads.probe.observe import ProbeReport, probe, render
+from workloads.wire.loop import run_loop
 
 __all__ = [
     "Check",
@@ -45,4 +44,4 @@ def probe_target(
 
     Raises :class:`~workloads.TargetError` when ``/models`` does not answer.
     """
-    return asyncio.run(probe_target_async(target, timeout_s=timeout_s, metrics_url=metrics_url))
+    return run_loop(probe_target_async(target, timeout_s=timeout_s, metrics_url=metrics_url))

@@ -18,6 +18,7 @@ import ray
 
 from workloads.runner.worker import serve
 from workloads.runner.workers import Process, WorkerPool
+from workloads.wire.loop import run_loop
 
 __all__ = ["ray_pool"]
 
@@ -26,7 +27,7 @@ class _ShardActor:
     """One worker process, as a Ray actor."""
 
     def run(self, host: str, port: int, token: str, index: int, count: int) -> int:
-        return asyncio.run(serve(host, port, token, index, count))
+        return run_loop(serve(host, port, token, index, count))
 
 
 class _RayProcess(Process):

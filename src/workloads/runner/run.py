@@ -35,6 +35,7 @@ from workloads.telemetry import TelemetryOptions, WindowTelemetry, energy_for_ta
 from workloads.wire.client import AiohttpChatClient, ChatClient
 from workloads.wire.identify import identify
 from workloads.wire.likelihood import measure_likelihood
+from workloads.wire.loop import run_loop
 from workloads.wire.tokenize import probe_tokenizer
 
 __all__ = ["claim_out_dir", "run", "run_async"]
@@ -205,7 +206,7 @@ def run(
     **options: Any,
 ) -> RunResult:
     """Synchronous :func:`run_async` (starts its own event loop). Same arguments."""
-    return asyncio.run(run_async(scenario, target, **options))
+    return run_loop(run_async(scenario, target, **options))
 
 
 async def _worker_pool(workers: int, ray: str | None) -> WorkerPool:

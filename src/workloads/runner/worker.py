@@ -42,6 +42,7 @@ from workloads.runner.players import LocalPlayers, Shard
 from workloads.runner.repetition import Repetition
 from workloads.runner.sizing import CellSizing
 from workloads.wire.client import AiohttpChatClient
+from workloads.wire.loop import run_loop
 from workloads.wire.tokenize import probe_tokenizer
 
 __all__ = ["TOKEN_ENV", "serve"]
@@ -249,7 +250,7 @@ def main(argv: list[str]) -> int:
     # ends when the coordinator tells it to, or when the coordinator is gone.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    return asyncio.run(serve(host, int(port), token, int(index), int(count)))
+    return run_loop(serve(host, int(port), token, int(index), int(count)))
 
 
 if __name__ == "__main__":
