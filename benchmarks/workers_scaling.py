@@ -9,7 +9,11 @@ per run. Figures per N:
 - TTFT bias p50 / p99: the client's TTFT minus the server's truth for the same request
   (matched by response id): (first content read − request written) − (first content
   written − request read), ms. A client that keeps up stays within a few ms; a saturated one
-  reads hundreds of ms high.
+  reads hundreds of ms high. It is the sum of two parts:
+  - downlink p50 / p99: first content chunk written by the server → stamped by the client:
+    the client's own clock error (how long a chunk waits for its loop);
+  - uplink p50: request written by the client → read by the server: the server's read queue
+    when a lock-step turn's requests arrive at once (a real server's users see it too).
 - ITL bias p50 / p99: per request, (client's last − first content) − (server's last − first
   content write), / gaps, µs per token: how far the client falls behind the stream.
 - loop lag p99 / CPU: the worst worker's event-loop lag and CPU share (the run's own client
@@ -109,7 +113,7 @@ def one_run(workers: int, args: argparse.Namespace, out: Path) -> dict[str, Any]
         for line in (out / f"truth-{i}.jsonl").read_text().splitlines():
             t = json.loads(line)
             truths[t["id"]] = t
-    ttft_bias, itl_bias = [], []
+    ttft_bias, itl_bias, downlink, uplink = [], [], [], []
     valid = unmatched = 0
     for r in result.records:
         if not r.valid:
@@ -120,6 +124,9 @@ def one_run(workers: int, args: argparse.Namespace, out: Path) -> dict[str, Any]
             unmatched += 1
             continue
         ttft_bias.append((r.ttft_ns - (t["first_ns"] - t["received_ns"])) / 1e6)
+        if r.first_content_ns is not None and r.sent_ns is not None:
+            downlink.append((r.first_content_ns - t["first_ns"]) / 1e6)
+            uplink.append((t["received_ns"] - r.sent_ns) / 1e6)
         gaps = t["tokens"] - 1
         if gaps > 0 and r.first_content_ns is not None and r.last_content_ns is not None:
             client_span = r.last_content_ns - r.first_content_ns
@@ -131,9 +138,12 @@ def one_run(workers: int, args: argparse.Namespace, out: Path) -> dict[str, Any]
         "unmatched": unmatched,
         "ttft_bias_p50_ms": percentile(ttft_bias, 50), "ttft_bias_p99_ms": percentile(
             ttft_bias, 99),
+        "downlink_p50_ms": percentile(downlink, 50), "downlink_p99_ms": percentile(downlink, 99),
+        "uplink_p50_ms": percentile(uplink, 50),
         "itl_bias_p50_us": percentile(itl_bias, 50), "itl_bias_p99_us": percentile(itl_bias,
                                                                                    99),
         "loop_lag_p99_ms": c.loop_lag_p99_ms if c else None,
+        "loop_lag_max_ms": c.loop_lag_max_ms if c else None,
         "cpu_share": c.cpu_share if c else None,
         "server_core": sum(server_cpu) / len(server_cpu) / wall,
         "server_core_stream": sum(server_cpu) / len(server_cpu) / stream_s,
@@ -160,8 +170,8 @@ def main() -> None:
           f"load {os.getloadavg()[0]:.2f} · C{args.concurrency} · {args.tokens} tokens at "
           f"{args.ttft_ms:g} ms TTFT, {args.itl_ms:g} ms/token · {args.servers} server "
           "processes", flush=True)
-    print("workers  valid  TTFT bias ms p50/p99   ITL bias µs p50/p99   lag p99 ms  CPU  "
-          "server core  wall s", flush=True)
+    print("workers  valid  TTFT bias ms p50/p99  downlink ms p50/p99  uplink ms  "
+          "ITL bias µs p50/p99  lag p99/max ms   CPU  server core  wall s", flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for workers in args.workers:
@@ -169,14 +179,18 @@ def main() -> None:
             out.mkdir()
             row = one_run(workers, args, out)
             rows.append(row)
-            ttft = (f"{fmt(row['ttft_bias_p50_ms'], '8.2f')} / "
-                    f"{fmt(row['ttft_bias_p99_ms'], '7.2f')}")
-            itl = f"{fmt(row['itl_bias_p50_us'], '7.1f')} / {fmt(row['itl_bias_p99_us'], '7.1f')}"
-            print(f"{workers:>7}  {row['valid']:>5}  {ttft}   {itl}   "
-                  f"{fmt(row['loop_lag_p99_ms'], '9.1f')}  {fmt(row['cpu_share'], '.2f')}"
-                  f"  {row['server_core']:>10.0%}  {row['wall_s']:>6.1f}", flush=True)
+            ttft = (f"{fmt(row['ttft_bias_p50_ms'], '7.2f')} / "
+                    f"{fmt(row['ttft_bias_p99_ms'], '6.2f')}")
+            down = (f"{fmt(row['downlink_p50_ms'], '6.2f')} / "
+                    f"{fmt(row['downlink_p99_ms'], '6.2f')}")
+            itl = f"{fmt(row['itl_bias_p50_us'], '6.1f')} / {fmt(row['itl_bias_p99_us'], '6.1f')}"
+            lag = f"{fmt(row['loop_lag_p99_ms'], '5.1f')} / {fmt(row['loop_lag_max_ms'], '4.0f')}"
+            print(f"{workers:>7}  {row['valid']:>5}  {ttft}      {down}  "
+                  f"{fmt(row['uplink_p50_ms'], '9.2f')}  {itl}  {lag:>14}  "
+                  f"{fmt(row['cpu_share'], '.2f')}  {row['server_core']:>10.0%}  "
+                  f"{row['wall_s']:>6.1f}", flush=True)
             for warning in row["warnings"]:
-                print(f"         warning: {warning[:150]}", flush=True)
+                print(f"         warning: {warning[:110]}…", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 

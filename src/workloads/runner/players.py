@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import gc
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from workloads.core.corpus import Corpus
@@ -57,6 +58,21 @@ class Shard:
 
     def sessions(self, users: int) -> range:
         return range(self.index * users // self.count, (self.index + 1) * users // self.count)
+
+
+@contextlib.contextmanager
+def _still_heap() -> Iterator[None]:
+    """No long garbage-collector pause while streams are read: a full collection walks
+    every object the sessions hold (histories, tokenizer memos) and stalled the loop for
+    45–80 ms at C256 on 2 cores (benchmarks/RESULTS-workers.md), delaying every chunk that
+    arrived meanwhile. So collect before the repetition's first send, then freeze what exists:
+    the collector walks only what the repetition makes; thawed when it ends."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 class LocalPlayers:
@@ -128,7 +144,7 @@ class LocalPlayers:
         sessions = self.sessions
         scenario = self.sizings[repetition.cell.index].scenario
         extra = {} if self.barrier is None else {"barrier": self.barrier(repetition)}
-        with self.monitor.watching() if self.monitor else contextlib.nullcontext():
+        with _still_heap(), self.monitor.watching() if self.monitor else contextlib.nullcontext():
             return await self._play(repetition, sessions, scenario, extra)
 
     async def _play(self, repetition: Repetition, sessions: list[Session],
