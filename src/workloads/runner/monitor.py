@@ -84,7 +84,7 @@ class ClientMonitor:
         while len(self._lags_ms) < MAX_SAMPLES:
             await asyncio.sleep(max(0.0, due - time.perf_counter()))
             now = time.perf_counter()
-            if self._watching:
+            if self._watching and due >= self._since[0]:  # a stall begun before: not ours
                 self._lags_ms.append(max(0.0, now - due) * 1000)
             # The next wake is on the grid, skipping wakes a stall swallowed: a 200 ms stall
             # is one sample of 200 ms, not twenty that each look late.
