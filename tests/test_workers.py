@@ -54,6 +54,8 @@ async def test_sharded_run_sends_what_one_process_sends(tmp_path: Path) -> None:
         one = await run_on(server, tmp_path / "one", 1)
         two = await run_on(server, tmp_path / "two", 2)
     assert one.complete and two.complete
+    assert one.environment["event_loop"] == "asyncio"  # the test's own loop stamped
+    assert two.environment["event_loop"].endswith(" in 2 worker processes")
     assert two.client is not None and two.client.processes == 2
     assert len(two.records) == len(one.records) == 4 * 2 * 2
     assert {r.host for r in two.records} != {None}  # each record names its worker's host

@@ -133,6 +133,8 @@ class Run:
         workers: list[ClientHealth] = []  # the worker processes' own health, when any
         gate = self.measured.scenario.gate
         monitor = self.monitor
+        # where the run ran, and which event loop stamped its chunks (uvloop or asyncio)
+        self.measured.environment = environment() | {"event_loop": self.players.event_loop()}
         try:
             if self.writer is not None:
                 self.writer.write_line(header_line(self._header()))
@@ -164,7 +166,7 @@ class Run:
         m = self.measured
         return RunHeader(
             label=m.label, note=m.note, scenario=m.scenario, target=m.target,
-            corpus=corpus_info(m.corpus), environment=environment(),
+            corpus=corpus_info(m.corpus), environment=m.environment,
         )
 
     async def _cell(self, cell: Cell) -> None:

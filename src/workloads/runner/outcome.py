@@ -64,6 +64,7 @@ class Measured:
     client: ClientHealth | None = None  # the client's own health over the run
     gate_outputs: list[GateOutput] = field(default_factory=list)  # the correctness gate
     likelihood: Likelihood | None = None  # the likelihood probe, before the first window
+    environment: dict[str, str] = field(default_factory=dict)  # Run fills it (event loop)
     # Tokenizer use in worker processes (--workers): calls and seconds, beyond ``tokenizer``'s
     tokenizer_calls: int = 0
     tokenizer_seconds: float = 0.0
@@ -168,7 +169,7 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
         cells=cells,
         cache_what_if=None if s.swept else _what_if(m, 0),
         sizing=_sizing(m),
-        environment=environment(),
+        environment=m.environment or environment(),
         records=m.records,
         client=m.client,
         concurrency=concurrency(m.records),

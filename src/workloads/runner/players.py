@@ -48,6 +48,8 @@ class Players(Protocol):
 
     async def finish(self) -> list[ClientHealth]: ...
 
+    def event_loop(self) -> str: ...
+
 
 class Shard:
     """Which of a cell's sessions one of ``count`` processes plays: a contiguous block, so
@@ -198,3 +200,8 @@ class LocalPlayers:
     async def finish(self) -> list[ClientHealth]:
         """Nothing to end: this process's own health is the run's monitor's."""
         return []
+
+    def event_loop(self) -> str:
+        """The loop that stamps the chunks (for the result's environment): this one's."""
+        kind = type(asyncio.get_running_loop()).__module__.split(".")[0]
+        return "uvloop" if kind == "uvloop" else "asyncio"

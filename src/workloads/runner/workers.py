@@ -35,6 +35,7 @@ from workloads.runner.channel import LINE_LIMIT, Channel, ChannelClosed, authent
 from workloads.runner.repetition import Repetition
 from workloads.runner.session import TokenTrace
 from workloads.runner.worker import TOKEN_ENV
+from workloads.wire.loop import loop_name
 
 if TYPE_CHECKING:
     from workloads.runner.cells import Run
@@ -375,6 +376,12 @@ class WorkerPlayers:
             for cell, n in r["fallbacks"].items():
                 m.sizings[int(cell)].fallbacks += int(n)
         return [ClientHealth.model_validate(r["health"]) for r in replies]
+
+
+    def event_loop(self) -> str:
+        """The loop the worker processes stamp on (they start the library's own), and how
+        many there are, for the result's environment."""
+        return f"{loop_name()} in {self.pool.count} worker processes"
 
 
 def _where(repetition: Repetition) -> dict[str, Any]:
