@@ -151,7 +151,7 @@ def test_nothing_readable_says_why_for_each_kind(tmp_path):
 
 
 class NVMLError(Exception):
-    pass
+    """pynvml's error type, as the NVML stand-in raises it."""
 
 
 class FakeNvml:

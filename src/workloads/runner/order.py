@@ -8,18 +8,20 @@ Within one process a list answers it; across worker processes the run's coordina
 
 from __future__ import annotations
 
+from typing import Protocol
+
 __all__ = ["LocalOpeningOrder", "OpeningOrder"]
 
 
-class OpeningOrder:
+class OpeningOrder(Protocol):
     """The order in which a repetition's sessions send turn 1."""
 
     async def first(self, session: int) -> bool:
         """Note that ``session`` sends turn 1 now; True when no session sent it before."""
-        raise NotImplementedError
+        ...
 
 
-class LocalOpeningOrder(OpeningOrder):
+class LocalOpeningOrder:
     """:class:`OpeningOrder` within one process."""
 
     def __init__(self) -> None:

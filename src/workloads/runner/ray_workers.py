@@ -30,9 +30,9 @@ class _ShardActor:
         return run_loop(serve(host, port, token, index, count))
 
 
-class _RayProcess(Process):
+class _RayProcess:
     def __init__(self, actor: Any, done: Any, index: int) -> None:
-        super().__init__(f"Ray worker {index}")
+        self.name = f"Ray worker {index}"
         self.actor = actor
         self.done = done  # the ObjectRef of the actor's run()
 

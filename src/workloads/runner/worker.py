@@ -39,7 +39,7 @@ from workloads.runner.channel import LINE_LIMIT, Channel, ChannelClosed
 from workloads.runner.monitor import ClientMonitor
 from workloads.runner.order import OpeningOrder
 from workloads.runner.players import LocalPlayers, Shard
-from workloads.runner.repetition import Repetition
+from workloads.runner.repetition import Barrier, Repetition
 from workloads.runner.sizing import CellSizing
 from workloads.wire.client import AiohttpChatClient
 from workloads.wire.loop import run_loop
@@ -80,7 +80,7 @@ class _Remote:
             return None
         return future.result()
 
-    def barrier(self, repetition: Repetition) -> Any:
+    def barrier(self, repetition: Repetition) -> Barrier:
         async def wait(turn: int) -> float | None:
             key = f"{repetition.cell.index}.{repetition.index}.{turn}"
             at = await self.ask("ready", key)
@@ -92,7 +92,7 @@ class _Remote:
     def order(self, repetition: Repetition) -> OpeningOrder:
         remote = self
 
-        class Order(OpeningOrder):
+        class Order:
             async def first(self, session: int) -> bool:
                 key = f"{repetition.cell.index}.{repetition.index}.{session}"
                 return bool(await remote.ask("first", key))

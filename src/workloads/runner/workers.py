@@ -24,7 +24,7 @@ import time
 from array import array
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from workloads.core.conversation import make_nonces
 from workloads.model.records import TurnRecord
@@ -62,23 +62,23 @@ def auto_workers(concurrency: int, cpus: int | None = None) -> int:
     return max(1, min(cpus, -(-concurrency // SESSIONS_PER_WORKER)))
 
 
-class Process:
+class Process(Protocol):
     """A started worker: how to learn that it ended, why, and how to end it."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    name: str
 
     def exited(self) -> str | None:
         """Why the worker is gone (exit status, last lines of its stderr); None if running."""
-        return None
+        ...
 
     async def wait(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` for the worker to end by itself, then end it."""
+        ...
 
 
-class _Subprocess(Process):
+class _Subprocess:
     def __init__(self, proc: asyncio.subprocess.Process, index: int) -> None:
-        super().__init__(f"worker {index} (pid {proc.pid})")
+        self.name = f"worker {index} (pid {proc.pid})"
         self.proc = proc
         self.tail = b""
         self.reader = asyncio.ensure_future(self._read_stderr())

@@ -296,7 +296,7 @@ def _nvml_energy(nvml: Any, handle: Any) -> int:
 
 
 def _noop() -> None:
-    pass
+    """Nothing to release (a reader without a handle)."""
 
 
 def _shutdown(nvml: Any) -> None:

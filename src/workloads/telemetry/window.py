@@ -85,7 +85,7 @@ def energy_for_target(
 
 
 class _ScrapeError(Exception):
-    pass
+    """One /metrics read failed (its message says how)."""
 
 
 class WindowTelemetry:
