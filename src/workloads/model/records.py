@@ -22,9 +22,12 @@ from workloads.model.errors import (
     legacy_error_kind,
 )
 
-__all__ = ["AttemptRecord", "RecordWriter", "TurnRecord", "read_records"]
+__all__ = ["AttemptRecord", "RecordWriter", "StepKind", "TurnRecord", "read_records"]
 
 Status = Literal["ok", "error", "incomplete"]
+# What triggered a step of a coding agent's session (format 4): a human request, a tool
+# result, a sub-agent's own step, or a compaction (a summarisation request).
+StepKind = Literal["human", "tool", "subagent", "compaction"]
 
 
 class AttemptRecord(Frozen):
@@ -113,6 +116,20 @@ class TurnRecord(Frozen):
     # are that host's monotonic clock: only compare them with records of the same host.
     # None: the run's own process sent it.
     host: str | None = None
+    # The agent's step (format 4; None in older files and for trace-replayed requests): what
+    # triggered it, the new tokens it was configured to add (drawn: a tool result or human
+    # request), the output length asked for (drawn), the pause waited before it (think or
+    # tool time, after time_scale), and, for a sub-agent's step, the session that spawned it.
+    step_kind: StepKind | None = None
+    new_tokens: int | None = None
+    output_tokens: int | None = None
+    pause_s: float | None = None
+    parent_session: int | None = None
+    # Tool calls in the reply (None: the request offered no tools), and the time to the first
+    # chunk carrying content text (TTFT counts reasoning and tool-call deltas too; this one
+    # does not; None when no content text came).
+    tool_calls: int | None = None
+    ttft_content_ns: int | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -53,7 +53,7 @@ __all__ = [
     "read_records_file",
 ]
 
-FORMAT_VERSION = 3  # of result.json and records.jsonl together; history above load_result
+FORMAT_VERSION = 4  # of result.json and records.jsonl together; history above load_result
 RESULT_FILE = "result.json"
 RECORDS_FILE = "records.jsonl"
 
@@ -344,6 +344,12 @@ def _sized_exactly(data: dict[str, Any]) -> None:
 
 
 def _upgrade_3(data: dict[str, Any]) -> dict[str, Any]:
+    """Format 3 → 4: what 4 added (the agent's steps, tool calls, sizes drawn from
+    distributions) is optional; a format-3 scenario's sizes are integers, which 4 reads."""
+    return _upgrade_4(data)
+
+
+def _upgrade_4(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
@@ -359,7 +365,10 @@ def _upgrade_3(data: dict[str, Any]) -> dict[str, Any]:
 #   3 — 2026-12-01: worker processes (--workers, --ray): TurnRecord.host (the host that
 #       sent the turn; None from a single process) and ClientHealth.processes; the scenario's
 #       sizing_during_window (quiet sizing; older files read as its default, "estimate").
-_LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3}
+#   4 — 2026-12-01: realistic agents: scenario sizes may be distributions, the scenario's
+#       agent, tools and pacing.time_scale; TurnRecord step_kind, new_tokens,
+#       output_tokens, pause_s, parent_session, tool_calls, ttft_content_ns (all optional).
+_LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4}
 
 
 def load_result(path: str | Path) -> RunResult:
