@@ -6,11 +6,23 @@ spawns. Pure: a plan is drawn from the scenario's distributions with seeded gene
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
+from typing import Any
 
+from workloads.core import tokens
+from workloads.core.draws import draw_seconds, draw_tokens
 from workloads.model.records import StepKind
+from workloads.model.scenario import Scenario
 
-__all__ = ["Step"]
+__all__ = ["CODING_TOOLS", "MAX_CHILDREN", "Step", "child_session", "draw_plan",
+           "plan_steps", "tool_schemas"]
+
+# A session spawns at most this many sub-agents in all (their session numbers are
+# ``child_session``'s, unique in the repetition).
+MAX_CHILDREN = 64
+# Template tokens around the summary message that follows a compaction (its role markers).
+_SUMMARY_FRAMING = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,3 +49,146 @@ class Step:
     pause_s: float = 0.0
     prior_tokens: int = 0
     children: tuple[tuple[Step, ...], ...] = ()
+
+
+def child_session(users: int, parent: int, index: int) -> int:
+    """The session number of ``parent``'s sub-agent number ``index`` (0-based, in spawn
+    order): past every user's session, unique in the repetition. Pure."""
+    return users + parent * MAX_CHILDREN + index
+
+
+def plan_steps(plan: tuple[Step, ...]) -> int:
+    """Steps in a plan, its sub-agents' steps included. Pure."""
+    return sum(1 + sum(plan_steps(child) for child in step.children) for step in plan)
+
+
+def draw_plan(
+    scenario: Scenario, sizes: random.Random, pauses: random.Random
+) -> tuple[Step, ...]:
+    """One session's plan, drawn from ``scenario``: its opening first (``prior_tokens`` of
+    turn 1), then every step's sizes from ``sizes`` and its pause from ``pauses`` (separate
+    generators, so changing pauses never changes sizes). Pure given the generators.
+
+    Without ``scenario.agent`` every turn adds ``turn_tokens`` (turn 1 is the human's, the
+    others tool steps) and waits think time, plus tool time after turn 1: the fixed shape of
+    the hand-made records, drawing pauses in the order :mod:`workloads.runner.pacing` did.
+    """
+    s = scenario
+    scale = s.pacing.time_scale
+    think, tool = s.pacing.think_time, s.pacing.tool_time
+    context = draw_tokens(s.opening_tokens, sizes)
+    steps: list[Step] = []
+    agent = s.agent
+    if agent is None:
+        for turn in range(1, s.turns + 1):
+            new = draw_tokens(s.turn_tokens, sizes)
+            out = draw_tokens(s.output_tokens, sizes)
+            pause = draw_seconds(think, pauses)
+            if turn > 1:
+                pause += draw_seconds(tool, pauses)
+            steps.append(Step(turn, "human" if turn == 1 else "tool", new, out,
+                              pause * scale, context))
+            context += new + out
+        return tuple(steps)
+    system = s.shared_prefix_tokens or 0  # what a compaction keeps (configured figures)
+    left = 0  # steps left in the current human request
+    children = 0
+    for turn in range(1, s.turns + 1):
+        compaction = agent.compaction
+        if compaction is not None and turn > 1 and context > compaction.at_tokens:
+            out = draw_tokens(compaction.summary_tokens, sizes)
+            instruction = tokens.count(compaction.instruction) + _SUMMARY_FRAMING
+            steps.append(Step(turn, "compaction", instruction, out, 0.0, context))
+            context = system + out + _SUMMARY_FRAMING
+            continue
+        spawned: tuple[tuple[Step, ...], ...] = ()
+        if left <= 0:
+            left = max(1, draw_tokens(agent.steps_per_request, sizes))
+            kind: StepKind = "human"
+            new = draw_tokens(agent.request_tokens, sizes)
+            pause = draw_seconds(think, pauses) * scale
+        else:
+            kind = "tool"
+            new = draw_tokens(s.turn_tokens, sizes)
+            pause = draw_seconds(tool, pauses) * scale
+            sub = agent.subagents
+            if sub is not None and sub.share > 0 and sizes.random() < sub.share:
+                k = min(max(1, draw_tokens(sub.count, sizes)), MAX_CHILDREN - children)
+                spawned = tuple(_child_plan(s, sizes, pauses, system) for _ in range(k))
+                children += len(spawned)
+                pause = 0.0  # the tool's run time is the sub-agents'
+        left -= 1
+        out = draw_tokens(s.output_tokens, sizes)
+        steps.append(Step(turn, kind, new, out, pause, context, spawned))
+        context += new + out
+    return tuple(steps)
+
+
+def _child_plan(
+    s: Scenario, sizes: random.Random, pauses: random.Random, system: int
+) -> tuple[Step, ...]:
+    """A sub-agent's steps: its task (the parent's system message is its whole opening),
+    then tool steps."""
+    sub = s.agent.subagents if s.agent is not None else None
+    assert sub is not None
+    n = max(1, draw_tokens(sub.steps, sizes))
+    context = system
+    steps: list[Step] = []
+    for turn in range(1, min(n, s.turns) + 1):
+        new = draw_tokens(sub.task_tokens if turn == 1 else s.turn_tokens, sizes)
+        out = draw_tokens(s.output_tokens, sizes)
+        pause = 0.0 if turn == 1 else draw_seconds(s.pacing.tool_time, pauses) * s.pacing.time_scale
+        steps.append(Step(turn, "subagent", new, out, pause, context))
+        context += new + out
+    return tuple(steps)
+
+
+def _tool(name: str, summary: str, **params: str) -> dict[str, Any]:
+    properties = {p: {"type": "string", "description": d} for p, d in params.items()}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": summary,
+            "parameters": {"type": "object", "properties": properties,
+                           "required": list(params)},
+        },
+    }
+
+
+# A coding agent's tool set, shaped like the ones Claude Code and Codex send (names and
+# parameters trimmed to what a benchmark needs; the schemas' size is what matters to the
+# server: they sit in every request's system block).
+CODING_TOOLS: tuple[dict[str, Any], ...] = (
+    _tool("read", "Read a file of the repository, with line numbers.",
+          path="Path of the file, relative to the repository root.",
+          offset="First line to read (1-based); the whole file when absent.",
+          limit="How many lines to read; 2,000 at most."),
+    _tool("edit", "Replace one exact occurrence of old_text by new_text in a file.",
+          path="Path of the file to change.", old_text="The exact text to replace.",
+          new_text="The replacement text."),
+    _tool("write", "Create or overwrite a file with the given content.",
+          path="Path of the file to write.", content="The file's whole new content."),
+    _tool("bash", "Run a shell command in the repository and return its output (truncated "
+          "to 10 KiB or 256 lines, head and tail kept).",
+          command="The command line.", timeout="Seconds before the command is killed."),
+    _tool("grep", "Search file contents with a regular expression.",
+          pattern="The regular expression.", path="Directory or file to search.",
+          glob="Only files matching this glob, e.g. *.py."),
+    _tool("glob", "List files whose paths match a glob pattern.",
+          pattern="The pattern, e.g. src/**/*.py."),
+    _tool("task", "Start a sub-agent with its own context on a self-contained task; its "
+          "final answer comes back as this tool's result.",
+          description="A few words naming the task.", prompt="The task, in full."),
+)
+
+
+def tool_schemas(value: str | list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The ``tools`` a scenario sends: None for "none", the coding set for "coding", a list
+    as it is. Pure."""
+    if value == "none":
+        return None
+    if value == "coding":
+        return [dict(t) for t in CODING_TOOLS]
+    assert isinstance(value, list)
+    return value or None

@@ -5,9 +5,14 @@ Message layout (roles alternate, which strict chat templates such as Gemma's req
     system     nonce line, then the system prompt + tool schema (+ shared repository files)
     user       [session nonce line, when nonce = "run"] task + repository files  <- opening
                + turn 1's new content (a tool result, or a question in chat style)
-    assistant  the server's reply to turn 1, verbatim
-    user       turn 2's new content
+    assistant  the server's reply to turn 1, verbatim (its content and tool_calls)
+    tool       one per tool call of that reply (``tool_call_id``): a tool step's result
+               goes in the first, the others hold a short result
+    user       turn 2's new content (a reply without tool calls, or a human request)
     ...
+
+A compaction replaces everything after the system message by one user message holding the
+model's summary (:meth:`Conversation.compact`).
 
 ``nonce = "session"`` starts the system message with the session's nonce, so no two sessions
 (and no two repetitions) share more than the template's first few tokens. ``nonce = "run"``
@@ -24,12 +29,26 @@ from __future__ import annotations
 import copy
 import hashlib
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from workloads.core.corpus import Corpus, Style, TextStream
 from workloads.core.tokens import Message
 
-__all__ = ["NONCE_WORDS", "Conversation", "Nonces", "make_nonces", "probe_nonce"]
+__all__ = [
+    "NONCE_WORDS",
+    "SHORT_RESULT",
+    "SUMMARY_HEAD",
+    "Conversation",
+    "Nonces",
+    "make_nonces",
+    "probe_nonce",
+]
+
+# The result of a tool call whose output is not the step's sized content (the other calls of
+# a parallel reply; every call before a human request or a compaction).
+SHORT_RESULT = "Done."
+# What the summary message after a compaction starts with.
+SUMMARY_HEAD = "This session continues from an earlier conversation, summarised here:\n\n"
 
 
 # Short common words, one token after a space in cl100k and, being plain English of at most
@@ -125,6 +144,10 @@ class Conversation:
     _system: TextStream | None = None
     _user: TextStream | None = None
     _turns: dict[int, TextStream] = field(default_factory=dict)
+    # The agent's step kinds by turn ("human" content is a person's request; "tool" and
+    # the others a tool result) and text a turn's content starts with (sub-agents' results).
+    kinds: dict[int, str] = field(default_factory=dict)
+    heads: dict[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._system = self.corpus.system_stream(self.style, self.seed)
@@ -162,9 +185,11 @@ class Conversation:
         turn 1's content starts with the session nonce."""
         stream = self._turns.get(turn)
         if stream is None:
-            stream = self._turns[turn] = self.corpus.turn_stream(
-                self.style, self.seed, self.session, turn
-            )
+            style: Style = "chat" if self.kinds.get(turn) == "human" else self.style
+            stream = self.corpus.turn_stream(style, self.seed, self.session, turn)
+            if turn in self.heads:
+                stream = stream.prefixed(self.heads[turn] + "\n\n")
+            self._turns[turn] = stream
         text = stream.take(n).rstrip() + pad
         if turn == 1 and not self.messages:
             text = f"{self.nonce}\n{text}"
@@ -173,19 +198,61 @@ class Conversation:
     def with_turn(self, turn: int, n: int, pad: str = "") -> list[Message]:
         """The messages turn ``turn`` would send with ``n`` tokens of new content (and
         ``pad``). Pure: the history is unchanged until :meth:`commit`."""
-        messages = copy.deepcopy(self.messages)
-        new = self.content(turn, n, pad)
+        return self.with_text(self.content(turn, n, pad), self.kinds.get(turn, "tool"))
+
+    def with_text(self, new: str, kind: str = "tool") -> list[Message]:
+        """The messages with ``new`` added as a step of ``kind`` adds it: after a reply with
+        tool calls, one ``tool`` message per call (a tool step's content in the first, a
+        short result in the others; a human request or a compaction's instruction follows
+        them as a user message); else appended to a last user message, or a new one. Pure."""
+        messages = list(self.messages)  # earlier messages are never changed: share them
+        calls = self.pending_calls()
+        if calls:
+            into_tool = kind in ("tool", "subagent")
+            for i, call_id in enumerate(calls):
+                result = new if into_tool and i == 0 else SHORT_RESULT
+                messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
+            if into_tool:
+                return messages
         if messages and messages[-1]["role"] == "user":
-            head = messages[-1]["content"]
-            messages[-1]["content"] = f"{head}\n\n{new}" if head else new
+            last = dict(messages[-1])
+            head = last["content"]
+            last["content"] = f"{head}\n\n{new}" if head else new
+            messages[-1] = last
         else:
             messages.append({"role": "user", "content": new})
         return messages
+
+    def pending_calls(self) -> list[str]:
+        """The ids of the last reply's tool calls when nothing has answered them yet."""
+        if not self.messages or self.messages[-1]["role"] != "assistant":
+            return []
+        return [str(c.get("id", "")) for c in self.messages[-1].get("tool_calls") or []]
+
+    def framing(self) -> str:
+        """How the next turn's content joins the history (sizing learns each one's template
+        tokens): "append" to a user message, "tool" messages, or a new "message"."""
+        if self.pending_calls():
+            return "tool"
+        if self.messages and self.messages[-1]["role"] == "user":
+            return "append"
+        return "message"
 
     def commit(self, messages: list[Message]) -> None:
         """Make ``messages`` (from :meth:`with_turn`) the history: the turn is being sent."""
         self.messages = messages
 
-    def add_reply(self, text: str) -> None:
-        """Append the server's reply verbatim: the next turn's context holds what it said."""
-        self.messages.append({"role": "assistant", "content": text})
+    def add_reply(self, text: str, tool_calls: list[dict[str, Any]] | None = None) -> None:
+        """Append the server's reply verbatim, its tool calls as returned: the next turn's
+        context holds what it said."""
+        if tool_calls:
+            self.messages.append(
+                {"role": "assistant", "content": text or None, "tool_calls": tool_calls}
+            )
+        else:
+            self.messages.append({"role": "assistant", "content": text})
+
+    def compact(self, summary: str) -> None:
+        """After a compaction: the system message (prompt and tools) and the summary alone."""
+        keep = self.messages[:1] if self.messages and self.messages[0]["role"] == "system" else []
+        self.messages = [*keep, {"role": "user", "content": SUMMARY_HEAD + summary}]

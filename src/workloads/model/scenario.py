@@ -8,6 +8,8 @@ to the raw data before validation, so they are checked by the same rules.
 from __future__ import annotations
 
 import copy
+import itertools
+import math
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -22,18 +24,26 @@ from workloads.model.errors import ScenarioError
 from workloads.model.gate import GateMode
 
 __all__ = [
+    "Agent",
     "Arrivals",
     "Cell",
+    "Compaction",
     "Content",
     "Distribution",
     "Pacing",
     "Repetitions",
     "Sampling",
     "Scenario",
+    "Sizes",
+    "Subagents",
     "Timeouts",
+    "TokenCount",
     "apply_overrides",
+    "high",
     "list_scenarios",
     "load_scenario",
+    "nominal",
+    "varies",
 ]
 
 
@@ -44,18 +54,126 @@ class Repetitions(Frozen):
     measured: int = Field(default=3, ge=1, le=1000)
 
 
+def _check_points(points: list[tuple[float, float]] | None, kind: str) -> None:
+    """A quantile table: ``[[q, value], ...]`` from q = 0 to q = 1, q rising, values not
+    falling (raises ValueError naming what is wrong)."""
+    if kind != "quantiles":
+        if points is not None:
+            raise ValueError(f'points is for kind = "quantiles", not {kind!r}')
+        return
+    if not points or len(points) < 2:
+        raise ValueError('kind = "quantiles" needs points = [[0, low], ..., [1, high]]')
+    qs = [q for q, _ in points]
+    if qs[0] != 0.0 or qs[-1] != 1.0:
+        raise ValueError("points must run from q = 0 to q = 1")
+    for (q0, v0), (q1, v1) in itertools.pairwise(points):
+        if not q1 > q0:
+            raise ValueError(f"points' quantiles must rise: {q0} then {q1}")
+        if v1 < v0:
+            raise ValueError(f"points' values must not fall: {v0} at q = {q0}, {v1} at q = {q1}")
+    if points[0][1] < 0:
+        raise ValueError("points' values must not be negative")
+
+
 class Distribution(Frozen):
     """A non-negative random duration in seconds.
 
     ``constant`` always gives ``median``; ``lognormal`` has the given median and shape
     ``sigma`` (a heavy right tail, like real tool and think times); ``exponential`` has the
-    given median. ``max_s`` caps every draw so one unlucky draw cannot stall a run.
+    given median; ``quantiles`` interpolates a published quantile table ``points`` (``[[q,
+    seconds], ...]`` from q = 0 to 1; log-linear between points, so a heavy tail stays heavy).
+    ``max_s`` caps every draw so one unlucky draw cannot stall a run.
     """
 
-    kind: Literal["constant", "lognormal", "exponential"] = "constant"
+    kind: Literal["constant", "lognormal", "exponential", "quantiles"] = "constant"
     median: float = Field(default=0.0, ge=0.0)
     sigma: float = Field(default=1.0, gt=0.0)
     max_s: float = Field(default=600.0, gt=0.0)
+    points: list[tuple[float, float]] | None = None
+
+    @model_validator(mode="after")
+    def _points_fit_kind(self) -> Distribution:
+        _check_points(self.points, self.kind)
+        return self
+
+
+class Sizes(Frozen):
+    """A token count drawn per step (or per session, for an opening): integers in
+    [``min``, ``max``].
+
+    ``constant`` always gives ``median``; ``lognormal`` has the given median and shape
+    ``sigma`` (real agents' output and tool-result sizes are right-skewed); ``quantiles``
+    interpolates a published quantile table ``points`` (``[[q, tokens], ...]`` from q = 0 to
+    1, log-linear between points). Draws come from the scenario's seed per (repetition,
+    session, step), so both arms of a compare, and a replay, draw the same sizes.
+    """
+
+    kind: Literal["constant", "lognormal", "quantiles"] = "constant"
+    median: float = Field(default=0.0, ge=0.0)
+    sigma: float = Field(default=1.0, gt=0.0)
+    min: int = Field(default=0, ge=0, le=2_000_000)
+    max: int = Field(default=2_000_000, ge=0, le=2_000_000)
+    points: list[tuple[float, float]] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Sizes:
+        _check_points(self.points, self.kind)
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is above max ({self.max})")
+        if self.kind == "lognormal" and self.median <= 0:
+            raise ValueError('kind = "lognormal" needs a median above 0')
+        return self
+
+    @property
+    def low(self) -> int:
+        """The smallest value a draw can give."""
+        if self.kind == "quantiles" and self.points:
+            return min(max(round(self.points[0][1]), self.min), self.max)
+        if self.kind == "constant":
+            return min(max(round(self.median), self.min), self.max)
+        return self.min
+
+
+# A token count: a fixed integer, or sizes drawn from a distribution.
+TokenCount = int | Sizes
+
+
+def nominal(value: TokenCount) -> int:
+    """A fixed count itself; a distribution's median (what a one-line description shows).
+    Pure."""
+    if isinstance(value, int):
+        return value
+    if value.kind == "quantiles" and value.points:
+        below = [v for q, v in value.points if q <= 0.5]
+        return min(max(round(below[-1]), value.min), value.max)
+    return min(max(round(value.median), value.min), value.max)
+
+
+def high(value: TokenCount) -> int:
+    """A fixed count itself; a distribution's 99th percentile (a table's top), within its
+    bounds: what to provision for (a server's context per session). Pure."""
+    if isinstance(value, int):
+        return value
+    if value.kind == "quantiles" and value.points:
+        top = value.points[-1][1]
+    elif value.kind == "lognormal":
+        top = value.median * math.exp(2.326 * value.sigma)
+    else:
+        top = value.median
+    return min(max(round(top), value.min), value.max)
+
+
+def describe(value: TokenCount) -> str:
+    """A token count in a few characters: ``1,000``, or a distribution's median with a
+    tilde, ``~214``. Pure."""
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{nominal(value):,}" if not varies(value) else f"~{nominal(value):,}"
+
+
+def varies(value: TokenCount) -> bool:
+    """Whether draws of ``value`` can differ. Pure."""
+    return isinstance(value, Sizes) and value.kind != "constant" and value.min != value.max
 
 
 class Arrivals(Frozen):
@@ -84,6 +202,10 @@ class Pacing(Frozen):
     think_time: Distribution = Distribution()
     tool_time: Distribution = Distribution()
     arrivals: Arrivals | None = None  # required with mode = "arrivals"
+    # Multiplies every think and tool time drawn (after max_s): 0.01 plays a session's human
+    # pauses 100 times faster. Compressed pauses change cache pressure (a prefix a real
+    # human's 5-minute pause would let the server evict stays warm); the report says so.
+    time_scale: float = Field(default=1.0, gt=0.0, le=1000.0)
 
     @model_validator(mode="after")
     def _arrivals_go_together(self) -> Pacing:
@@ -131,6 +253,50 @@ class Timeouts(Frozen):
     turn_s: float = Field(default=1800.0, gt=0.0)  # hard cap for one request, prefill included
 
 
+class Compaction(Frozen):
+    """Context compaction: before a step that would take the configured context past
+    ``at_tokens``, the agent sends a summarisation request (the history + ``instruction``;
+    the model's reply, ``summary_tokens`` long, is the summary, kept like any reply) and
+    continues from the system message (prompt + tools) and the summary alone."""
+
+    at_tokens: int = Field(ge=256, le=2_000_000)
+    summary_tokens: TokenCount = 3000
+    instruction: str = Field(
+        default=(
+            "Your context is nearly full. Write a detailed summary of this conversation so "
+            "far: the task, the files read and changed, the decisions made, what is left to "
+            "do. It replaces the conversation; continue from it."
+        ),
+        min_length=1,
+        max_length=10_000,
+    )
+
+
+class Subagents(Frozen):
+    """Sub-agents: a tool step spawns, with probability ``share``, ``count`` sub-agent
+    sessions that share the parent's system message (prompt and tools) but not its history,
+    each given a task of ``task_tokens`` and running ``steps`` tool steps of its own,
+    concurrently; their final replies are the parent step's tool result."""
+
+    share: float = Field(default=0.012, ge=0.0, le=1.0)
+    count: TokenCount = 1
+    steps: TokenCount = 8
+    task_tokens: TokenCount = 300
+
+
+class Agent(Frozen):
+    """A real agent's session: a run of human requests, each followed by autonomous tool
+    steps. A human request (``request_tokens`` of new text, after ``pacing.think_time``)
+    starts ``steps_per_request`` steps in all: the first answers the human, the others each
+    add a tool result (``turn_tokens``, after ``pacing.tool_time``). ``turns`` bounds a
+    session's steps (compactions included)."""
+
+    steps_per_request: TokenCount = 9
+    request_tokens: TokenCount = 150
+    compaction: Compaction | None = None
+    subagents: Subagents | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Cell:
     """One coordinate of a run: its concurrency and its prior depth. A scenario without sweep
@@ -165,9 +331,11 @@ class Scenario(Frozen):
     description: str = ""
     users: int = Field(ge=1, le=4096)
     turns: int = Field(ge=1, le=1000)
-    opening_tokens: int = Field(default=0, ge=0, le=2_000_000)  # context before turn 1's content
-    turn_tokens: int = Field(ge=0, le=2_000_000)  # new tokens each turn (a tool result)
-    output_tokens: int = Field(ge=1, le=1_000_000)
+    # Token counts: an integer, or a distribution drawn per session (the opening) or per
+    # step (the others): ``{ kind = "lognormal", median = 214, sigma = 1.3, max = 4096 }``.
+    opening_tokens: TokenCount = 0  # context before turn 1's content
+    turn_tokens: TokenCount  # new tokens each turn (a tool result)
+    output_tokens: TokenCount  # generated tokens each turn (max_tokens; exact_output forces it)
     exact_output: bool = True  # send ignore_eos + min_tokens; a turn is valid only at length
     repetitions: Repetitions = Repetitions()
     pacing: Pacing = Pacing()
@@ -199,6 +367,24 @@ class Scenario(Frozen):
     # while measured streams are in flight; "exact" = the target's /tokenize anyway (exact
     # depths, but its calls load the server under test during the window).
     sizing_during_window: Literal["estimate", "exact"] = "estimate"
+    # A real agent's session (human requests, tool steps, compaction, sub-agents); None:
+    # every turn adds turn_tokens, the fixed shape of the hand-made records.
+    agent: Agent | None = None
+    # Tool schemas sent with every request (``tool_choice: "auto"``): "coding" is a coding
+    # agent's tool set (read, edit, write, bash, grep, glob, task); a list gives your own
+    # OpenAI-style tool objects; "none" sends none.
+    tools: Literal["none", "coding"] | list[dict[str, Any]] = "none"
+
+    @model_validator(mode="after")
+    def _counts_in_range(self) -> Scenario:
+        checks = [("opening_tokens", self.opening_tokens, 0),
+                  ("turn_tokens", self.turn_tokens, 0), ("output_tokens", self.output_tokens, 1)]
+        for name, value, low in checks:
+            if isinstance(value, int) and not low <= value <= 2_000_000:
+                raise ValueError(f"{name} must be between {low} and 2,000,000 (got {value})")
+            if isinstance(value, Sizes) and value.low < low:
+                raise ValueError(f"{name} can draw {value.low}; its min must be at least {low}")
+        return self
 
     @model_validator(mode="after")
     def _extra_body_cannot_override_core(self) -> Scenario:
@@ -216,7 +402,9 @@ class Scenario(Frozen):
                 "shared_prefix_tokens needs nonce = \"run\" (with nonce = \"session\" "
                 "sessions share nothing)"
             )
-        smallest = min(self.prior_tokens or [self.opening_tokens])
+        opening = self.opening_tokens
+        low = opening if isinstance(opening, int) else opening.low
+        smallest = min(self.prior_tokens or [low])
         if self.shared_prefix_tokens > smallest:
             raise ValueError(
                 f"shared_prefix_tokens ({self.shared_prefix_tokens}) must fit in the opening "
@@ -241,7 +429,7 @@ class Scenario(Frozen):
     def cells(self) -> list[Cell]:
         """The run's coordinates, concurrency outer, prior depth inner, in file order."""
         cs = self.concurrency or [self.users]
-        ps = self.prior_tokens or [self.opening_tokens]
+        ps = self.prior_tokens or [nominal(self.opening_tokens)]
         coords = [(c, p) for c in cs for p in ps]
         return [Cell(i, c, p) for i, (c, p) in enumerate(coords)]
 
@@ -250,19 +438,28 @@ class Scenario(Frozen):
         return self.model_copy(
             update={
                 "users": cell.concurrency,
-                "opening_tokens": cell.prior_tokens,
+                "opening_tokens": cell.prior_tokens if self.prior_tokens else self.opening_tokens,
                 "concurrency": None,
                 "prior_tokens": None,
             }
         )
 
     def configured_prompt_tokens(self, turn: int) -> int:
-        """Turn ``turn``'s configured prompt: prior context plus this turn's new tokens."""
-        return self.configured_prior_tokens(turn) + self.turn_tokens
+        """Turn ``turn``'s configured prompt: prior context plus this turn's new tokens (with
+        sizes drawn from distributions, at their medians; each record has its own)."""
+        return self.configured_prior_tokens(turn) + nominal(self.turn_tokens)
 
     def configured_prior_tokens(self, turn: int) -> int:
-        """Configured context before turn ``turn``'s new content."""
-        return self.opening_tokens + (turn - 1) * (self.turn_tokens + self.output_tokens)
+        """Configured context before turn ``turn``'s new content (medians, as above)."""
+        step = nominal(self.turn_tokens) + nominal(self.output_tokens)
+        return nominal(self.opening_tokens) + (turn - 1) * step
+
+    @property
+    def sizes_vary(self) -> bool:
+        """Whether any size is drawn from a distribution that can vary, or the agent model
+        shapes the session (step kinds, compaction, sub-agents)."""
+        counts = (self.opening_tokens, self.turn_tokens, self.output_tokens)
+        return self.agent is not None or any(varies(c) for c in counts)
 
     def total_turns(self) -> int:
         """Requests the whole run sends, warm-ups and every cell included."""

@@ -15,7 +15,7 @@ from rich.console import Group
 from rich.text import Text
 
 from workloads.model.results import RunResult
-from workloads.model.scenario import Scenario
+from workloads.model.scenario import Scenario, describe
 from workloads.model.summary import Percentiles, TurnSummary
 from workloads.report.table import Block, Line, ReportTable
 from workloads.report.text import (
@@ -180,8 +180,9 @@ def coordinates_line(result: RunResult) -> str:
         actual = "—"
     return (
         f"C{s.users} · actual prompt tokens {actual} (server count) · "
-        f"{s.output_tokens} generated per turn · depth {s.opening_tokens:,} opening + "
-        f"{s.turn_tokens:,} new per turn · {plural(s.turns, 'turn')} × "
+        f"{describe(s.output_tokens)} generated per turn · depth "
+        f"{describe(s.opening_tokens)} opening + {describe(s.turn_tokens)} new per turn · "
+        f"{plural(s.turns, 'turn')} × "
         f"{plural(result.summary.run.measured_repetitions, 'measured repetition')}"
     )
 
@@ -263,8 +264,9 @@ def sweep_line(result: RunResult) -> str:
     measured = max((c.summary.run.measured_repetitions for c in cells), default=0)
     return (
         f"sweep of {plural(len(cells), 'cell')}: C {', '.join(map(str, cs))} × prior "
-        f"{', '.join(f'{p:,}' for p in ps)} tokens · {s.turn_tokens:,} new per turn · "
-        f"{s.output_tokens} generated per turn · {plural(s.turns, 'turn')} × {measured} "
+        f"{', '.join(f'{p:,}' for p in ps)} tokens · {describe(s.turn_tokens)} new per turn · "
+        f"{describe(s.output_tokens)} generated per turn · {plural(s.turns, 'turn')} × "
+        f"{measured} "
         f"measured (+{s.repetitions.warmup} warm-up) per cell"
     )
 
@@ -424,7 +426,8 @@ def scenarios_table(scenarios: Sequence[Scenario]) -> ReportTable:
         cells = s.cells()
         table.add_row(
             s.name, axis({c.concurrency for c in cells}), str(s.turns),
-            axis({c.prior_tokens for c in cells}), f"{s.turn_tokens:,}", str(s.output_tokens),
+            axis({c.prior_tokens for c in cells}), describe(s.turn_tokens),
+            describe(s.output_tokens),
             s.description or "",
         )
     return table

@@ -11,6 +11,7 @@ import io
 from rich.console import Console
 
 from workloads.model.results import RunResult
+from workloads.model.scenario import nominal
 from workloads.model.summary import BandSummary, Percentiles, TurnSummary
 from workloads.report import console as report
 from workloads.report.table import Line, Pairs, ReportTable, markdown
@@ -101,7 +102,7 @@ def csv_text(result: RunResult) -> str:
                      for t in c.summary.turns]
     else:
         s = result.scenario
-        rows += [_turn_row(0, s.users, s.opening_tokens, t) for t in result.summary.turns]
+        rows += [_turn_row(0, s.users, nominal(s.opening_tokens), t) for t in result.summary.turns]
     out = io.StringIO()
     if rows:
         writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")

@@ -12,34 +12,21 @@ of relative sleeps drifts; trio's ``sleep_until`` is the model.
 
 from __future__ import annotations
 
-import math
 import random
 
-from workloads.model.scenario import Arrivals, Distribution, Pacing
+from workloads.core.draws import draw_seconds as draw
+from workloads.model.scenario import Arrivals, Pacing
 
 __all__ = ["arrival_times", "draw", "pause_before_turn", "turn_deadline"]
 
 
-def draw(dist: Distribution, rng: random.Random) -> float:
-    """One duration in seconds from ``dist``, capped at ``dist.max_s``. Pure given ``rng``."""
-    if dist.median <= 0:
-        return 0.0
-    if dist.kind == "constant":
-        value = dist.median
-    elif dist.kind == "lognormal":
-        value = rng.lognormvariate(math.log(dist.median), dist.sigma)
-    else:  # exponential with the given median: mean = median / ln 2
-        value = rng.expovariate(math.log(2) / dist.median)
-    return min(value, dist.max_s)
-
-
 def pause_before_turn(pacing: Pacing, turn: int, rng: random.Random) -> float:
     """Seconds a free-running session waits before ``turn``: think time, plus tool time for
-    turns after the first (the tool ran on the previous reply)."""
+    turns after the first (the tool ran on the previous reply); ``time_scale`` applied."""
     pause = draw(pacing.think_time, rng)
     if turn > 1:
         pause += draw(pacing.tool_time, rng)
-    return pause
+    return pause * pacing.time_scale
 
 
 def turn_deadline(since: float, pacing: Pacing, turn: int, rng: random.Random) -> float:

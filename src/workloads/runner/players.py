@@ -176,13 +176,15 @@ class LocalPlayers:
             if not playing.done():  # we were cancelled: the turns go too, and record so
                 playing.cancel()
                 await asyncio.wait({playing})
-        if not repetition.warmup:
-            self.traced.setdefault(repetition.cell.index, []).extend(sessions)
+        if not repetition.warmup:  # with their sub-agents
+            self.traced.setdefault(repetition.cell.index, []).extend(
+                s for session in sessions for s in session.family())
         return finished
 
     def observations(self) -> list[Observation]:
         """What the repetition just played taught about estimate sizing."""
-        return [o for session in self.sessions for o in session.observations]
+        return [o for session in self.sessions for s in session.family()
+                for o in s.observations]
 
     async def learn(self, repetition: Repetition) -> None:
         sizing = self.sizings[repetition.cell.index]

@@ -9,7 +9,6 @@ window between the two, so no ``/tokenize`` call of the first measured repetitio
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -20,9 +19,9 @@ from workloads.core.conversation import Conversation, make_nonces, probe_nonce
 from workloads.core.corpus import Corpus
 from workloads.model.records import TurnRecord
 from workloads.model.results import RepetitionNonces
-from workloads.model.scenario import Cell, Scenario
+from workloads.model.scenario import Cell, Scenario, nominal
 from workloads.runner.order import LocalOpeningOrder, OpeningOrder
-from workloads.runner.pacing import arrival_times, turn_deadline
+from workloads.runner.pacing import arrival_times
 from workloads.runner.session import Exchange, Session
 from workloads.runner.sizing import CellSizing
 from workloads.wire.client import ChatClient
@@ -84,7 +83,7 @@ async def open_sessions(
         for i in range(s.users)
     ]
     n_system = 0
-    if s.opening_tokens > 0:
+    if nominal(s.opening_tokens) > 0:
         n_system = await sizing.fit_shared(conversations[0], probe_nonce(nonces))
     shard = shard if shard is not None else range(s.users)
     mine = [i for i in shard if i < s.users]
@@ -102,7 +101,7 @@ async def open_sessions(
     }
     async with asyncio.TaskGroup() as tg:
         for session in opened.values():
-            tg.create_task(session.open(n_system))
+            tg.create_task(session.open(n_system))  # each at its plan's (drawn) opening
     _share_openings(opened, sizing, order if order is not None else LocalOpeningOrder())
     sessions = [opened[i] for i in mine]
     async with asyncio.TaskGroup() as tg:  # turn 1 sized before anything is sent
@@ -126,26 +125,22 @@ async def play(
     keeps its own pacing draws, and ``barrier`` and ``start`` are common to every share."""
     s = scenario
     stop = stop if stop is not None else asyncio.Event()
-    rngs = [
-        corpus.rng(s.content.seed, "pacing", repetition.cell.index, repetition.index,
-                   session.conversation.session)
-        for session in sessions
-    ]
     if s.pacing.mode == "lockstep":
         for turn in range(1, s.turns + 1):
             if stop.is_set():
                 return False
+            playing = [session for session in sessions if turn <= len(session.plan)]
             if turn > 1:
                 async with asyncio.TaskGroup() as tg:  # every session sized before any sends
-                    for session in sessions:
-                        tg.create_task(session.prepare(turn))
+                    for session in playing:
+                        tg.create_task(_spawn_and_prepare(session, turn, stop))
             at = await barrier(turn)
             if at is None:  # stopped while the other processes sized their sessions
                 return False
             async with asyncio.TaskGroup() as tg:  # the barrier: all of turn k, then k+1
                 sends = []
-                for session, rng in zip(sessions, rngs, strict=True):
-                    due = turn_deadline(at, s.pacing, turn, rng)
+                for session in playing:
+                    due = at + session.step(turn).pause_s
                     sends.append(tg.create_task(_send_at(session, turn, due, stop)))
             if not all(task.result() for task in sends):
                 return False
@@ -162,10 +157,16 @@ async def play(
                   if session.conversation.session < len(times)]
     async with asyncio.TaskGroup() as tg:
         runs = [
-            tg.create_task(_free_running(session, s, at, rng, stop))
-            for session, rng, at in zip(sessions, rngs, starts, strict=False)
+            tg.create_task(_free_running(session, at, stop))
+            for session, at in zip(sessions, starts, strict=False)
         ]
     return all(task.result() for task in runs)
+
+
+async def _spawn_and_prepare(session: Session, turn: int, stop: asyncio.Event) -> None:
+    """Run the sub-agents turn ``turn`` spawns (if any), then size the turn."""
+    await session.spawn(turn, stop)
+    await session.prepare(turn)
 
 
 def _share_openings(sessions: dict[int, Session], sizing: CellSizing,
@@ -197,15 +198,17 @@ async def _send_at(session: Session, turn: int, due: float, stop: asyncio.Event)
     return True
 
 
-async def _free_running(
-    session: Session, scenario: Scenario, start: float, rng: random.Random,
-    stop: asyncio.Event,
-) -> bool:
-    """Every turn of one session on its own clock; False when stop left turns unsent."""
+async def _free_running(session: Session, start: float, stop: asyncio.Event) -> bool:
+    """Every step of one session's plan on its own clock; False when stop left turns unsent.
+    A step that spawns sub-agents waits for them instead of a tool time."""
     since = start
-    for turn in range(1, scenario.turns + 1):
-        due = turn_deadline(since, scenario.pacing, turn, rng)
+    for step in session.plan:
+        turn = step.turn
+        due = since + step.pause_s
         if turn > 1:  # turn 1 was sized before the repetition started
+            if step.children:
+                await session.spawn(turn, stop)
+                due = time.perf_counter()
             await session.prepare(turn)  # sizing happens inside the think/tool time
         late = await sleep_until_or(due, stop)
         if late is None:

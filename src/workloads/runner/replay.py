@@ -15,6 +15,7 @@ from pathlib import Path
 
 from workloads.core.conversation import Conversation
 from workloads.core.corpus import Corpus
+from workloads.core.tokens import Message
 from workloads.model.errors import ScenarioError
 from workloads.model.records import TurnRecord
 from workloads.model.results import RepetitionNonces, RunResult, load_result
@@ -104,8 +105,12 @@ def replay_sessions(
         sessions=[""] * s.users,
     )
     sessions = []
+    kids: dict[int, dict[int, Sequence[Message]]] = {}  # sub-agents' turns, by session
+    for (c, r, session, turn), transcript in recording.transcripts.items():
+        if c == cell and r == repetition.index and session >= s.users:
+            kids.setdefault(session, {})[turn] = transcript.messages
     for i in range(s.users):
-        script: dict[int, Sequence[dict[str, str]]] = {
+        script: dict[int, Sequence[Message]] = {
             turn: recording.transcripts[(cell, repetition.index, i, turn)].messages
             for turn in range(1, s.turns + 1)
         }
@@ -117,6 +122,6 @@ def replay_sessions(
         sessions.append(Session(
             client=client, scenario=s, model=model, conversation=conversation, sizing=sizing,
             repetition=repetition.index, warmup=repetition.warmup, on_record=on_record,
-            cell=cell, on_exchange=on_exchange, script=script,
+            cell=cell, on_exchange=on_exchange, script=script, kid_scripts=kids,
         ))
     return sessions, nonces

@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workloads.core import stats, tokens
+from workloads.core.agent import Step, child_session, draw_plan, tool_schemas
+from workloads.core.clock import sleep_until_or
 from workloads.core.conversation import Conversation
 from workloads.core.degeneration import degeneration
-from workloads.core.tokens import TokenizeError
+from workloads.core.tokens import Message, TokenizeError
 from workloads.model.records import Status, TurnRecord
-from workloads.model.scenario import Scenario
+from workloads.model.scenario import Scenario, nominal
 from workloads.model.transcripts import prompt_hash, text_hash
 from workloads.runner.order import OpeningOrder
 from workloads.runner.plan import (
@@ -44,10 +46,10 @@ __all__ = ["Exchange", "Session", "build_body", "identity", "record_from_respons
 
 # What was sent and what came back of one turn, for the transcripts: (its record, the
 # messages sent, the completion text or None when no reply reached us).
-Exchange = Callable[[TurnRecord, list[dict[str, str]], str | None], None]
+Exchange = Callable[[TurnRecord, list[Message], str | None], None]
 
 
-def identity(messages: list[dict[str, str]], reply: str | None) -> dict[str, object]:
+def identity(messages: list[Message], reply: str | None) -> dict[str, object]:
     """A record's identity fields: prompt and completion hashes, and whether the completion
     is degenerate (None without a reply). Pure."""
     reason = degeneration(reply) if reply is not None else None
@@ -59,19 +61,27 @@ def identity(messages: list[dict[str, str]], reply: str | None) -> dict[str, obj
     }
 
 
-def build_body(scenario: Scenario, model: str, messages: list[dict[str, str]]) -> dict[str, Any]:
-    """The request body for one turn."""
+def build_body(
+    scenario: Scenario, model: str, messages: list[Message], *,
+    output_tokens: int | None = None, tools: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The request body for one turn: ``output_tokens`` is the step's (drawn) reply length,
+    default the scenario's; ``tools`` go with ``tool_choice: "auto"``."""
+    n = nominal(scenario.output_tokens) if output_tokens is None else output_tokens
     body: dict[str, Any] = {
         "model": model,
         "messages": messages,
         "stream": True,
         "stream_options": {"include_usage": True},
-        "max_tokens": scenario.output_tokens,
+        "max_tokens": n,
     }
+    if tools:
+        body["tools"] = tools
+        body["tool_choice"] = "auto"
     if scenario.exact_output:
         # Exactly output_tokens, every turn: vLLM and SGLang honour both, llama.cpp ignore_eos.
         body["ignore_eos"] = True
-        body["min_tokens"] = scenario.output_tokens
+        body["min_tokens"] = n
     body.update(scenario.sampling.model_dump(exclude_none=True))
     body.update(scenario.extra_body)
     return body
@@ -93,8 +103,13 @@ def record_from_response(
     tokenized_prompt_tokens: int | None = None,
     cell: int = 0,
     pacing_lag_ns: int | None = None,
+    step: Step | None = None,
+    parent_session: int | None = None,
+    tools_offered: bool = False,
 ) -> TurnRecord:
-    """Derive a TurnRecord from a ChatResponse. Pure."""
+    """Derive a TurnRecord from a ChatResponse. Pure. With exact output a turn is valid at
+    exactly ``output_tokens``, finished by length (or by its tool calls, which vLLM reports
+    as finish_reason "tool_calls")."""
     usage = response.usage
     completion = usage.completion_tokens if usage else None
     ttft = None
@@ -109,7 +124,8 @@ def record_from_response(
         status = "incomplete"
     valid = status == "ok" and completion is not None
     if exact_output:
-        valid = valid and response.finish_reason == "length" and completion == output_tokens
+        valid = valid and response.finish_reason in ("length", "tool_calls") \
+            and completion == output_tokens
     prompt = usage.prompt_tokens if usage else None
     if shareable_tokens is not None and prompt is not None:
         shareable_tokens = min(shareable_tokens, prompt)
@@ -152,6 +168,15 @@ def record_from_response(
         error_ns=response.error_ns,
         retries=response.retries,
         attempts=tuple(response.attempts),
+        step_kind=step.kind if step is not None else None,
+        new_tokens=step.new_tokens if step is not None else None,
+        output_tokens=output_tokens if step is not None else None,
+        pause_s=step.pause_s if step is not None else None,
+        parent_session=parent_session,
+        tool_calls=len(response.tool_calls or ()) if tools_offered else None,
+        ttft_content_ns=(response.first_text_ns - response.sent_ns
+                         if response.first_text_ns is not None and response.sent_ns is not None
+                         else None),
     )
 
 
@@ -168,7 +193,7 @@ class TokenTrace:
     counted: bool = True
     # A turn sized by estimate (quiet sizing, or a failed /tokenize call): the messages sent,
     # rendered to ``prompt`` by the target after the window; None once rendered.
-    messages: list[dict[str, str]] | None = None
+    messages: list[Message] | None = None
     reply: str = ""  # the reply text, encoded to ``completion`` when no later turn did
 
 
@@ -192,7 +217,10 @@ class Session:
         on_record: Callable[[TurnRecord], None],
         cell: int = 0,
         on_exchange: Exchange | None = None,
-        script: Mapping[int, Sequence[dict[str, str]]] | None = None,
+        script: Mapping[int, Sequence[Message]] | None = None,
+        plan: tuple[Step, ...] | None = None,
+        parent: int | None = None,
+        kid_scripts: Mapping[int, Mapping[int, Sequence[Message]]] | None = None,
     ) -> None:
         self.client = client
         self.scenario = scenario
@@ -205,6 +233,18 @@ class Session:
         self.cell = cell
         self.on_exchange = on_exchange  # the transcripts writer, when kept
         self.script = script  # replay: each turn's recorded messages, sent as they are
+        # The steps this session plays (core/agent.py): sizes, kinds, pauses, sub-agents.
+        self.plan = plan if plan is not None else draw_plan(
+            scenario, conversation.corpus.rng(scenario.content.seed, "sizes", cell, repetition,
+                                              conversation.session),
+            conversation.corpus.rng(scenario.content.seed, "pacing", cell, repetition,
+                                    conversation.session),
+        )
+        self.parent = parent  # a sub-agent's: the session that spawned it
+        self.kid_scripts = kid_scripts  # replay: the recorded sub-agents' turns, by session
+        self.tools = tool_schemas(scenario.tools)
+        self.children: list[Session] = []  # sub-agents spawned, in order
+        self._compacted = False  # the last step sent was a compaction
         # nonce = "run": who of this repetition's sessions sent turn 1 first (shared); the
         # first to send has nothing the server has seen.
         self.order: OpeningOrder | None = None
@@ -225,8 +265,10 @@ class Session:
         self.token_log: list[TokenTrace] = []
 
     async def open(self, n_system: int) -> None:
-        """Build the opening context at ``opening_tokens`` of the target's tokens."""
-        messages, ids, exact = await self.sizing.fit_opening(self.conversation, n_system)
+        """Build the opening context at this session's (drawn) opening of the target's
+        tokens: its plan's first prior context."""
+        messages, ids, exact = await self.sizing.fit_opening(
+            self.conversation, n_system, self.plan[0].prior_tokens if self.plan else None)
         self.conversation.set_opening(messages)
         self.opening_ids, self.opening_exact = ids, exact
 
@@ -253,28 +295,108 @@ class Session:
             return 0, True  # nothing of this session reached the server yet
         return estimated_shareable(self.last), False
 
+    def step(self, turn: int) -> Step:
+        """Turn ``turn``'s step of the plan."""
+        return self.plan[turn - 1]
+
     async def prepare(self, turn: int) -> None:
         """Size turn ``turn`` and work out its shareable prefix (tokenizer calls, untimed).
 
         Turn 1 is always prepared before the repetition's first request; a later turn may be
         prepared while other sessions stream, so in a measured repetition (the window is open
         from before its first request to after its last response) it is sized quietly when
-        :attr:`CellSizing.quiet`, and in a warm-up it teaches quiet sizing."""
-        quiet = turn > 1 and not self.warmup and self.sizing.quiet
+        :attr:`CellSizing.quiet`, and in a warm-up it teaches quiet sizing. A sub-agent's
+        turns all run while others stream."""
+        step = self.step(turn)
+        inside = turn > 1 or self.parent is not None
+        quiet = inside and not self.warmup and self.sizing.quiet
+        if self.scenario.agent is not None:
+            self.conversation.kinds[turn] = step.kind
         base, exact = turn_base(
             turn, self.last, opening=self.opening_ids, opening_exact=self.opening_exact,
             sizing_exact=self.sizing.exact,
         )
+        if self._compacted:  # the history is no longer the last prompt and its reply
+            base = None
         if quiet:  # the history measured by the estimate, as the warm-up's teaching did
             base, exact = None, False
+        teach = self.warmup and self.sizing.quiet and self.script is None
         if self.script is not None:
             prepared = await self.sizing.replayed(self.script[turn], exact=not quiet)
+        elif step.kind == "compaction":
+            assert self.scenario.agent is not None and self.scenario.agent.compaction
+            text = self.scenario.agent.compaction.instruction
+            messages = self.conversation.with_text(text, "compaction")
+            prepared = await self.sizing.replayed(messages, exact=exact and not quiet)
+            teach = False
         else:
-            prepared = await self.sizing.fit_turn(self.conversation, turn, base, exact=exact)
-        if self.warmup and self.sizing.quiet and self.script is None:
+            first = turn == 1 and self.parent is None
+            prepared = await self.sizing.fit_turn(
+                self.conversation, turn, base, exact=exact, new_tokens=step.new_tokens,
+                prompt_tokens=step.prior_tokens + step.new_tokens if first else None,
+            )
+        if teach:
             await self.sizing.teach(self.conversation, turn, prepared)
         shareable, shareable_exact = await self._shareable(turn, prepared)
+        if self._compacted and not shareable_exact:
+            shareable = None  # the estimate (last prompt + reply) does not hold after it
         self._plan = TurnPlan(prepared, shareable, shareable_exact)
+
+    async def spawn(self, turn: int, stop: asyncio.Event) -> None:
+        """Run the sub-agents turn ``turn``'s step spawns, concurrently, each on its own
+        clock; their final replies become the start of the step's tool result. Call before
+        :meth:`prepare` of that turn. A sub-agent shares this session's system message (its
+        prompt and tools), not its history."""
+        step = self.step(turn)
+        if not step.children:
+            return
+        head = self.conversation.messages[:1]
+        system = head if head and head[0]["role"] == "system" else []
+        kids = []
+        for plan in step.children:
+            index = len(self.children)
+            me = self.conversation
+            conversation = Conversation(
+                corpus=me.corpus, style=me.style, seed=me.seed,
+                session=child_session(self.scenario.users, me.session, index),
+                nonce=f"{me.nonce}/{index}", run_nonce=me.run_nonce,
+            )
+            conversation.set_opening(system)
+            script = (self.kid_scripts or {}).get(conversation.session)
+            if script is not None and any(s.turn not in script for s in plan):
+                script = None  # not recorded whole: played afresh
+            kid = Session(
+                client=self.client, scenario=self.scenario, model=self.model,
+                conversation=conversation, sizing=self.sizing, repetition=self.repetition,
+                warmup=self.warmup, on_record=self.on_record, cell=self.cell,
+                on_exchange=self.on_exchange, plan=plan, parent=me.session, script=script,
+            )
+            self.children.append(kid)
+            kids.append(kid)
+        results = await asyncio.gather(*(kid.play_alone(stop) for kid in kids))
+        self.conversation.heads[turn] = "\n\n".join(r for r in results if r)
+
+    async def play_alone(self, stop: asyncio.Event) -> str:
+        """Play every step of this (sub-agent's) plan on its own clock; the final reply's
+        text (what a sub-agent hands back)."""
+        if self.conversation.messages:
+            with contextlib.suppress(TokenizeError):
+                self.opening_ids = await self.sizing.tokenizer.render(
+                    self.conversation.messages, "continue")
+                self.opening_exact = self.sizing.tokenizer.exact
+        since = time.perf_counter()
+        for step in self.plan:
+            await self.prepare(step.turn)
+            late = await sleep_until_or(since + step.pause_s, stop)
+            if late is None:
+                break
+            await self.send(step.turn, lag_ns=round(late * 1e9))
+            since = time.perf_counter()
+        return self.last.reply
+
+    def family(self) -> list[Session]:
+        """This session and every sub-agent it spawned (theirs too), in spawn order."""
+        return [self, *(s for kid in self.children for s in kid.family())]
 
     async def send(self, turn: int, *, lag_ns: int | None = None) -> TurnRecord:
         """Stream the prepared turn ``turn`` and record it; ``lag_ns``: how late after its
@@ -284,20 +406,23 @@ class Session:
         assert self._plan is not None
         plan, self._plan = self._plan, None
         prepared = plan.prepared
+        step = self.step(turn)
         self.conversation.commit(prepared.messages)
-        body = build_body(self.scenario, self.model, prepared.messages)
+        body = build_body(self.scenario, self.model, prepared.messages,
+                          output_tokens=step.output_tokens, tools=self.tools)
         sent = list(prepared.messages)  # the history list grows with the reply below
         common = dict(
             repetition=self.repetition,
             warmup=self.warmup,
             session=self.conversation.session,
             turn=turn,
-            configured_prior_tokens=self.scenario.configured_prior_tokens(turn),
-            configured_prompt_tokens=self.scenario.configured_prompt_tokens(turn),
+            configured_prior_tokens=step.prior_tokens,
+            configured_prompt_tokens=step.prior_tokens + step.new_tokens,
             tokenized_prompt_tokens=len(prepared.ids) if prepared.exact else None,
             cell=self.cell,
             pacing_lag_ns=lag_ns,
         )
+        about = dict(step=step, parent_session=self.parent, tools_offered=bool(self.tools))
         shareable = plan.shareable
         if turn == 1 and self.order is not None and await self.order.first(
             self.conversation.session
@@ -314,7 +439,8 @@ class Session:
                 self.on_record(record_from_response(
                     partial,
                     **common,  # type: ignore[arg-type]
-                    output_tokens=self.scenario.output_tokens,
+                    **about,  # type: ignore[arg-type]
+                    output_tokens=step.output_tokens,
                     exact_output=self.scenario.exact_output,
                     shareable_tokens=plan.shareable,
                     shareable_exact=plan.shareable_exact,
@@ -327,13 +453,19 @@ class Session:
                     error_kind="cancelled",
                     error_message="the run ended while this turn was in flight",
                     started_ns=started,
+                    step_kind=step.kind,
+                    new_tokens=step.new_tokens,
+                    output_tokens=step.output_tokens,
+                    pause_s=step.pause_s,
+                    parent_session=self.parent,
                 )
             )
             raise
         record = record_from_response(
             response,
             **common,  # type: ignore[arg-type]
-            output_tokens=self.scenario.output_tokens,
+            **about,  # type: ignore[arg-type]
+            output_tokens=step.output_tokens,
             exact_output=self.scenario.exact_output,
             shareable_tokens=shareable,
             shareable_exact=plan.shareable_exact,
@@ -355,7 +487,12 @@ class Session:
         # The server's real reply goes into the history, even a partial one; a turn with no
         # reply at all keeps the roles alternating with a marker.
         marker = f"(no reply: {response.error_kind or 'empty'})"
-        self.conversation.add_reply(response.text or marker)
+        self._compacted = step.kind == "compaction" and reached
+        if self._compacted:  # the summary replaces the history after the system message
+            self.conversation.compact(response.text)
+        else:
+            self.conversation.add_reply(response.text or marker if not response.tool_calls
+                                        else response.text, response.tool_calls)
         reply = response.text if reached else None
         record = record.model_copy(update=identity(sent, reply))
         self.last = LastTurn(record, prepared.ids, prepared.exact, response.text)

@@ -49,14 +49,14 @@ from workloads.core.conversation import Conversation
 from workloads.core.tokens import EstimateTokenizer, Message, TargetTokenizer, TokenizeError
 from workloads.model.records import TurnRecord
 from workloads.model.results import Sizing
-from workloads.model.scenario import Scenario
+from workloads.model.scenario import Scenario, Sizes, nominal
 
 __all__ = ["CellSizing", "PreparedTurn", "SessionMemo", "sizing_warnings"]
 
 # Template tokens a turn adds around its content before anything is measured: "\n\n" plus
 # end-of-message and generation prompt when appended to the opening's user message; role
 # markers on both sides when it is a new message (ChatML, Llama 3: 5 + 5).
-_FRAMING_GUESS = {"append": 6, "message": 10}
+_FRAMING_GUESS = {"append": 6, "message": 10, "tool": 12}
 # Suffixes that add one to four tokens in common tokenizers, tried after cuts up to four
 # tokens short of the target: a cut can land in a plateau (a run of indentation is trimmed
 # away) followed by a jump of several tokens. Several spellings per length, because a
@@ -160,7 +160,9 @@ class CellSizing:
 
         try:
             if s.shared_prefix_tokens is None:
-                opening = self._units(s.opening_tokens, 1, tok, conversation.session)
+                low = s.opening_tokens.low if isinstance(s.opening_tokens, Sizes) \
+                    else s.opening_tokens
+                opening = self._units(low, 1, tok, conversation.session)
                 if await whole(natural) <= opening:
                     return natural
                 measure, target = whole, opening - 2  # room for another session's nonce
@@ -179,23 +181,26 @@ class CellSizing:
     # --- the opening -----------------------------------------------------------------------
 
     async def fit_opening(
-        self, conversation: Conversation, n_system: int
+        self, conversation: Conversation, n_system: int, opening: int | None = None
     ) -> tuple[list[Message], list[int], bool]:
-        """The opening messages, their ids (continue rendering) and whether exact."""
-        if self.scenario.opening_tokens == 0:
+        """The opening messages, their ids (continue rendering) and whether exact.
+        ``opening``: this session's opening in target tokens (drawn; default the
+        scenario's)."""
+        opening = nominal(self.scenario.opening_tokens) if opening is None else opening
+        if opening == 0:
             return [], [], True
         try:
-            return await self._fit_opening(conversation, n_system, self.tokenizer)
+            return await self._fit_opening(conversation, n_system, self.tokenizer, opening)
         except TokenizeError:
             self.fallbacks += 1
-            return await self._fit_opening(conversation, n_system, self.estimate)
+            return await self._fit_opening(conversation, n_system, self.estimate, opening)
 
     async def _fit_opening(
-        self, conversation: Conversation, n_system: int, tok: TargetTokenizer
+        self, conversation: Conversation, n_system: int, tok: TargetTokenizer, opening: int
     ) -> tuple[list[Message], list[int], bool]:
         s = self.scenario
         memo = self.memo(conversation.session)
-        target = self._units(s.opening_tokens, 1, tok, conversation.session)
+        target = self._units(opening, 1, tok, conversation.session)
         pinned = s.nonce == "run"  # the system text is shared: fit_shared chose it
         renders: dict[tuple[int, int, str], list[int]] = {}
 
@@ -264,20 +269,24 @@ class CellSizing:
     # --- a turn ----------------------------------------------------------------------------
 
     async def fit_turn(
-        self, conversation: Conversation, turn: int, base: int | None, *, exact: bool
+        self, conversation: Conversation, turn: int, base: int | None, *, exact: bool,
+        new_tokens: int | None = None, prompt_tokens: int | None = None,
     ) -> PreparedTurn:
         """Size turn ``turn``'s content.
 
         ``base`` is what the server has already seen, in the units of the tokenizer in use
         (``exact``: the target's): the opening for turn 1, the previous prompt + completion
-        later. None: measure it by rendering the history.
+        later. None: measure it by rendering the history. The prompt aimed at is
+        ``prompt_tokens`` when given (target tokens: a session's turn 1, opening + new),
+        else ``base`` + ``new_tokens`` (default the scenario's ``turn_tokens``).
         """
         tok: TargetTokenizer = self.tokenizer if exact else self.estimate
+        aim = (new_tokens, prompt_tokens)
         try:
-            return await self._fit_turn(conversation, turn, base, tok)
+            return await self._fit_turn(conversation, turn, base, tok, aim)
         except TokenizeError:
             self.fallbacks += 1
-            return await self._fit_turn(conversation, turn, None, self.estimate)
+            return await self._fit_turn(conversation, turn, None, self.estimate, aim)
 
     async def replayed(self, messages: Sequence[Message], *, exact: bool = True) -> PreparedTurn:
         """A recorded turn (replay), sent as it is: only its ids are measured (by estimate
@@ -291,22 +300,32 @@ class CellSizing:
             ids = await tok.render(list(messages), "generate")
         return PreparedTurn(list(messages), ids, tok.exact, len(ids), 0)
 
-    def turn_target(self, turn: int, base: int, tok: TargetTokenizer, session: int = 0) -> int:
-        """Turn 1: the configured prompt. Later: what was seen + ``turn_tokens``."""
+    def turn_target(
+        self, turn: int, base: int, tok: TargetTokenizer, session: int = 0,
+        aim: tuple[int | None, int | None] = (None, None),
+    ) -> int:
+        """``aim`` = (new tokens, prompt tokens), in target tokens: the prompt when given,
+        else what was seen + the new tokens. Default: turn 1 the configured prompt, later
+        what was seen + ``turn_tokens``."""
         s = self.scenario
-        if turn == 1:
+        new, prompt = aim
+        if prompt is not None:
+            return self._units(prompt, turn, tok, session)
+        if new is None and turn == 1:
             return self._units(s.configured_prompt_tokens(1), 1, tok, session)
-        return base + self._units(s.turn_tokens, turn, tok, session)
+        new = nominal(s.turn_tokens) if new is None else new
+        return base + self._units(new, turn, tok, session)
 
     async def _fit_turn(
-        self, conversation: Conversation, turn: int, base: int | None, tok: TargetTokenizer
+        self, conversation: Conversation, turn: int, base: int | None, tok: TargetTokenizer,
+        aim: tuple[int | None, int | None] = (None, None),
     ) -> PreparedTurn:
         memo = self.memo(conversation.session)
-        kind = "append" if turn == 1 and conversation.messages else "message"
+        kind = conversation.framing()
         if base is None:
             history = conversation.messages
             base = len(await tok.render(history, "continue")) if history else 0
-        target = self.turn_target(turn, base, tok, conversation.session)
+        target = self.turn_target(turn, base, tok, conversation.session, aim)
         renders: dict[tuple[int, str], list[int]] = {}
         counts: dict[tuple[int, str], int] = {}
 
@@ -576,11 +595,12 @@ def _resampled_reply_warning(measured: Sequence[TurnRecord], scenario: Scenario)
         if r.valid and r.turn > 1 and r.shareable_exact
         and r.shareable_tokens is not None and r.cached_tokens is not None
     ]
-    if not gaps or statistics.median(gaps) < scenario.output_tokens / 2:
+    if not gaps or statistics.median(gaps) < nominal(scenario.output_tokens) / 2:
         return []
     return [
         f"cache effectiveness reads low by about one reply per turn (median shareable − cached "
-        f"= {statistics.median(gaps):,.0f} tokens; replies are {scenario.output_tokens}): the "
+        f"= {statistics.median(gaps):,.0f} tokens; replies are "
+        f"{nominal(scenario.output_tokens)}): the "
         "server caches a sampled reply as the ids it sampled, and the next prompt's copy of "
         "that text tokenizes differently after the first few tokens. Greedy sampling "
         "(sampling.temperature = 0) shows the cache's own behaviour"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO
 
 from workloads.model.errors import TargetError
-from workloads.model.scenario import Scenario
+from workloads.model.scenario import Scenario, high
 from workloads.model.target import Target
 
 __all__ = ["LlamaCppServer", "context_per_slot"]
@@ -41,7 +41,7 @@ def context_per_slot(scenario: Scenario) -> int:
     need = 0
     for cell in scenario.cells():
         s = scenario.for_cell(cell)
-        depth = s.opening_tokens + s.turns * (s.turn_tokens + s.output_tokens)
+        depth = high(s.opening_tokens) + s.turns * (high(s.turn_tokens) + high(s.output_tokens))
         need = max(need, int(depth * TOKENIZER_MARGIN) + 256)
     return (need + 255) // 256 * 256
 

@@ -79,6 +79,8 @@ class ChatResponse:
     error_ns: int | None = None  # when the failure arrived
     retries: int = 0  # times re-sent by the retry_on policy
     attempts: list[AttemptRecord] = field(default_factory=list)  # earlier failed attempts
+    tool_calls: list[dict[str, Any]] | None = None  # the reply's tool calls, assembled
+    first_text_ns: int | None = None  # first chunk with content text (not reasoning/tools)
 
     @property
     def ok(self) -> bool:
