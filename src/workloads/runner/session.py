@@ -380,10 +380,14 @@ class Session:
         """Play every step of this (sub-agent's) plan on its own clock; the final reply's
         text (what a sub-agent hands back)."""
         if self.conversation.messages:
+            # The system message is the parent's: the server has seen it (turn 1's share).
+            tok = self.sizing.tokenizer if self.sizing.exact and not (
+                self.sizing.quiet and not self.warmup) else self.sizing.estimate
             with contextlib.suppress(TokenizeError):
-                self.opening_ids = await self.sizing.tokenizer.render(
-                    self.conversation.messages, "continue")
-                self.opening_exact = self.sizing.tokenizer.exact
+                self.opening_ids = await tok.render(self.conversation.messages, "continue")
+                self.opening_exact = tok.exact
+                self.peer_shared = len(self.opening_ids)
+                self.peer_shared_exact = tok.exact
         since = time.perf_counter()
         for step in self.plan:
             await self.prepare(step.turn)
