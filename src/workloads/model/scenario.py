@@ -31,6 +31,7 @@ __all__ = [
     "Sampling",
     "Scenario",
     "Timeouts",
+    "TraceLimits",
     "apply_overrides",
     "list_scenarios",
     "load_scenario",
@@ -84,6 +85,9 @@ class Pacing(Frozen):
     think_time: Distribution = Distribution()
     tool_time: Distribution = Distribution()
     arrivals: Arrivals | None = None  # required with mode = "arrivals"
+    # Multiplies recorded times: a trace's arrival times (run --trace), so 0.1 plays a
+    # 10-minute trace in one minute. 1.0: as recorded.
+    time_scale: float = Field(default=1.0, gt=0.0, le=1000.0)
 
     @model_validator(mode="after")
     def _arrivals_go_together(self) -> Pacing:
@@ -93,6 +97,17 @@ class Pacing(Frozen):
                 "together: set both or neither"
             )
         return self
+
+
+class TraceLimits(Frozen):
+    """How much of a trace ``run --trace`` replays: reading stops after ``max_requests``
+    requests or at the first later than ``max_duration_s`` seconds of trace time (before
+    ``time_scale``; None: no time bound); the result says when it was cut. A file over
+    ``max_bytes`` is refused before it is read."""
+
+    max_requests: int = Field(default=100_000, ge=1, le=10_000_000)
+    max_duration_s: float | None = Field(default=None, gt=0.0)
+    max_bytes: int = Field(default=1 << 30, ge=1)
 
 
 class Content(Frozen):
@@ -199,6 +214,7 @@ class Scenario(Frozen):
     # while measured streams are in flight; "exact" = the target's /tokenize anyway (exact
     # depths, but its calls load the server under test during the window).
     sizing_during_window: Literal["estimate", "exact"] = "estimate"
+    trace: TraceLimits = TraceLimits()  # run --trace only: how much of the trace to replay
 
     @model_validator(mode="after")
     def _extra_body_cannot_override_core(self) -> Scenario:
