@@ -179,7 +179,8 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
     )
     warnings = [*_warnings(result.summary, complete), *m.telemetry_warnings]
     warnings += health_warnings(m.client)
-    warnings += sizing_warnings(m.records, result.sizing or _sizing(m), s)
+    if m.trace is None:  # a trace's prompts are its blocks, not sized depths
+        warnings += sizing_warnings(m.records, result.sizing or _sizing(m), s)
     gate, invalid = _gate(m)
     warnings += _degenerate_warning(m.records)
     hosts = {r.host for r in m.records if r.host is not None}

@@ -142,13 +142,17 @@ class BlockTexts:
         self._texts: OrderedDict[tuple[int, int], str] = OrderedDict()
 
     def text(self, block: int, n: int) -> str:
-        """Block ``block`` cut to ``n`` tiktoken tokens (memoised)."""
+        """Block ``block`` cut to ``n`` tiktoken tokens (memoised: sizing leaves every text
+        here, so a request's prompt is only joined when it is due, unless the trace has more
+        than ``max_texts`` block cuts)."""
         key = (block, n)
         found = self._texts.get(key)
         if found is not None:
             self._texts.move_to_end(key)
             return found
-        text = self.corpus.block_stream(self.seed, block).take(n)
+        return self._keep(key, self.corpus.block_stream(self.seed, block).take(n))
+
+    def _keep(self, key: tuple[int, int], text: str) -> str:
         self._texts[key] = text
         if len(self._texts) > self.max_texts:
             self._texts.popitem(last=False)
@@ -182,10 +186,11 @@ class BlockTexts:
 
     async def _size(self, block: int, target: int) -> None:
         tok = self.tokenizer
+        stream = self.corpus.block_stream(self.seed, block)
         if not tok.exact:
             self.cuts[(block, target)] = target  # tiktoken is the unit: the cut is exact
+            self._keep((block, target), stream.take(target))
             return
-        stream = self.corpus.block_stream(self.seed, block)
 
         async def measure(n: int) -> int:
             return len(await tok.encode(stream.take(n)))
@@ -198,6 +203,7 @@ class BlockTexts:
             self.cuts[(block, target)] = max(1, round(target / self.ratio))
             return
         self.cuts[(block, target)] = found.n
+        self._keep((block, found.n), stream.take(found.n))
         if found.value > 0:
             self.ratio = found.value / found.n
 
