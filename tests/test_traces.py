@@ -69,7 +69,7 @@ def test_bad_mooncake_lines_name_the_file_line_and_field(tmp_path, rows, words):
 def test_an_empty_or_too_large_file_is_refused_before_reading(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    with pytest.raises(TraceError, match="empty.jsonl: the file is empty"):
+    with pytest.raises(TraceError, match=r"empty\.jsonl: the file is empty"):
         load_mooncake(empty)
     big = write(tmp_path, [req(0, 10, [1])] * 10)
     with pytest.raises(TraceError, match="over the limit of 100 bytes"):
@@ -172,7 +172,7 @@ def test_bad_agent_steps_name_the_file_line_and_field(tmp_path, rows, words):
 def test_format_is_told_by_the_first_line(tmp_path):
     assert trace_format(write(tmp_path, [req(0, 10, [1])], "a.jsonl")) == "mooncake"
     assert trace_format(write(tmp_path, [step(0, 1, "human")], "b.jsonl")) == "agent"
-    with pytest.raises(TraceError, match="c.jsonl:1: not a trace line"):
+    with pytest.raises(TraceError, match=r"c\.jsonl:1: not a trace line"):
         trace_format(write(tmp_path, [{"x": 1}], "c.jsonl"))
 
 
