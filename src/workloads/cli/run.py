@@ -48,7 +48,7 @@ def run_scenario(args: argparse.Namespace) -> Any:
         return load_recording(args.replay).result.scenario.with_overrides(gate)
     if not args.scenario:
         raise ScenarioError("give a scenario name or path (python -m workloads scenarios "
-                            "lists them), or --replay RUN_DIR")
+                            "lists them), --replay RUN_DIR or --trace FILE")
     return workloads.load_scenario(args.scenario).with_overrides([*(args.set or []), *gate])
 
 
