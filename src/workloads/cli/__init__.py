@@ -92,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--replay", metavar="RUN_DIR",
                      help="re-send RUN_DIR's exact messages turn by turn (its recorded "
                      "replies in the history), so compare can call the arms matched")
+    run.add_argument("--trace", metavar="FILE",
+                     help="replay a recorded Mooncake trace (JSONL: timestamp, input_length, "
+                     "output_length, hash_ids) open loop at its timestamps × "
+                     "pacing.time_scale; NAME is then optional (default: trace-replay); "
+                     "packaged: mooncake-sample")
     run.add_argument("--no-transcripts", action="store_true",
                      help="do not write DIR/transcripts.jsonl (records keep prompt and "
                      "completion hashes)")

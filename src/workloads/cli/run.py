@@ -32,6 +32,11 @@ def run_scenario(args: argparse.Namespace) -> Any:
     import workloads
 
     gate = [f"gate={args.gate}"] if args.gate else []
+    if args.trace:
+        if args.replay:
+            raise ScenarioError("--trace replays a trace, --replay a recorded run: give one")
+        return workloads.load_scenario(args.scenario or "trace-replay").with_overrides(
+            [*(args.set or []), *gate])
     if args.replay:
         if args.scenario or args.set:
             raise ScenarioError("--replay runs the recorded run's scenario: give no scenario "
@@ -43,7 +48,7 @@ def run_scenario(args: argparse.Namespace) -> Any:
         return load_recording(args.replay).result.scenario.with_overrides(gate)
     if not args.scenario:
         raise ScenarioError("give a scenario name or path (python -m workloads scenarios "
-                            "lists them), or --replay RUN_DIR")
+                            "lists them), --replay RUN_DIR or --trace FILE")
     return workloads.load_scenario(args.scenario).with_overrides([*(args.set or []), *gate])
 
 
@@ -53,6 +58,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     console = make_console()
     scenario = run_scenario(args)
+    trace = None
+    if args.trace:  # read and checked whole before --out exists: bad input is one line
+        trace = read_trace(args.trace, scenario)
+        from workloads.runner.trace import trace_scenario
+
+        scenario = trace_scenario(scenario, trace)
     sim = parse_assignments(args.sim or [], "--sim")
     from workloads.telemetry import TelemetryOptions
 
@@ -73,15 +84,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     elif args.model:
         console.print("--model is only used with --target; ignoring it")
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-{stamp}"
+    name = trace.path.stem if trace is not None else scenario.name
+    out = Path(args.out) if args.out else Path("runs") / f"{name}-{stamp}"
     from workloads.live import LiveProgress
     from workloads.runner.run import claim_out_dir
 
     claim_out_dir(out, overwrite=args.overwrite)  # before starting anything: one clear line
     workers = workers_count(args.workers, max(c.concurrency for c in scenario.cells()),
                             ray=args.ray is not None)
-    if args.replay and args.workers == "auto":
-        workers = 1  # replay re-sends from one process
+    if (args.replay or args.trace) and args.workers == "auto":
+        workers = 1  # replay and trace replay send from one process
 
     with LiveProgress(scenario, console, quiet=args.quiet) as live:
         on_record = live.on_record
@@ -110,6 +122,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                         replay=args.replay,
                         workers=workers,
                         ray=args.ray,
+                        trace=trace,
                     ),
                     grace_s=args.grace,
                     console=console,
@@ -127,6 +140,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     write_plots(result, out / "plots", console, wanted=not args.no_plots)
     write_html(result, out, console, with_plots=not args.no_plots)
     return run_exit_code(result, signum, args.max_error_rate, console)
+
+
+def read_trace(name: str, scenario: Any) -> Any:
+    """The Mooncake trace ``run --trace`` replays, read within the scenario's limits. An
+    agent (per-step) trace is refused with one line: the runner does not play it yet."""
+    from workloads.core.traces import trace_format
+    from workloads.runner.trace import find_trace
+    from workloads.runner.trace import read_trace as read
+
+    path = find_trace(name)
+    if trace_format(path, max_bytes=scenario.trace.max_bytes) == "agent":
+        raise ScenarioError(
+            f"--trace {path}: an agent (per-step) trace; run --trace replays Mooncake traces "
+            "only for now (workloads.core.traces.load_agent_trace reads this one)")
+    return read(path, scenario.trace)
 
 
 def check_run_flags(args: argparse.Namespace) -> None:

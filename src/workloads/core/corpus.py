@@ -269,6 +269,22 @@ class Corpus:
         header = f"{rng.choice(_FOLLOW_UPS)}\n\n[tool result: {kind}]\n"
         return TextStream(_chain([header], kinds[kind](rng)))
 
+    def block_stream(self, seed: int, block: int) -> TextStream:
+        """The text of a trace's prompt block (a Mooncake hash id): excerpts of files,
+        about 60 lines each, from an RNG seeded by the block's id, so a block is the same
+        text wherever it appears (requests that share a block id share its text)."""
+        rng = self.rng(seed, "block", block)
+
+        def excerpts() -> Iterator[str]:
+            while True:
+                f = self._pick(rng)
+                lines = f.text.splitlines()
+                start = rng.randrange(max(1, len(lines) - 60))
+                body = "\n".join(lines[start : start + 60])
+                yield f"\n=== {f.path} (line {start + 1}) ===\n{body}\n"
+
+        return TextStream(excerpts())
+
     def reply_text(self, rng: random.Random, n_tokens: int) -> str:
         """An agent-like reply of ``n_tokens`` (tiktoken): mostly a sentence and a tool call,
         sometimes a proposed patch. The simulated server answers with these."""

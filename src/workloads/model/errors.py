@@ -6,6 +6,7 @@ from :data:`ErrorKind`.
 
     WorkloadsError
     ├── ScenarioError          a scenario file or override is invalid (names file and field)
+    │   └── TraceError         a trace file is invalid (names file, line and field)
     ├── TargetError            the target cannot be used (unreachable, no such model)
     ├── ResultFormatError      a result file is unreadable or of an unknown format_version
     └── IncomparableError      two results cannot be compared without forcing
@@ -115,6 +116,11 @@ class WorkloadsError(Exception):
 
 class ScenarioError(WorkloadsError):
     """A scenario is invalid. The message names the file (if any) and the field."""
+
+
+class TraceError(ScenarioError):
+    """A trace file (``run --trace``) is invalid: the message names the file, the line and
+    the field. A ScenarioError, since the trace is what the run runs (exit 2 in the CLI)."""
 
 
 class TargetError(WorkloadsError):

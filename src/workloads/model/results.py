@@ -49,6 +49,7 @@ __all__ = [
     "RunHeader",
     "RunResult",
     "Sizing",
+    "TraceReplay",
     "load_result",
     "read_records_file",
 ]
@@ -155,6 +156,31 @@ class ClientHealth(Frozen):
     processes: int = 1
 
 
+class TraceReplay(Frozen):
+    """What a trace replay (``run --trace``) replayed, and how its prefix cache fared.
+
+    ``ideal_hit_rate``: what an unlimited prefix cache at the trace's 512-token block
+    granularity would serve (Σ over requests of the leading blocks seen in an earlier
+    request, × 512, capped at the request's length, / Σ input tokens;
+    :func:`workloads.core.traces.ideal_hit_rate`). ``observed_hit_rate``: Σ cached_tokens /
+    Σ prompt_tokens over the valid measured requests (None: not reported by the server, or
+    not known yet: a run rebuilt from records.jsonl)."""
+
+    file: str  # the trace's file name
+    sha256: str  # of the whole file
+    format: Literal["mooncake"] = "mooncake"
+    requests: int  # replayed per repetition
+    truncated: bool = False  # a limit (scenario.trace) stopped reading before the file's end
+    input_tokens: int  # Σ input_length of the replayed requests
+    output_tokens: int  # Σ output_length
+    duration_s: float  # the last request's timestamp, before time_scale
+    time_scale: float = 1.0  # arrivals were at timestamp × time_scale
+    block_tokens: int = 512
+    exact_blocks: bool = False  # blocks were cut with the target's tokenizer (else tiktoken)
+    ideal_hit_rate: float | None = None
+    observed_hit_rate: float | None = None
+
+
 class RunResult(Frozen):
     """Everything a run produced. Save with :meth:`save`, read back with :func:`load_result`.
 
@@ -192,6 +218,7 @@ class RunResult(Frozen):
     gate: GateResult | None = None
     invalid_reason: str | None = None
     likelihood: Likelihood | None = None  # the likelihood probe (None: not run)
+    trace: TraceReplay | None = None  # run --trace: the trace replayed (format 4, optional)
 
     def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
         """Write ``result.json`` into ``directory`` (and records.jsonl, with its header, if
@@ -240,6 +267,7 @@ class RunHeader(Frozen):
     target: TargetInfo
     corpus: dict[str, str]
     environment: dict[str, str] = Field(default_factory=dict)
+    trace: TraceReplay | None = None  # run --trace (its observed hit rate is not known yet)
 
 
 def header_line(header: RunHeader) -> str:
@@ -367,7 +395,9 @@ def _upgrade_4(data: dict[str, Any]) -> dict[str, Any]:
 #       sizing_during_window (quiet sizing; older files read as its default, "estimate").
 #   4 — 2026-12-01: realistic agents: scenario sizes may be distributions, the scenario's
 #       agent, tools and pacing.time_scale; TurnRecord step_kind, new_tokens,
-#       output_tokens, pause_s, parent_session, tool_calls, ttft_content_ns (all optional).
+#       output_tokens, pause_s, parent_session, tool_calls, ttft_content_ns (all optional);
+#       RunResult.trace and RunHeader.trace (run --trace: the trace replayed, its ideal and
+#       observed prefix-cache hit rates; optional).
 _LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4}
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "Subagents",
     "Timeouts",
     "TokenCount",
+    "TraceLimits",
     "apply_overrides",
     "high",
     "list_scenarios",
@@ -202,9 +203,10 @@ class Pacing(Frozen):
     think_time: Distribution = Distribution()
     tool_time: Distribution = Distribution()
     arrivals: Arrivals | None = None  # required with mode = "arrivals"
-    # Multiplies every think and tool time drawn (after max_s): 0.01 plays a session's human
-    # pauses 100 times faster. Compressed pauses change cache pressure (a prefix a real
-    # human's 5-minute pause would let the server evict stays warm); the report says so.
+    # Multiplies every think and tool time drawn (after max_s), and a trace's arrival times
+    # (run --trace): 0.01 plays a session's human pauses 100 times faster. Compressed pauses
+    # change cache pressure (a prefix a real human's 5-minute pause would let the server
+    # evict stays warm); the report says so.
     time_scale: float = Field(default=1.0, gt=0.0, le=1000.0)
 
     @model_validator(mode="after")
@@ -215,6 +217,17 @@ class Pacing(Frozen):
                 "together: set both or neither"
             )
         return self
+
+
+class TraceLimits(Frozen):
+    """How much of a trace ``run --trace`` replays: reading stops after ``max_requests``
+    requests or at the first later than ``max_duration_s`` seconds of trace time (before
+    ``time_scale``; None: no time bound); the result says when it was cut. A file over
+    ``max_bytes`` is refused before it is read."""
+
+    max_requests: int = Field(default=100_000, ge=1, le=10_000_000)
+    max_duration_s: float | None = Field(default=None, gt=0.0)
+    max_bytes: int = Field(default=1 << 30, ge=1)
 
 
 class Content(Frozen):
@@ -367,6 +380,7 @@ class Scenario(Frozen):
     # while measured streams are in flight; "exact" = the target's /tokenize anyway (exact
     # depths, but its calls load the server under test during the window).
     sizing_during_window: Literal["estimate", "exact"] = "estimate"
+    trace: TraceLimits = TraceLimits()  # run --trace only: how much of the trace to replay
     # A real agent's session (human requests, tool steps, compaction, sub-agents); None:
     # every turn adds turn_tokens, the fixed shape of the hand-made records.
     agent: Agent | None = None

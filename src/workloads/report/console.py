@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.console import Group
 from rich.text import Text
 
+from workloads.core.traces import observed_hit_rate
 from workloads.model.results import RunResult
 from workloads.model.scenario import Scenario, describe
 from workloads.model.summary import Percentiles, TurnSummary
@@ -272,11 +273,47 @@ def sweep_line(result: RunResult) -> str:
 
 
 
+def trace_lines(result: RunResult) -> list[str]:
+    """A trace replay: the trace, and its prefix-cache hit rate observed beside the ideal
+    one (an unlimited cache at the trace's block size). Each line fits 80 columns."""
+    t = result.trace
+    if t is None:
+        return []
+    observed = observed_hit_rate(result.records) if result.records else t.observed_hit_rate
+    cut = " (cut by scenario.trace limits)" if t.truncated else ""
+
+    def pct(value: float | None) -> str:
+        return "not reported" if value is None else f"{value:.1%}"
+
+    return [
+        f"trace {t.file} · sha256 {t.sha256[:12]} · {t.requests:,} requests{cut}",
+        f"  over {t.duration_s:,.1f} s × time_scale {t.time_scale:g} · "
+        f"{t.input_tokens:,} input, {t.output_tokens:,} output tokens",
+        f"prefix-cache hit rate: observed {pct(observed)} · ideal {pct(t.ideal_hit_rate)}",
+        f"  (ideal: an unlimited cache of {t.block_tokens}-token blocks, token-weighted)",
+    ]
+
+
+def _trace_coordinates(result: RunResult) -> str:
+    """Where a trace replay sits: its prompts as the server counted them."""
+    prompts = [t.prompt_tokens for t in result.summary.turns if t.prompt_tokens]
+    actual = "—"
+    if prompts:
+        actual = f"{min(p.low for p in prompts):,.0f}–{max(p.high for p in prompts):,.0f}"
+    runs = plural(result.summary.run.measured_repetitions, "measured repetition")
+    return (f"open loop, one turn per request · prompt tokens {actual} (server count) · "
+            f"{runs}")
+
+
 def sizing_line(result: RunResult) -> str | None:
     """How depths were sized, and what the tokenizer calls cost the target."""
     z = result.sizing
     if z is None:
         return None
+    if result.trace is not None:
+        how = f"the target's {z.tokenizer}" if z.exact else z.tokenizer
+        return (f"trace blocks cut to {result.trace.block_tokens} tokens by {how}: "
+                f"{z.calls:,} calls, {z.seconds:.1f} s, all before the window")
     if z.exact:
         estimated = _estimate_sized(result)
         if estimated:
@@ -505,7 +542,10 @@ def blocks(result: RunResult) -> list[Block]:
         if (server := sweep_server_table(result)) is not None:
             parts.append(server)
     else:
-        parts += [Line(coordinates_line(result)), turn_table(result), cache_table(result)]
+        if result.trace is not None:
+            parts += [Line(text) for text in trace_lines(result)]
+        coordinates = _trace_coordinates if result.trace is not None else coordinates_line
+        parts += [Line(coordinates(result)), turn_table(result), cache_table(result)]
         if (latency := latency_table(result)) is not None:
             parts.append(latency)
         if (oracle := what_if_table(result)) is not None:

@@ -39,8 +39,9 @@ def _message(record: TurnRecord, output_tokens: int) -> str:
     if record.error_message:
         return record.error_message
     if record.status == "ok":
+        asked = record.output_tokens or output_tokens  # a trace's request has its own
         return (f"finish_reason {record.finish_reason!r}, {record.completion_tokens} of "
-                f"{output_tokens} tokens")
+                f"{asked} tokens")
     return record.status
 
 

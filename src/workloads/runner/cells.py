@@ -32,6 +32,7 @@ from workloads.model.results import (
     RunHeader,
     RunResult,
     TargetInfo,
+    TraceReplay,
     environment,
     header_line,
     meta_line,
@@ -75,6 +76,7 @@ class Run:
         replay: Recording | None = None,
         likelihood: Likelihood | None = None,
         players: Callable[[Run], Players] | None = None,  # default: this process plays all
+        trace: TraceReplay | None = None,  # run --trace: what the players replay
     ) -> None:
         self.client = client
         self.transcripts = transcripts
@@ -99,11 +101,12 @@ class Run:
             label=label,
             note=note,
             likelihood=likelihood,
+            trace=trace,
         )
         self.monitor = ClientMonitor()  # the client watches itself: loop lag, CPU share
         self.players: Players = LocalPlayers(
             sizings=self.measured.sizings, corpus=self.measured.corpus, entropy=self.entropy,
-            client=client, model=model, on_record=self.record, on_exchange=self._exchange,
+            client=client, model=model, on_record=self.record, on_exchange=self.exchange,
             stop=self.stop, grace_s=grace_s, replay=replay, monitor=self.monitor,
         ) if players is None else players(self)
 
@@ -117,8 +120,9 @@ class Run:
         if self.callback is not None:
             self.callback(record)
 
-    def _exchange(self, record: TurnRecord, messages: list[dict[str, str]],
+    def exchange(self, record: TurnRecord, messages: list[dict[str, str]],
                   reply: str | None) -> None:
+        """Keep a turn's messages and completion in the transcripts (when kept)."""
         if self.transcripts is not None:
             self.transcripts.write(
                 cell=record.cell, repetition=record.repetition, warmup=record.warmup,
@@ -166,7 +170,7 @@ class Run:
         m = self.measured
         return RunHeader(
             label=m.label, note=m.note, scenario=m.scenario, target=m.target,
-            corpus=corpus_info(m.corpus), environment=m.environment,
+            corpus=corpus_info(m.corpus), environment=m.environment, trace=m.trace,
         )
 
     async def _cell(self, cell: Cell) -> None:

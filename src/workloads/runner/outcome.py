@@ -15,6 +15,7 @@ from workloads.core import aggregate
 from workloads.core.concurrency import concurrency
 from workloads.core.corpus import Corpus
 from workloads.core.tokens import TargetTokenizer
+from workloads.core.traces import observed_hit_rate
 from workloads.core.whatif import OracleRequest, what_if
 from workloads.model.figures import EnergyFigures, ServerTelemetry
 from workloads.model.gate import GateOutput, GateResult
@@ -27,6 +28,7 @@ from workloads.model.results import (
     RunResult,
     Sizing,
     TargetInfo,
+    TraceReplay,
     Window,
     cell_coordinates,
     environment,
@@ -68,6 +70,7 @@ class Measured:
     # Tokenizer use in worker processes (--workers): calls and seconds, beyond ``tokenizer``'s
     tokenizer_calls: int = 0
     tokenizer_seconds: float = 0.0
+    trace: TraceReplay | None = None  # run --trace: the trace replayed
 
     def kv_capacity(self) -> tuple[int | None, int]:
         """The server's KV capacity in tokens (None: unknown) and its block size: as the user
@@ -176,7 +179,8 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
     )
     warnings = [*_warnings(result.summary, complete), *m.telemetry_warnings]
     warnings += health_warnings(m.client)
-    warnings += sizing_warnings(m.records, result.sizing or _sizing(m), s)
+    if m.trace is None:  # a trace's prompts are its blocks, not sized depths
+        warnings += sizing_warnings(m.records, result.sizing or _sizing(m), s)
     gate, invalid = _gate(m)
     warnings += _degenerate_warning(m.records)
     hosts = {r.host for r in m.records if r.host is not None}
@@ -186,8 +190,17 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
             "stamping with its own clock: wall throughput, requests/s and concurrency over "
             "time need one clock and are not reported; per-turn rates, TTFT and every "
             "duration are")
+    trace = m.trace
+    if trace is not None:
+        trace = trace.model_copy(update={"observed_hit_rate": observed_hit_rate(m.records)})
+        if trace.truncated:
+            warnings.append(
+                f"the trace was cut at {trace.requests:,} requests by scenario.trace limits "
+                "(max_requests, max_duration_s): only they were replayed, and the ideal hit "
+                "rate is theirs")
     return result.model_copy(update={"warnings": warnings, "gate": gate,
-                                     "invalid_reason": invalid, "likelihood": m.likelihood})
+                                     "invalid_reason": invalid, "likelihood": m.likelihood,
+                                     "trace": trace})
 
 
 def _gate(m: Measured) -> tuple[GateResult | None, str | None]:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import Callable, Iterator
-from typing import Protocol
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, Protocol
 
 from workloads.core.corpus import Corpus
 from workloads.model.records import TurnRecord
@@ -151,10 +151,7 @@ class LocalPlayers:
 
     async def _play(self, repetition: Repetition, sessions: list[Session],
                     scenario: Scenario, extra: dict[str, Barrier]) -> bool:
-        playing = asyncio.ensure_future(
-            play(sessions, repetition, scenario, self.corpus, stop=self.stop,
-                 start=self.start(repetition), **extra)
-        )
+        playing = asyncio.ensure_future(self._sends(repetition, sessions, scenario, extra))
         try:
             stopping = asyncio.ensure_future(self.stop.wait())
             try:
@@ -180,6 +177,12 @@ class LocalPlayers:
             self.traced.setdefault(repetition.cell.index, []).extend(
                 s for session in sessions for s in session.family())
         return finished
+
+    def _sends(self, repetition: Repetition, sessions: list[Session], scenario: Scenario,
+               extra: dict[str, Barrier]) -> Coroutine[Any, Any, bool]:
+        """What plays the repetition (the scenario's pacing; a trace replay overrides it)."""
+        return play(sessions, repetition, scenario, self.corpus, stop=self.stop,
+                    start=self.start(repetition), **extra)
 
     def observations(self) -> list[Observation]:
         """What the repetition just played taught about estimate sizing."""

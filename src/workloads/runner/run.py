@@ -23,13 +23,16 @@ from typing import Any
 
 from workloads.core import tokens
 from workloads.core.tokens import EstimateTokenizer, TargetTokenizer
+from workloads.core.traces import MooncakeTrace
 from workloads.model.records import RecordWriter, TurnRecord
 from workloads.model.results import RECORDS_FILE, RESULT_FILE, RunResult, ServerIdentity, TargetInfo
 from workloads.model.scenario import Scenario, load_scenario
 from workloads.model.target import Target
 from workloads.model.transcripts import TRANSCRIPTS_FILE, TranscriptWriter
 from workloads.runner.cells import Run
+from workloads.runner.players import Players
 from workloads.runner.replay import load_recording
+from workloads.runner.trace import TracePlayers, read_trace, trace_info, trace_scenario
 from workloads.runner.workers import WorkerPlayers, WorkerPool
 from workloads.telemetry import TelemetryOptions, WindowTelemetry, energy_for_target
 from workloads.wire.client import AiohttpChatClient, ChatClient
@@ -67,6 +70,7 @@ async def run_async(
     replay: str | Path | None = None,  # a run directory whose exact messages to re-send
     workers: int = 1,  # processes that send the requests: 1 = this one (see auto_workers)
     ray: str | None = None,  # a Ray cluster's address: the workers are Ray actors there
+    trace: str | Path | MooncakeTrace | None = None,  # a Mooncake trace to replay
 ) -> RunResult:
     """Run ``scenario`` against ``target`` (the embedded simulated server when None).
 
@@ -86,6 +90,10 @@ async def run_async(
     host, each with its own event loop and client; this process keeps the records, windows
     and result (:mod:`workloads.runner.workers`). ``ray`` runs the workers as Ray actors on
     the cluster at that address (``workers`` of them; the ``ray`` extra).
+    ``trace`` (a Mooncake trace file, or one read by :func:`workloads.core.traces.load_mooncake`)
+    replays its requests open loop at their timestamps × ``pacing.time_scale``
+    (:mod:`workloads.runner.trace`); ``scenario`` gives the rest (repetitions, content,
+    sampling, timeouts, ``trace`` limits), and its users, turns and sizes are the trace's.
 
     ``stop``: once set (the CLI sets it on SIGINT/SIGTERM; the library installs no signal
     handler), no new turn starts, turns in flight get ``stop_grace_s`` seconds to finish and
@@ -103,6 +111,13 @@ async def run_async(
                          "runs in one process (workers=1)")
     if sharded and replay is not None:
         raise ValueError("--replay runs in one process: drop --workers/--ray")
+    if trace is not None and (sharded or replay is not None):
+        raise ValueError("--trace runs in one process and is not a --replay: drop "
+                         "--workers/--ray/--replay")
+    if trace is not None and not isinstance(trace, MooncakeTrace):
+        trace = read_trace(trace, scenario.trace)  # bad input: one line, before --out exists
+    if trace is not None:
+        scenario = trace_scenario(scenario, trace)
     recording = None
     if replay is not None:
         recording = load_recording(replay)
@@ -158,7 +173,11 @@ async def run_async(
             )
         window_telemetry = await stack.enter_async_context(_window_telemetry(chosen, telemetry,
                                                                             simulated))
-        players = None
+        players: Callable[[Run], Players] | None = None
+        replayed = None
+        if trace is not None:
+            replayed = trace_info(trace, scenario, exact=tokenizer.exact)
+            players = functools.partial(_trace_players, trace, tokenizer)
         if sharded:
             pool = await stack.enter_async_context(await _worker_pool(workers, ray))
             players = functools.partial(
@@ -196,6 +215,7 @@ async def run_async(
             replay=recording,
             likelihood=likelihood,
             players=players,
+            trace=replayed,
         ).execute()
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -220,6 +240,15 @@ async def _worker_pool(workers: int, ray: str | None) -> WorkerPool:
 def _worker_players(pool: WorkerPool, run: Run, *, target: Target,
                     transcripts: bool) -> WorkerPlayers:
     return WorkerPlayers(pool, run, target=target, transcripts=transcripts)
+
+
+def _trace_players(trace: MooncakeTrace, tokenizer: TargetTokenizer, run: Run) -> TracePlayers:
+    return TracePlayers(
+        trace=trace, tokenizer=tokenizer, sizings=run.measured.sizings,
+        corpus=run.measured.corpus, entropy=run.entropy, client=run.client, model=run.model,
+        on_record=run.record, on_exchange=run.exchange, stop=run.stop, grace_s=run.grace_s,
+        monitor=run.monitor,
+    )
 
 
 def claim_out_dir(out: Path, *, overwrite: bool = False) -> None:
