@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import signal
 import time
 from pathlib import Path
@@ -60,10 +61,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     scenario = run_scenario(args)
     trace = None
     if args.trace:  # read and checked whole before --out exists: bad input is one line
-        trace = read_trace(args.trace, scenario)
-        from workloads.runner.trace import trace_scenario
+        trace, scenario = read_trace(args.trace, scenario, named=bool(args.scenario))
+        if trace is not None:
+            from workloads.runner.trace import trace_scenario
 
-        scenario = trace_scenario(scenario, trace)
+            scenario = trace_scenario(scenario, trace)
     sim = parse_assignments(args.sim or [], "--sim")
     from workloads.telemetry import TelemetryOptions
 
@@ -142,19 +144,43 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_exit_code(result, signum, args.max_error_rate, console)
 
 
-def read_trace(name: str, scenario: Any) -> Any:
-    """The Mooncake trace ``run --trace`` replays, read within the scenario's limits. An
-    agent (per-step) trace is refused with one line: the runner does not play it yet."""
-    from workloads.core.traces import trace_format
+def read_trace(name: str, scenario: Any, *, named: bool) -> tuple[Any, Any]:
+    """The trace ``run --trace`` replays, read within the scenario's limits, and the scenario
+    to run. A Mooncake trace: (the trace, the scenario). An agent (per-step) trace: (None,
+    the scenario with ``agent.trace`` set, one session per trace session, its steps the
+    trace's), the scenario being ``coding-agents`` unless one was named."""
+    import workloads
+    from workloads.core.traces import load_agent_trace, trace_format
     from workloads.runner.trace import find_trace
     from workloads.runner.trace import read_trace as read
 
     path = find_trace(name)
-    if trace_format(path, max_bytes=scenario.trace.max_bytes) == "agent":
-        raise ScenarioError(
-            f"--trace {path}: an agent (per-step) trace; run --trace replays Mooncake traces "
-            "only for now (workloads.core.traces.load_agent_trace reads this one)")
-    return read(path, scenario.trace)
+    if trace_format(path, max_bytes=scenario.trace.max_bytes) != "agent":
+        return read(path, scenario.trace), scenario
+    base = scenario if named else workloads.load_scenario("coding-agents").with_overrides(
+        list(_trace_overrides(scenario)))
+    if base.agent is None:
+        raise ScenarioError(f"--trace {path}: an agent trace plays on a scenario with an "
+                            "[agent] section (coding-agents, the default, has one)")
+    from workloads.model.scenario import nominal
+
+    plans = load_agent_trace(path, nominal(base.opening_tokens),
+                             max_bytes=scenario.trace.max_bytes)
+    if not plans:
+        raise ScenarioError(f"--trace {path}: no steps")
+    return None, base.with_overrides([
+        f"users={len(plans)}", f"turns={max(len(p) for p in plans.values())}",
+        f"agent.trace={json.dumps(str(path.resolve()))}",
+    ])
+
+
+def _trace_overrides(scenario: Any) -> list[str]:
+    """What --set changed of the trace-replay scenario that also applies to coding-agents:
+    repetitions, pacing.time_scale, sampling (the rest of trace-replay is Mooncake's)."""
+    out = [f"repetitions.warmup={scenario.repetitions.warmup}",
+           f"repetitions.measured={scenario.repetitions.measured}",
+           f"pacing.time_scale={scenario.pacing.time_scale}"]
+    return out
 
 
 def check_run_flags(args: argparse.Namespace) -> None:

@@ -6,6 +6,7 @@ spawns. Pure: a plan is drawn from the scenario's distributions with seeded gene
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,7 @@ from workloads.model.records import StepKind
 from workloads.model.scenario import Scenario
 
 __all__ = ["CODING_TOOLS", "MAX_CHILDREN", "Step", "child_session", "draw_plan",
-           "plan_steps", "tool_schemas"]
+           "plan_steps", "scaled", "tool_schemas"]
 
 # A session spawns at most this many sub-agents in all (their session numbers are
 # ``child_session``'s, unique in the repetition).
@@ -49,6 +50,17 @@ class Step:
     pause_s: float = 0.0
     prior_tokens: int = 0
     children: tuple[tuple[Step, ...], ...] = ()
+
+
+def scaled(plan: tuple[Step, ...], scale: float) -> tuple[Step, ...]:
+    """``plan`` with every pause (its sub-agents' too) multiplied by ``scale``. Pure."""
+    if scale == 1.0:
+        return plan
+    return tuple(
+        dataclasses.replace(step, pause_s=step.pause_s * scale,
+                            children=tuple(scaled(c, scale) for c in step.children))
+        for step in plan
+    )
 
 
 def child_session(users: int, parent: int, index: int) -> int:

@@ -308,6 +308,10 @@ class Agent(Frozen):
     request_tokens: TokenCount = 150
     compaction: Compaction | None = None
     subagents: Subagents | None = None
+    # A per-step agent trace (JSONL; docs/architecture.md, "Trace replay") whose sessions'
+    # steps are played instead of drawn ones: session i of the run plays the trace's i-th
+    # session (by id), its pauses times pacing.time_scale. ``run --trace FILE`` sets it.
+    trace: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,14 +9,17 @@ window between the two, so no ``/tokenize`` call of the first measured repetitio
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from workloads.core import tokens
+from workloads.core.agent import Step, scaled
 from workloads.core.clock import sleep_until_or
 from workloads.core.conversation import Conversation, make_nonces, probe_nonce
 from workloads.core.corpus import Corpus
+from workloads.core.traces import load_agent_trace
 from workloads.model.records import TurnRecord
 from workloads.model.results import RepetitionNonces
 from workloads.model.scenario import Cell, Scenario, nominal
@@ -26,7 +29,7 @@ from workloads.runner.session import Exchange, Session
 from workloads.runner.sizing import CellSizing
 from workloads.wire.client import ChatClient
 
-__all__ = ["Barrier", "Repetition", "open_sessions", "play"]
+__all__ = ["Barrier", "Repetition", "open_sessions", "play", "traced_plans"]
 
 # Lock-step's barrier: called with the turn once this process's sessions have it sized; returns
 # the barrier's time (perf_counter), or None when the run stopped first. Across worker
@@ -91,11 +94,13 @@ async def open_sessions(
     neighbour = (mine[-1] + 1) % s.users if mine and s.nonce == "run" and s.users > 1 else None
     if neighbour in mine:
         neighbour = None
+    plans = traced_plans(s)
     opened = {
         i: Session(
             client=client, scenario=s, model=model, conversation=conversations[i],
             sizing=sizing, repetition=repetition.index, warmup=repetition.warmup,
             on_record=on_record, cell=cell, on_exchange=on_exchange,
+            plan=plans[i] if plans is not None and i < len(plans) else None,
         )
         for i in [*mine, *([neighbour] if neighbour is not None else [])]
     }
@@ -108,6 +113,20 @@ async def open_sessions(
         for session in sessions:
             tg.create_task(session.prepare(1))
     return sessions, record
+
+
+def traced_plans(scenario: Scenario) -> list[tuple[Step, ...]] | None:
+    """The plans of an agent trace's sessions in session-id order, pauses times
+    ``time_scale`` (``agent.trace``); None without one (plans are drawn)."""
+    if scenario.agent is None or scenario.agent.trace is None:
+        return None
+    plans = _agent_trace(scenario.agent.trace, nominal(scenario.opening_tokens))
+    return [scaled(plans[sid], scenario.pacing.time_scale) for sid in sorted(plans)]
+
+
+@functools.lru_cache(maxsize=4)
+def _agent_trace(path: str, opening: int) -> dict[int, tuple[Step, ...]]:
+    return load_agent_trace(path, opening)  # checked by the CLI before the run started
 
 
 async def play(
