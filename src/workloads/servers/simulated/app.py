@@ -7,8 +7,10 @@ Endpoints: ``POST /v1/chat/completions`` (streaming and not), ``GET /v1/models``
 
 Requests honour ``max_tokens``/``max_completion_tokens``, ``min_tokens`` and ``ignore_eos``
 exactly; usage always carries ``prompt_tokens_details.cached_tokens`` (as vLLM with
-``--enable-prompt-tokens-details``). Faults from the profile (see ``profiles.Faults``) are
-injected here.
+``--enable-prompt-tokens-details``). A request that offers ``tools`` gets replies that call
+them, streamed as vLLM's hermes parser does, with finish_reason "tool_calls"; a profile with
+``reasoning_tokens`` streams that many first tokens as ``reasoning_content`` (tools.py).
+Faults from the profile (see ``profiles.Faults``) are injected here.
 
 Size: past 400 lines: one handler per endpoint of the surface above, and the streaming
 response writer; they change together when the server shape we imitate changes.
