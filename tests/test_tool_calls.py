@@ -10,6 +10,8 @@ import urllib.request
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from workloads.core import tokens
 from workloads.core.chat_stream import ChatStream
@@ -311,3 +313,23 @@ def test_a_whole_response_carries_the_calls(simulated_server):
     assert calls and {c["function"]["name"] for c in calls} == {"bash"}
     assert reply["usage"]["completion_tokens"] == 120
     assert len(tokenizer.encode(tokens.assistant_text(choice["message"]))) == 120
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    pieces=st.lists(st.tuples(st.integers(0, 2), st.text(max_size=6)), max_size=12),
+    cuts=st.lists(st.integers(0, 10**5), max_size=8),
+)
+def test_argument_pieces_join_by_index_whatever_their_order_and_cuts(pieces, cuts):
+    deltas = [header(i, f"call_{i}", f"tool{i}") for i in range(3)]
+    deltas += [args(index, piece) for index, piece in pieces]
+    wire = sse(*deltas)
+    points = sorted({c % (len(wire) + 1) for c in cuts})
+    reads = [wire[a:b] for a, b in zip([0, *points], [*points, len(wire)], strict=True)]
+    stream = ChatStream()
+    assert any(stream.feed(read, now) for now, read in enumerate(reads, 1))
+    assert stream.tool_calls == [
+        {"id": f"call_{i}", "type": "function", "function": {
+            "name": f"tool{i}", "arguments": "".join(p for j, p in pieces if j == i)}}
+        for i in range(3)
+    ]
