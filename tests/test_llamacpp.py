@@ -84,3 +84,42 @@ def test_five_concurrent_sessions_share_the_slots(tmp_path):
     check_against_llamacpp_timings(result)
     for turn in result.summary.turns[1:]:
         assert turn.cache_effectiveness is not None and turn.cache_effectiveness > 0.9
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "read_file", "description": "Read a file of the repository.",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                   "required": ["path"]}}}]
+
+
+async def test_tools_and_a_tool_call_history_stream_through_llama_server():
+    """A coding agent's request shape (``tools``, ``tool_choice``, an assistant message with
+    ``tool_calls`` answered by a ``tool`` message) is served, and whatever the model streams
+    back (content or tool-call pieces) is read without a failure."""
+    from workloads.wire.client import HttpChatClient
+
+    history = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "What does parser.py do?"},
+        {"role": "assistant", "content": "Let me read it.", "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "read_file", "arguments": '{"path": "parser.py"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "def parse(text): ..."},
+        {"role": "user", "content": "Summarise it in one line."},
+    ]
+    with LlamaCppServer(parallel=1, context_per_slot=4096, jinja=True) as server:
+        async with HttpChatClient(server.base_url, connections=1) as client:
+            response = await client.stream_chat({
+                "model": "gemma-3-270m", "messages": history, "tools": TOOLS,
+                "tool_choice": "auto", "max_tokens": 24, "stream": True,
+                "stream_options": {"include_usage": True},
+            })
+    assert response.ok, (response.http_status, response.error_message)
+    assert response.http_status == 200 and response.saw_done
+    assert response.usage is not None and (response.usage.prompt_tokens or 0) > 0
+    assert response.usage.completion_tokens is not None
+    assert 0 < response.usage.completion_tokens <= 24
+    for call in response.tool_calls or []:
+        assert isinstance(call["function"]["name"], str)
+        assert isinstance(call["function"]["arguments"], str)
+    assert response.finish_reason in ("stop", "length", "tool_calls")

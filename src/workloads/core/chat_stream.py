@@ -1,5 +1,9 @@
 """One chat completion stream folded into what a turn needs: raw bytes in, stamps, text,
-finish_reason, usage out. Pure: the caller passes the arrival time of every read.
+tool calls, finish_reason, usage out. Pure: the caller passes the arrival time of every read.
+
+Tool calls arrive as ``delta.tool_calls`` pieces (OpenAI's and vLLM's shape): the first piece
+of a call has its ``index``, ``id`` and ``function.name``, later pieces of the same ``index``
+carry more of ``function.arguments``, which are joined in order.
 
 This is the client's hot path, run once per read of the socket, so it keeps no per-event
 objects beyond what :class:`~workloads.core.sse.SSEDecoder` returns and parses each event once.
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
+from json import dumps
 from typing import Any
 
 try:  # orjson parses a chunk ~4x faster than json (benchmarks in the commit); same results
@@ -147,13 +152,16 @@ class ChatStream:
     """
 
     __slots__ = (
+        "_calls",
         "_decoder",
         "_parts",
+        "_reasoning",
         "content_events",
         "content_ns",
         "done_ns",
         "finish_reason",
         "first_content_ns",
+        "first_text_ns",
         "last_content_ns",
         "model",
         "request_id",
@@ -166,7 +174,12 @@ class ChatStream:
     def __init__(self) -> None:
         self._decoder = SSEDecoder()
         self._parts: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls: dict[int, _CallParts] = {}
+        # The first chunk with generated content of any kind (content, reasoning or a tool
+        # call: what TTFT is measured to), and the first with content text.
         self.first_content_ns: int | None = None
+        self.first_text_ns: int | None = None
         self.last_content_ns: int | None = None
         # Every content chunk's arrival (one stamp per read: chunks read together share it),
         # for the inter-token latency distribution; 8 bytes a chunk.
@@ -186,6 +199,20 @@ class ChatStream:
         """The generated content so far, in order."""
         return "".join(self._parts)
 
+    @property
+    def reasoning_text(self) -> str:
+        """The reasoning (``delta.reasoning_content`` or ``delta.reasoning``) so far."""
+        return "".join(self._reasoning)
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]] | None:
+        """The tool calls assembled so far, in ``index`` order, as an assistant message
+        carries them (``{"id", "type": "function", "function": {"name", "arguments"}}``);
+        None when no tool-call delta came."""
+        if not self._calls:
+            return None
+        return [self._calls[index].call() for index in sorted(self._calls)]
+
     def feed(self, raw: bytes, now: int) -> bool:
         """Fold the bytes of one read, which arrived at ``now``; True when the stream is
         over (``[DONE]``)."""
@@ -201,14 +228,18 @@ class ChatStream:
             try:
                 obj = loads(data)
                 choice = obj["choices"][0]  # indexing succeeds only on a dict and a list
-                content = choice["delta"]["content"]  # ... and on dicts here
+                delta = choice["delta"]
+                content = delta["content"]  # ... and on dicts here
             except (ValueError, RecursionError, LookupError, TypeError):
                 content = None
             if type(content) is str and content and self.request_id is not None \
                     and "error" not in obj and obj.get("usage") is None \
-                    and obj.get("timings") is None:
-                if self.first_content_ns is None:
-                    self.first_content_ns = now
+                    and obj.get("timings") is None \
+                    and (len(delta) == 1 or delta.get("tool_calls") is None):
+                if self.first_text_ns is None:
+                    self.first_text_ns = now
+                    if self.first_content_ns is None:
+                        self.first_content_ns = now
                 self.last_content_ns = now
                 add_stamp(now)
                 self.content_events += 1
@@ -241,16 +272,23 @@ class ChatStream:
                 content = delta.get("content")
                 if type(content) is not str:  # content parts, or absent
                     content = _text(content)
-                if content or delta.get("tool_calls") or _text(
-                    delta.get("reasoning_content")
-                ) or _text(delta.get("reasoning")):
+                calls = delta.get("tool_calls")
+                reasoning = _text(delta.get("reasoning_content")) or _text(
+                    delta.get("reasoning"))
+                if content or calls or reasoning:
                     if self.first_content_ns is None:
                         self.first_content_ns = now
                     self.last_content_ns = now
                     self.content_ns.append(now)
                     self.content_events += 1
                     if content:
+                        if self.first_text_ns is None:
+                            self.first_text_ns = now
                         self._parts.append(content)
+                    if reasoning:
+                        self._reasoning.append(reasoning)
+                    if calls and type(calls) is list:
+                        self._merge(calls)
             reason = choice.get("finish_reason")
             if reason is not None and type(reason) is str:
                 self.finish_reason = reason
@@ -263,3 +301,48 @@ class ChatStream:
         if (timings := obj.get("timings")) is not None and type(timings) is dict:
             self.timings = timings
         return False
+
+    def _merge(self, pieces: list[Any]) -> None:
+        """Fold ``delta.tool_calls`` pieces into the calls, by ``index`` (a piece without
+        one continues the last call, or starts a new one when it brings an ``id``)."""
+        for piece in pieces:
+            if type(piece) is not dict:
+                continue
+            index = piece.get("index")
+            if type(index) is not int:
+                last = max(self._calls, default=-1)
+                index = last if last >= 0 and not piece.get("id") else last + 1
+            parts = self._calls.get(index)
+            if parts is None:
+                parts = self._calls[index] = _CallParts()
+            if parts.id is None:
+                parts.id = _str(piece.get("id"))
+            if (kind := _str(piece.get("type"))) is not None:
+                parts.type = kind
+            function = piece.get("function")
+            if type(function) is dict:
+                if parts.name is None:  # sent once, with the call's first piece
+                    parts.name = _str(function.get("name"))
+                arguments = function.get("arguments")
+                if type(arguments) is str and arguments:
+                    parts.arguments.append(arguments)
+                elif type(arguments) is dict:  # an object instead of its JSON text
+                    parts.arguments.append(dumps(arguments))
+
+
+class _CallParts:
+    """One tool call as its pieces arrive."""
+
+    __slots__ = ("arguments", "id", "name", "type")
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.type = "function"
+        self.name: str | None = None
+        self.arguments: list[str] = []
+
+    def call(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "type": self.type,
+            "function": {"name": self.name or "", "arguments": "".join(self.arguments)},
+        }

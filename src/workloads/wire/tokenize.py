@@ -5,6 +5,9 @@
 * llama.cpp: ``POST /apply-template`` renders the chat to a string and ``POST /tokenize``
   ``{"content", "add_special": true}`` encodes it the way its chat endpoint does.
 
+Both send the request's ``tools`` (the tokenizer's ``tools`` attribute) with every render, so
+the schemas the template adds are counted.
+
 Its calls are HTTP requests to the server under test: the session makes them before a turn is
 sent, never between send and first byte, and the run counts them (``calls``, ``seconds``) so
 the result can say what they cost.
@@ -42,6 +45,9 @@ class _HttpTokenizer:
         self.model = model
         self.calls = 0
         self.seconds = 0.0
+        # The request's tool schemas: chat templates render them (into the system prompt), so
+        # a count without them is short by their size. Set by the caller, sent with renders.
+        self.tools: list[dict[str, Any]] | None = None
         self._headers = headers or {}
         self._limit = asyncio.Semaphore(concurrency)
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -102,6 +108,8 @@ class VllmTokenizer(_HttpTokenizer):
         }
         if self._template_kwargs:
             body["chat_template_kwargs"] = self._template_kwargs
+        if self.tools:
+            body["tools"] = self.tools
         return self._ids(await self._post("/tokenize", body), "/tokenize")
 
     async def encode(self, text: str) -> list[int]:
@@ -122,7 +130,10 @@ class LlamaCppTokenizer(_HttpTokenizer):
     exact = True
 
     async def _template(self, messages: Sequence[Message]) -> str:
-        data = await self._post("/apply-template", {"messages": list(messages)})
+        body: dict[str, Any] = {"messages": list(messages)}
+        if self.tools:  # llama.cpp renders tools only with --jinja (else HTTP 400)
+            body["tools"] = self.tools
+        data = await self._post("/apply-template", body)
         prompt = data.get("prompt")
         if not isinstance(prompt, str):
             raise TokenizeError("/apply-template: answer has no 'prompt' string")

@@ -7,8 +7,10 @@ Endpoints: ``POST /v1/chat/completions`` (streaming and not), ``GET /v1/models``
 
 Requests honour ``max_tokens``/``max_completion_tokens``, ``min_tokens`` and ``ignore_eos``
 exactly; usage always carries ``prompt_tokens_details.cached_tokens`` (as vLLM with
-``--enable-prompt-tokens-details``). Faults from the profile (see ``profiles.Faults``) are
-injected here.
+``--enable-prompt-tokens-details``). A request that offers ``tools`` gets replies that call
+them, streamed as vLLM's hermes parser does, with finish_reason "tool_calls"; a profile with
+``reasoning_tokens`` streams that many first tokens as ``reasoning_content`` (tools.py).
+Faults from the profile (see ``profiles.Faults``) are injected here.
 
 Size: past 400 lines: one handler per endpoint of the surface above, and the streaming
 response writer; they change together when the server shape we imitate changes.
@@ -23,6 +25,7 @@ import json
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -35,6 +38,13 @@ from workloads.servers.simulated.engine import Engine, RequestTruth, Sequence
 from workloads.servers.simulated.metrics import render_metrics
 from workloads.servers.simulated.profiles import Profile
 from workloads.servers.simulated.replies import plan_reply, reply_seed
+from workloads.servers.simulated.tools import (
+    ReplyStream,
+    ToolReply,
+    plan_reasoning,
+    plan_tool_reply,
+    reasoning_tokens,
+)
 
 ENGINE_KEY = web.AppKey("engine", Engine)
 
@@ -57,15 +67,31 @@ def _int_field(body: dict[str, Any], name: str) -> int | None:
     return value
 
 
+def _tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    tools = body.get("tools")
+    return tools if isinstance(tools, list) and tools else None
+
+
 def _tokenize(body: dict[str, Any]) -> list[int]:
-    """The ids of a /tokenize body: ``messages`` rendered with the chat template, or ``prompt``."""
+    """The ids of a /tokenize body: ``messages`` rendered with the chat template (and its
+    ``tools``), or ``prompt``."""
     if isinstance(body.get("messages"), list):
         return tokenizer.render(
             body["messages"],
+            tools=_tools(body),
             add_generation_prompt=body.get("add_generation_prompt", True),
             continue_final_message=body.get("continue_final_message", False),
         )
     return tokenizer.encode(body["prompt"])
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """How a planned reply splits: its first ``reasoning`` tokens are reasoning; the rest is
+    content, or content and the ``tools`` reply's calls."""
+
+    reasoning: int = 0
+    tools: ToolReply | None = None
 
 
 class _Handlers:
@@ -136,9 +162,9 @@ class _Handlers:
 
     def _prepare(
         self, body: dict[str, Any], arrival: int
-    ) -> web.Response | tuple[list[int], list[int], int, RequestTruth, int]:
+    ) -> web.Response | tuple[list[int], list[int], int, RequestTruth, int, _Shape]:
         """Tokenize, check limits, draw the fault, plan the reply (on the worker thread)."""
-        prompt = tokenizer.render(body["messages"])
+        prompt = tokenizer.render(body["messages"], tools=_tools(body))
         limits = self._limits(body, prompt)
         if isinstance(limits, str):
             return _error(400, limits)
@@ -166,14 +192,35 @@ class _Handlers:
             length = min(length, max(1, self.profile.faults.after_tokens))
             if length == max_tokens:  # cannot stop early at 1 token of 1; no fault after all
                 truth.fault = None
-        if solved is None or fault == "early_stop":
-            plan = plan_reply(self.corpus, seed, length) if solved is None else plan[:length]
+        shape = _Shape()
+        if solved is not None and fault == "early_stop":
+            plan = plan[:length]
+        elif solved is None:
+            shape = self._shape(body, seed, length, truth, tools=fault is None)
+            visible = length - shape.reasoning
+            plan = plan_reasoning(self.corpus, seed, shape.reasoning) + (
+                tokenizer.encode(shape.tools.text) if shape.tools is not None
+                else plan_reply(self.corpus, seed, visible)
+            )
         if fault == "corrupt":
             # A loop of the first three tokens, to max_tokens: stable under re-encoding so the
             # next turn's prompt still caches as the engine computed it.
             plan = tokenizer.stable_completion(tokenizer.decode(plan[:3] or [0]) * max_tokens,
                                                max_tokens)
-        return prompt, plan, max_tokens, truth, seed
+            shape = _Shape()
+        return prompt, plan, max_tokens, truth, seed, shape
+
+    def _shape(
+        self, body: dict[str, Any], seed: int, length: int, truth: RequestTruth, *, tools: bool
+    ) -> _Shape:
+        """How a reply of ``length`` tokens splits into reasoning, content and tool calls.
+        No tool calls in a reply that draws a fault: a cut or rewritten call is broken."""
+        reasoning = reasoning_tokens(self.profile, body, length)
+        calls = plan_tool_reply(
+            self.corpus, self.profile, body, seed=seed, n_tokens=length - reasoning,
+            request_id=truth.request_id,
+        ) if tools else None
+        return _Shape(reasoning, calls)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         arrival = time.perf_counter_ns()
@@ -197,13 +244,13 @@ class _Handlers:
         prepared = await loop.run_in_executor(self._worker, self._prepare, body, arrival)
         if isinstance(prepared, web.Response):
             return prepared
-        prompt, plan, max_tokens, truth, seed = prepared
+        prompt, plan, max_tokens, truth, seed, shape = prepared
         fault = truth.fault
         seq = self.engine.submit(prompt, plan, max_tokens, truth=truth, rng_seed=seed)
         try:
             if body.get("stream"):
-                return await self._stream(request, body, seq, fault)
-            return await self._whole(request, seq, fault)
+                return await self._stream(request, body, seq, fault, shape)
+            return await self._whole(request, seq, fault, shape)
         except ConnectionResetError:  # aiohttp's ClientConnectionResetError is one
             # The client went away (Ctrl-C, a timeout): what a real server logs and forgets.
             raise web.HTTPException() from None  # closes the request without a traceback
@@ -265,12 +312,17 @@ class _Handlers:
         seq.truth.last_written_ns = now
 
     async def _stream(
-        self, request: web.Request, body: dict[str, Any], seq: Sequence, fault: str | None
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        seq: Sequence,
+        fault: str | None,
+        shape: _Shape,
     ) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         try:
-            return await self._stream_events(resp, request, body, seq, fault)
+            return await self._stream_events(resp, request, body, seq, fault, shape)
         except ConnectionResetError:  # aiohttp's ClientConnectionResetError is one
             # The client went away mid-stream (Ctrl-C, a timeout): a real server logs this
             # quietly and frees the slot (the caller aborts the sequence).
@@ -283,6 +335,7 @@ class _Handlers:
         body: dict[str, Any],
         seq: Sequence,
         fault: str | None,
+        shape: _Shape,
     ) -> web.StreamResponse:
         options = body.get("stream_options") or {}
         continuous = bool(options.get("include_usage") and options.get("continuous_usage_stats"))
@@ -292,9 +345,10 @@ class _Handlers:
 
         role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
         await resp.write(self._chunk(seq, [role], **extra()))
-        pending = b""
+        pending = thinking = b""
         written = 0
         strike_at = self.profile.faults.after_tokens
+        split = ReplyStream(shape.tools)
         while (ids := await self._next_ids(seq)) is not None:
             if fault in ("disconnect", "stall", "malformed", "error_in_stream") and (
                 written >= strike_at
@@ -302,16 +356,33 @@ class _Handlers:
                 if await self._strike(resp, request, seq, fault):
                     return resp
                 fault = None
+            deltas: list[dict[str, Any]] = []
+            if written < shape.reasoning:  # the reply's first tokens are its reasoning
+                head, ids = ids[: shape.reasoning - written], ids[shape.reasoning - written :]
+                written += len(head)
+                thinking += b"".join(tokenizer.token_bytes(i) for i in head)
+                text = thinking.decode("utf-8", "ignore")
+                if text.encode() == thinking:  # else a character is split; wait for the rest
+                    thinking = b""
+                    deltas.append({"reasoning_content": text})
             written += len(ids)
             pending += b"".join(tokenizer.token_bytes(i) for i in ids)
             text = pending.decode("utf-8", "ignore")
-            if text.encode() != pending:
-                continue  # a multi-byte character is split across tokens; wait for the rest
-            pending = b""
-            delta = {"index": 0, "delta": {"content": text}, "finish_reason": None}
-            await resp.write(self._chunk(seq, [delta], **extra()))
+            if text.encode() == pending:  # else a character is split; wait for the rest
+                pending = b""
+                deltas += split.feed(text)
+            if not deltas:
+                continue
+            await resp.write(b"".join(
+                self._chunk(seq, [{"index": 0, "delta": delta, "finish_reason": None}],
+                            **extra())
+                for delta in deltas
+            ))
             self._stamp_written(seq)
-        final = {"index": 0, "delta": {}, "finish_reason": seq.truth.finish_reason}
+        reason = seq.truth.finish_reason
+        if shape.tools is not None and reason in ("length", "stop"):
+            reason = "tool_calls"  # as vLLM says of a reply whose calls it parsed
+        final = {"index": 0, "delta": {}, "finish_reason": reason}
         await resp.write(self._chunk(seq, [final], **extra()))
         if options.get("include_usage"):
             await resp.write(self._chunk(seq, [], usage=self._usage(seq)))
@@ -345,7 +416,7 @@ class _Handlers:
         return True
 
     async def _whole(
-        self, request: web.Request, seq: Sequence, fault: str | None
+        self, request: web.Request, seq: Sequence, fault: str | None, shape: _Shape
     ) -> web.StreamResponse:
         ids: list[int] = []
         while (part := await self._next_ids(seq)) is not None:
@@ -363,7 +434,16 @@ class _Handlers:
                 {"error": {"message": "engine failure (simulated)",
                            "type": "InternalServerError", "code": 500}}
             )
-        message = {"role": "assistant", "content": tokenizer.decode(ids)}
+        message: dict[str, Any] = {
+            "role": "assistant", "content": tokenizer.decode(ids[shape.reasoning :])
+        }
+        reason = seq.truth.finish_reason
+        if shape.reasoning:
+            message["reasoning_content"] = tokenizer.decode(ids[: shape.reasoning])
+        if shape.tools is not None and reason in ("length", "stop"):
+            message["content"] = shape.tools.content
+            message["tool_calls"] = shape.tools.tool_calls()
+            reason = "tool_calls"
         return web.json_response(
             {
                 "id": seq.truth.request_id,
@@ -371,7 +451,7 @@ class _Handlers:
                 "created": int(self.created),
                 "model": self.profile.model,
                 "choices": [
-                    {"index": 0, "message": message, "finish_reason": seq.truth.finish_reason}
+                    {"index": 0, "message": message, "finish_reason": reason}
                 ],
                 "usage": self._usage(seq),
                 "system_fingerprint": self.fingerprint,

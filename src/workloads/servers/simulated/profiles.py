@@ -162,6 +162,17 @@ class Profile(Frozen):
     # the counters' acceptance rate is then expected_acceptance_rate(spec_tokens, this).
     spec_acceptance: float = Field(default=0.7, ge=0.0, le=1.0)
     seed: int = 0  # replies, acceptance draws and faults are deterministic per seed
+    # Tool calls (servers/simulated/tools.py): when a request offers ``tools`` (and
+    # ``tool_choice`` is not "none"), this share of its replies end in tool calls. TraceLab's
+    # coding-agent traces call a tool on almost every step (mean 1.2 calls a step, p99 4).
+    tool_call_share: float = Field(default=0.85, ge=0.0, le=1.0)
+    # Of the replies with tool calls, the share that make 2 to 4 calls at once.
+    parallel_tool_call_share: float = Field(default=0.1, ge=0.0, le=1.0)
+    # Leading tokens of every reply streamed as ``delta.reasoning_content`` (a thinking
+    # model behind vLLM's reasoning parser): counted in completion_tokens, not in the content.
+    # 0 = off, unless the request asks ``chat_template_kwargs: {"enable_thinking": true}``,
+    # which then gets THINKING_TOKENS; ``"enable_thinking": false`` turns it off.
+    reasoning_tokens: int = Field(default=0, ge=0, le=32_768)
     faults: Faults = Field(default_factory=Faults)
 
     @property

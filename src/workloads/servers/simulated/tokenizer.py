@@ -3,7 +3,10 @@
 Each message is encoded segment by segment — role marker, role name, newline, content, end
 marker — so the token sequence of a conversation is exactly the concatenation of its parts.
 That makes prefix caching exact: the tokens the engine generated for a reply are the tokens
-the reply encodes to when the client sends it back in the next turn's history.
+the reply encodes to when the client sends it back in the next turn's history. A reply's tool
+calls are part of its text (:func:`workloads.core.tokens.assistant_text`, the Hermes markup),
+so that holds for them too; the request's ``tools`` close the system block
+(:func:`workloads.core.tokens.tools_text`), and a ``tool`` message is a block of its own.
 """
 
 from __future__ import annotations
@@ -42,28 +45,29 @@ def token_bytes(token: int) -> bytes:
     return tokens.encoding().decode_single_token_bytes(token)
 
 
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # OpenAI content parts
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return "" if content is None else str(content)
-
-
 def render(
     messages: Sequence[dict[str, Any]],
     *,
+    tools: Sequence[dict[str, Any]] | None = None,
     add_generation_prompt: bool = True,
     continue_final_message: bool = False,
 ) -> list[int]:
     """Token ids of a chat, as the simulated model sees it."""
     newline = encode("\n")
     ids: list[int] = []
-    for index, message in enumerate(messages):
+    texts = [tokens.message_text(m) if isinstance(m, dict) else "" for m in messages]
+    roles = [str(m.get("role", "user")) if isinstance(m, dict) else "user" for m in messages]
+    if tools:
+        if roles and roles[0] == "system":
+            texts[0] += tokens.tools_text(tools)
+        else:
+            ids += [IM_START, *encode("system"), *newline]
+            ids += [*encode(tokens.tools_text(tools)), IM_END, *newline]
+    for index, (role, text) in enumerate(zip(roles, texts, strict=True)):
         ids.append(IM_START)
-        ids += encode(str(message.get("role", "user")))
+        ids += encode(role)
         ids += newline
-        ids += encode(_content_text(message.get("content")))
+        ids += encode(text)
         if continue_final_message and index == len(messages) - 1:
             return ids
         ids.append(IM_END)
