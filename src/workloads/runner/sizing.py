@@ -45,6 +45,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from workloads.core import tokens
+from workloads.core.agent import tool_schemas
 from workloads.core.conversation import Conversation
 from workloads.core.tokens import EstimateTokenizer, Message, TargetTokenizer, TokenizeError
 from workloads.model.records import TurnRecord
@@ -107,6 +108,10 @@ class CellSizing:
     def __post_init__(self) -> None:
         if isinstance(self.tokenizer, EstimateTokenizer):
             self.estimate = self.tokenizer  # one memo of what was already encoded
+        # The tool schemas every request carries are rendered into its prompt: count them.
+        tools = tool_schemas(self.scenario.tools)
+        self.tokenizer.tools = tools
+        self.estimate.tools = tools
 
     @property
     def exact(self) -> bool:
