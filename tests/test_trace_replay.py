@@ -55,8 +55,11 @@ def test_the_sample_trace_replays_with_observed_beside_ideal_hit_rate(tmp_path, 
      ["bad.jsonl:2", "'timestamp'"]),
     ("", ["bad.jsonl", "empty"]),
     ("not json\n", ["bad.jsonl:1", "not a JSON object"]),
-    ('{"session": 0, "step": 1, "kind": "human", "appended_tokens": 1, '
-     '"output_tokens": 1, "pause_s": 0}\n', ["agent (per-step) trace", "load_agent_trace"]),
+    ('{"session": 0, "step": 1, "kind": "human", "appended_tokens": -1, '
+     '"output_tokens": 1, "pause_s": 0}\n', ["bad.jsonl:1", "appended_tokens"]),
+    ('{"session": 0, "step": 1, "kind": "human", "appended_tokens": 1, "output_tokens": 1, '
+     '"pause_s": 0}\n{"session": 0, "step": 3, "kind": "tool", "appended_tokens": 1, '
+     '"output_tokens": 1, "pause_s": 0}\n', ["bad.jsonl:2", "step"]),
 ])
 def test_a_bad_trace_is_one_line_exit_2_and_no_output_directory(tmp_path, capsys, text, words):
     bad = tmp_path / "bad.jsonl"
