@@ -368,6 +368,8 @@ def _upgrade_4(data: dict[str, Any]) -> dict[str, Any]:
 #   4 — 2026-12-01: realistic agents: scenario sizes may be distributions, the scenario's
 #       agent, tools and pacing.time_scale; TurnRecord step_kind, new_tokens,
 #       output_tokens, pause_s, parent_session, tool_calls, ttft_content_ns (all optional).
+#       Later the same day, optional: Summary.kinds (per step kind) and Summary.cache_cliff;
+#       per-turn summaries count the users' own sessions only (recomputed by show).
 _LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4}
 
 
