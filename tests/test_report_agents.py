@@ -27,7 +27,7 @@ def agents_run(tmp_path_factory):
 
 
 def test_the_report_has_the_per_kind_table_and_the_cache_after_compaction(agents_run):
-    out, result = agents_run
+    _, result = agents_run
     text = plain_text(result, width=80)
     assert all(len(line) <= 80 for line in text.splitlines())
     text = " ".join(text.split())  # phrases, wherever the 80 columns wrapped them
