@@ -190,3 +190,81 @@ def test_turn_repetitions_give_each_repetitions_turn_figures():
     assert figures[0].aggregate_rate == pytest.approx(15.0)
     assert figures[0].cache_effectiveness == pytest.approx(0.9)
     assert figures[-1].aggregate_rate is None and figures[-1].streams == 1
+
+
+def step(kind, *, session=0, turn=1, parent=None, prompt=1000, cached=0, shareable=None,
+         new=100, output=11, pause=0.0, valid=True, rep=1, first=S // 2):
+    r = rec(session=session, turn=turn, prompt=prompt, cached=cached, valid=valid, rep=rep,
+            first=first, shareable=shareable if shareable is not None else cached)
+    return r.model_copy(update={"step_kind": kind, "parent_session": parent, "new_tokens": new,
+                                "output_tokens": output, "pause_s": pause})
+
+
+def test_sub_agents_steps_stay_out_of_the_per_turn_figures_and_the_aggregate():
+    # Two users, turn 1: user 1's stream failed; a sub-agent of user 0 (session 2) has a
+    # valid turn 1 of its own. Counting it would make two valid streams: a "full" turn.
+    records = [step("human", session=0), step("human", session=1, valid=False),
+               step("subagent", session=2, parent=0)]
+    summary = summarize(records, users=2)
+    turn = summary.turns[0]
+    assert (turn.records, turn.valid) == (2, 1)
+    assert turn.aggregate_rate is None and turn.partial_repetitions == 1
+    assert turn.streams is not None and turn.streams.median == 1
+    assert summary.run.aggregate_rate is None
+    assert (summary.run.full_turns, summary.run.partial_turns) == (0, 1)
+    assert [t.streams for t in turn_repetitions(records, users=2)] == [1]
+    # Totals over all requests count it.
+    assert (summary.run.records, summary.run.valid) == (3, 2)
+    assert summary.run.ttft_percentiles is not None and summary.run.ttft_percentiles.n == 2
+
+
+def test_kinds_summarise_each_step_kind_present_sub_agents_included():
+    records = [
+        step("human", session=0, prompt=1000, cached=0, new=150, pause=2.0),
+        step("tool", session=0, turn=2, prompt=2000, cached=1500, shareable=1600, new=400,
+             output=40, pause=0.5),
+        step("tool", session=0, turn=3, prompt=3000, cached=2900, shareable=2950, new=50,
+             output=20, pause=0.1, valid=False),
+        step("subagent", session=2, parent=0, prompt=800, cached=600, new=300),
+        step("human", session=0, turn=9, prompt=500, cached=100, rep=0, new=7).model_copy(
+            update={"warmup": True}),
+    ]
+    kinds = {k.kind: k for k in summarize(records, users=1).kinds or []}
+    assert list(kinds) == ["human", "tool", "subagent"]  # no compaction: none present
+    tool = kinds["tool"]
+    assert (tool.records, tool.valid) == (2, 1)
+    assert tool.hit_rate == pytest.approx(1500 / 2000)  # the invalid step is left out
+    assert tool.cache_effectiveness == pytest.approx(1500 / 1600)
+    assert tool.prompt_tokens == 2000
+    # Drawn sizes count every measured step of the kind, valid or not (what was drawn).
+    assert tool.new_tokens is not None and (tool.new_tokens.n, tool.new_tokens.max) == (2, 400)
+    assert tool.output_tokens is not None and tool.output_tokens.p50 == pytest.approx(30)
+    assert tool.pause_s is not None and tool.pause_s.max == pytest.approx(0.5)
+    human = kinds["human"]
+    assert human.records == 1 and human.hit_rate == 0.0  # the warm-up step never counts
+    assert human.new_tokens is not None and human.new_tokens.max == 150
+    assert kinds["subagent"].hit_rate == pytest.approx(600 / 800)
+    assert tool.tool_calls is None  # no request offered tools: unknown, not 0
+    assert tool.ttft_percentiles is not None and tool.ttft_percentiles.p50 == pytest.approx(0.5)
+
+
+def test_no_step_kinds_no_kinds_summary():
+    summary = summarize([rec(), rec(session=1)], users=2)
+    assert summary.kinds is None and summary.cache_cliff is None
+
+
+def test_the_cache_cliff_is_the_step_right_after_each_compaction():
+    records = [
+        step("human", session=0, turn=1, prompt=1000, cached=0),  # cold: not compared
+        step("tool", session=0, turn=2, prompt=2000, cached=1900),
+        step("compaction", session=0, turn=3, prompt=2100, cached=2000),
+        step("tool", session=0, turn=4, prompt=1200, cached=600),  # after the compaction
+        step("human", session=0, turn=5, prompt=1500, cached=1400),
+        step("tool", session=1, turn=4, prompt=1000, cached=900),  # other session: not after
+    ]
+    summary = summarize(records, users=2)
+    cliff = summary.cache_cliff
+    assert cliff is not None
+    assert (cliff.compactions, cliff.after, cliff.other) == (1, 1, 3)
+    assert cliff.after_hit_rate == pytest.approx(600 / 1200)
+    assert cliff.other_hit_rate == pytest.approx((1900 + 1400 + 900) / (2000 + 1500 + 1000))

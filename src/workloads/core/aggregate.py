@@ -37,6 +37,13 @@ Records are grouped by (cell, repetition): every cell of a sweep numbers its rep
 aggregate or wall aggregate figures (None): a Σ over streams of different concurrencies means
 nothing; read each cell's summary instead.
 
+Sub-agents: the per-turn summaries, the aggregate (its "all ``users`` streams valid" rule),
+the streams counts and the per-user median count the users' own sessions only (records with
+``parent_session`` None); a sub-agent's steps have turn numbers of its own session, which are
+not the users' turns. Totals over all requests count them: records, valid, errors, request
+rate, latency distributions, wall throughput. :func:`kinds` summarises every step kind,
+sub-agents' included, and :func:`cache_cliff` the hit rate right after compactions.
+
 Only valid turns enter the rates; invalid and failed turns are counted and shown. Warm-up
 turns never enter any figure here.
 """
@@ -49,19 +56,29 @@ from dataclasses import dataclass
 
 from workloads.core import stats
 from workloads.core.gate import rejudged
-from workloads.model.records import TurnRecord
+from workloads.model.records import StepKind, TurnRecord
 from workloads.model.results import RunResult
-from workloads.model.summary import BandSummary, RunSummary, Summary, TurnSummary
+from workloads.model.summary import (
+    BandSummary,
+    CacheCliff,
+    KindSummary,
+    RunSummary,
+    Summary,
+    TurnSummary,
+)
 
 __all__ = [
     "RepetitionFigures",
     "TurnRepetitionFigures",
+    "cache_cliff",
     "cell_figures",
     "generation_rate",
+    "kinds",
     "repetitions",
     "summarize",
     "summarized",
     "turn_repetitions",
+    "users_own",
 ]
 
 
@@ -73,7 +90,7 @@ class RepetitionFigures:
     repetition: int
     records: int
     valid: int
-    per_user_rate: float | None  # median over the repetition's valid records
+    per_user_rate: float | None  # median over the valid records of its users' own sessions
     aggregate_rate: float | None  # median over its turns whose streams were all valid of Σ
     wall_aggregate_rate: float | None  # None unless every measured turn was valid
     ttft_s: float | None  # median over the repetition's valid records
@@ -100,6 +117,21 @@ Key = tuple[int, int]  # (cell, repetition)
 
 def _ttft_s(r: TurnRecord) -> float | None:
     return None if r.ttft_ns is None or r.ttft_ns <= 0 else r.ttft_ns / 1e9
+
+
+def users_own(records: Iterable[TurnRecord]) -> list[TurnRecord]:
+    """The records of the users' own sessions: a sub-agent's steps (``parent_session`` set)
+    left out. What per-turn figures and the aggregate count."""
+    return [r for r in records if r.parent_session is None]
+
+
+def _hit_rate(records: Iterable[TurnRecord]) -> float | None:
+    """Σ cached / Σ prompt over the valid records with cached known (None: none, or no
+    prompt tokens)."""
+    known = [r for r in records if r.valid and r.cached_tokens is not None
+             and r.prompt_tokens is not None]
+    prompt = sum(r.prompt_tokens or 0 for r in known)
+    return sum(r.cached_tokens or 0 for r in known) / prompt if prompt > 0 else None
 
 
 def _per_rep(records: Iterable[TurnRecord]) -> dict[Key, list[TurnRecord]]:
@@ -238,7 +270,7 @@ def repetitions(records: Iterable[TurnRecord], *, users: int) -> list[Repetition
     out = []
     for (cell, rep), group in _per_rep(r for r in records if not r.warmup).items():
         valid = [r for r in group if r.valid]
-        per_user = stats.median(_rates(valid))
+        per_user = stats.median(_rates(users_own(valid)))
         full = [t.aggregate_rate for t in turn_repetitions(group, users=users)]
         out.append(
             RepetitionFigures(
@@ -265,10 +297,11 @@ def _effectiveness(records: Iterable[TurnRecord]) -> float | None:
 def turn_repetitions(
     records: Iterable[TurnRecord], *, users: int
 ) -> list[TurnRepetitionFigures]:
-    """The figures of each measured (cell, repetition, turn), in order. ``users``: the
-    cell's concurrency; the aggregate is None unless that many streams were valid."""
+    """The figures of each measured (cell, repetition, turn) of the users' own sessions, in
+    order. ``users``: the cell's concurrency; the aggregate is None unless that many streams
+    were valid."""
     groups: dict[tuple[int, int, int], list[TurnRecord]] = defaultdict(list)
-    for r in records:
+    for r in users_own(records):
         if not r.warmup:
             groups[(r.cell, r.repetition, r.turn)].append(r)
     out = []
@@ -295,12 +328,12 @@ def summarize(records: Iterable[TurnRecord], *, users: int) -> Summary:
     measured = [r for r in everything if not r.warmup]
     pooled = len({r.cell for r in measured}) > 1
     by_turn: dict[int, list[TurnRecord]] = defaultdict(list)
-    for r in measured:
+    for r in users_own(measured):
         by_turn[r.turn].append(r)
     turns = [_turn_summary(t, by_turn[t], users=users, pooled=pooled) for t in sorted(by_turn)]
     valid = [r for r in measured if r.valid]
     finished = [r for r in measured if r.status == "ok"]
-    per_user = stats.median(r.decode_tokens_per_s for r in valid)
+    per_user = stats.median(r.decode_tokens_per_s for r in users_own(valid))
     by_rep_turn = [] if pooled else turn_repetitions(measured, users=users)
     reps_per_cell: dict[int, set[int]] = defaultdict(set)
     for r in measured:
@@ -334,7 +367,66 @@ def summarize(records: Iterable[TurnRecord], *, users: int) -> Summary:
             _request_rate(group) for group in _per_rep(measured).values()
         ),
     )
-    return Summary(turns=turns, run=run)
+    return Summary(turns=turns, run=run, kinds=kinds(measured), cache_cliff=cache_cliff(measured))
+
+
+_KINDS: tuple[StepKind, ...] = ("human", "tool", "subagent", "compaction")
+
+
+def kinds(records: Iterable[TurnRecord]) -> list[KindSummary] | None:
+    """Per step kind present, in the order human, tool, subagent, compaction: the figures
+    of :class:`~workloads.model.summary.KindSummary` over the measured records of that kind
+    (sub-agents' steps included). None when no measured record carries a step kind."""
+    measured = [r for r in records if not r.warmup and r.step_kind is not None]
+    if not measured:
+        return None
+    out = []
+    for kind in _KINDS:
+        mine = [r for r in measured if r.step_kind == kind]
+        if not mine:
+            continue
+        valid = [r for r in mine if r.valid]
+        offered = [r.tool_calls for r in mine if r.tool_calls is not None]
+        out.append(KindSummary(
+            kind=kind,
+            records=len(mine),
+            valid=len(valid),
+            hit_rate=_hit_rate(valid),
+            cache_effectiveness=_effectiveness(valid),
+            shareable_exact=bool(valid) and all(r.shareable_exact for r in valid),
+            ttft_percentiles=stats.percentiles(_ttft_s(r) for r in valid),
+            ttft_content_percentiles=stats.percentiles(
+                r.ttft_content_ns / 1e9 for r in valid if r.ttft_content_ns
+            ),
+            per_user_rate=stats.median(_rates(valid)),
+            prompt_tokens=stats.median(r.prompt_tokens for r in valid),
+            new_tokens=stats.percentiles(r.new_tokens for r in mine),
+            output_tokens=stats.percentiles(r.output_tokens for r in mine),
+            pause_s=stats.percentiles(r.pause_s for r in mine),
+            tool_calls=sum(offered) if offered else None,
+        ))
+    return out
+
+
+def cache_cliff(records: Iterable[TurnRecord]) -> CacheCliff | None:
+    """The hit rate of the first step after each measured compaction (the next turn of the
+    same session) beside that of the other valid human and tool steps past each session's
+    first (which is cold but for a shared system prefix). None without compactions."""
+    measured = [r for r in records if not r.warmup]
+    compactions = {(r.cell, r.repetition, r.session, r.turn + 1)
+                   for r in measured if r.step_kind == "compaction"}
+    if not compactions:
+        return None
+    steps = [r for r in measured if r.valid and r.cached_tokens is not None
+             and r.step_kind in ("human", "tool")]
+    after = [r for r in steps if (r.cell, r.repetition, r.session, r.turn) in compactions]
+    # A session's first step is cold but for a shared system prefix: not the comparison.
+    other = [r for r in steps if r.turn > 1
+             and (r.cell, r.repetition, r.session, r.turn) not in compactions]
+    return CacheCliff(
+        compactions=len(compactions), after=len(after), after_hit_rate=_hit_rate(after),
+        other=len(other), other_hit_rate=_hit_rate(other),
+    )
 
 
 def cell_figures(records: Sequence[TurnRecord], *, users: int) -> dict[str, object]:

@@ -397,7 +397,9 @@ def _upgrade_4(data: dict[str, Any]) -> dict[str, Any]:
 #       agent, tools and pacing.time_scale; TurnRecord step_kind, new_tokens,
 #       output_tokens, pause_s, parent_session, tool_calls, ttft_content_ns (all optional);
 #       RunResult.trace and RunHeader.trace (run --trace: the trace replayed, its ideal and
-#       observed prefix-cache hit rates; optional).
+#       observed prefix-cache hit rates; optional); Summary.kinds (per step kind) and
+#       Summary.cache_cliff (optional); per-turn summaries count the users' own sessions
+#       only (recomputed by show).
 _LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4}
 
 

@@ -4,9 +4,11 @@ min–max). Computed by :mod:`workloads.core.aggregate`."""
 from __future__ import annotations
 
 from workloads.model.base import Frozen
+from workloads.model.records import StepKind
 
 __all__ = [
-    "BandSummary", "ConcurrencySummary", "Percentiles", "RunSummary", "Summary", "TurnSummary",
+    "BandSummary", "CacheCliff", "ConcurrencySummary", "KindSummary", "Percentiles",
+    "RunSummary", "Summary", "TurnSummary",
 ]
 
 
@@ -99,11 +101,55 @@ class RunSummary(Frozen):
     request_rate: BandSummary | None = None
 
 
+class KindSummary(Frozen):
+    """The figures of one step kind (human request, tool result, sub-agent step,
+    compaction) over the measured records of that kind: sub-agents' steps included, pooled
+    over turns and repetitions. Rates and latencies over the valid records; the drawn sizes
+    (new tokens, output tokens asked for, the pause before) over every measured record of
+    the kind, valid or not: they are what the scenario drew."""
+
+    kind: StepKind
+    records: int
+    valid: int
+    hit_rate: float | None  # Σ cached / Σ prompt over valid records with cached known
+    cache_effectiveness: float | None  # Σ cached / Σ shareable where both known
+    shareable_exact: bool  # every valid record's shareable prefix from the target's tokenizer
+    ttft_percentiles: Percentiles | None  # seconds, sent → first generated chunk
+    # Seconds, sent → first chunk of content text (TTFT also counts reasoning and tool-call
+    # deltas); None when no valid record carried content text.
+    ttft_content_percentiles: Percentiles | None
+    per_user_rate: float | None  # median post-first rate, tok/s
+    prompt_tokens: float | None  # median, server count
+    new_tokens: Percentiles | None  # drawn new content of the step
+    output_tokens: Percentiles | None  # drawn reply length asked for
+    pause_s: Percentiles | None  # think or tool time waited before the step (time_scale'd)
+    tool_calls: int | None  # Σ tool calls in the replies; None: no request offered tools
+
+
+class CacheCliff(Frozen):
+    """The prefix cache after a compaction: the hit rate of the first step after each
+    compaction of a session (its prompt is the system message and a summary the server has
+    never seen as a prefix) beside that of the other human and tool steps past each
+    session's first (a first step is cold but for a shared system prefix)."""
+
+    compactions: int  # measured compaction steps
+    after: int  # valid first steps after one, with cached known
+    after_hit_rate: float | None  # Σ cached / Σ prompt over those steps
+    other: int  # the other valid human and tool steps past turn 1, with cached known
+    other_hit_rate: float | None
+
+
 class Summary(Frozen):
-    """Per-turn summaries and the run summary; recomputed from records by ``show``."""
+    """Per-turn summaries and the run summary; recomputed from records by ``show``. The
+    per-turn summaries count the users' own sessions only (sub-agents' steps are in
+    ``kinds``)."""
 
     turns: list[TurnSummary]
     run: RunSummary
+    # Added later (optional; None when the records carry no step kinds): per step kind, and
+    # the hit rate right after compactions (None without compactions).
+    kinds: list[KindSummary] | None = None
+    cache_cliff: CacheCliff | None = None
 
 
 class ConcurrencySummary(Frozen):

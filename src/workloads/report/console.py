@@ -18,6 +18,7 @@ from workloads.core.traces import observed_hit_rate
 from workloads.model.results import RunResult
 from workloads.model.scenario import Scenario, describe
 from workloads.model.summary import Percentiles, TurnSummary
+from workloads.report import agents
 from workloads.report.table import Block, Line, ReportTable
 from workloads.report.text import (
     NO_VALID,
@@ -118,16 +119,19 @@ def turn_table(result: RunResult) -> ReportTable:
 def cache_table(result: RunResult) -> ReportTable:
     """Per-turn tokens: configured depth, what the server counted, and what it cached."""
     estimated = any(not t.shareable_exact for t in result.summary.turns if t.valid)
+    # Drawn sizes give every session its own configured prompt: no one number per turn.
+    configured = not result.scenario.sizes_vary
     table = ReportTable(
         "Per turn — tokens (median, min–max); cache effectiveness = cached / shareable prefix"
         + (" (~ estimated)" if estimated else ""),
-        ["turn", "configured prompt", "prompt (server)", "shareable", "cached", "cache eff."],
+        ["turn", *(["configured prompt"] if configured else []), "prompt (server)",
+         "shareable", "cached", "cache eff."],
         name="tokens",
     )
     for t in result.summary.turns:
         table.add_row(
             str(t.turn),
-            num(t.configured_prompt_tokens, 0),
+            *([num(t.configured_prompt_tokens, 0)] if configured else []),
             format_band(t.prompt_tokens, 0, missing=NO_VALID if not t.valid else "—"),
             format_band(t.shareable_tokens, 0),
             format_band(t.cached_tokens, 0, missing=NOT_REPORTED if t.valid else NO_VALID),
@@ -179,12 +183,17 @@ def coordinates_line(result: RunResult) -> str:
         actual = f"{low:,.0f}–{high:,.0f}" if low != high else f"{low:,.0f}"
     else:
         actual = "—"
+    repetitions = plural(result.summary.run.measured_repetitions, "measured repetition")
+    if s.sizes_vary:  # one number per size would be wrong: name each drawn size's median
+        steps = (f"up to {plural(s.turns, 'step')} per session" if s.agent is not None
+                 else plural(s.turns, "turn"))
+        return (f"C{s.users} · actual prompt tokens {actual} (server count) · "
+                f"{agents.sizes_line(result)} · {steps} × {repetitions}")
     return (
         f"C{s.users} · actual prompt tokens {actual} (server count) · "
         f"{describe(s.output_tokens)} generated per turn · depth "
         f"{describe(s.opening_tokens)} opening + {describe(s.turn_tokens)} new per turn · "
-        f"{plural(s.turns, 'turn')} × "
-        f"{plural(result.summary.run.measured_repetitions, 'measured repetition')}"
+        f"{plural(s.turns, 'turn')} × {repetitions}"
     )
 
 
@@ -531,6 +540,21 @@ def header_line(result: RunResult) -> str:
             + (f"  [{result.label}]" if result.label else ""))
 
 
+def _agent_blocks(result: RunResult) -> list[Block]:
+    """An agent's steps: the per-kind table, the cache after compactions, the drawn sizes
+    and what compressed pauses change (none of them for a fixed-shape run)."""
+    parts: list[Block] = []
+    if (kinds := agents.kind_table(result)) is not None:
+        parts.append(kinds)
+    if (cliff := agents.cache_cliff_line(result)) is not None:
+        parts.append(Line(cliff))
+    if (drawn := agents.drawn_sizes_table(result)) is not None:
+        parts.append(drawn)
+    if (scale := agents.time_scale_line(result)) is not None:
+        parts.append(Line(scale))
+    return parts
+
+
 def blocks(result: RunResult) -> list[Block]:
     """The report as a sequence of lines, tables and labelled rows: what the console, the
     Markdown and the HTML exports all draw."""
@@ -541,11 +565,13 @@ def blocks(result: RunResult) -> list[Block]:
             parts.append(latency)
         if (server := sweep_server_table(result)) is not None:
             parts.append(server)
+        parts += _agent_blocks(result)
     else:
         if result.trace is not None:
             parts += [Line(text) for text in trace_lines(result)]
         coordinates = _trace_coordinates if result.trace is not None else coordinates_line
         parts += [Line(coordinates(result)), turn_table(result), cache_table(result)]
+        parts += _agent_blocks(result)
         if (latency := latency_table(result)) is not None:
             parts.append(latency)
         if (oracle := what_if_table(result)) is not None:

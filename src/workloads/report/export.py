@@ -12,7 +12,7 @@ from rich.console import Console
 
 from workloads.model.results import RunResult
 from workloads.model.scenario import nominal
-from workloads.model.summary import BandSummary, Percentiles, TurnSummary
+from workloads.model.summary import BandSummary, KindSummary, Percentiles, TurnSummary
 from workloads.report import console as report
 from workloads.report.table import Line, Pairs, ReportTable, markdown
 
@@ -92,22 +92,51 @@ def _turn_row(cell: int, concurrency: int, prior: int, t: TurnSummary) -> dict[s
     }
 
 
+def _kind_row(cell: int, concurrency: int, prior: int, k: KindSummary) -> dict[str, object]:
+    return {
+        "cell": cell, "concurrency": concurrency, "prior_tokens": prior, "step_kind": k.kind,
+        "records": k.records, "valid": k.valid,
+        "per_user_tok_s_median": k.per_user_rate,
+        **_pct("ttft_s", k.ttft_percentiles),
+        **_pct("ttft_content_s", k.ttft_content_percentiles),
+        "prompt_tokens_median": k.prompt_tokens,
+        "shareable_exact": k.shareable_exact,
+        "cache_effectiveness": k.cache_effectiveness,
+        "hit_rate": k.hit_rate,
+        **_pct("new_tokens", k.new_tokens),
+        **_pct("output_tokens", k.output_tokens),
+        **_pct("pause_s", k.pause_s),
+        "tool_calls": k.tool_calls,
+    }
+
+
 def csv_text(result: RunResult) -> str:
-    """One row per (cell, turn) of raw, unrounded figures: seconds, tokens, tok/s. An empty
+    """One row per (cell, turn) of raw, unrounded figures: seconds, tokens, tok/s; with step
+    kinds, then one row per (cell, step kind) (``turn`` empty, ``step_kind`` set). An empty
     field is a figure that is not known (not reported, no valid turns), never 0."""
     rows: list[dict[str, object]] = []
+    kinds: list[dict[str, object]] = []
     if result.cells is not None:
         for c in result.cells:
             rows += [_turn_row(c.cell, c.concurrency, c.prior_tokens, t)
                      for t in c.summary.turns]
+            kinds += [_kind_row(c.cell, c.concurrency, c.prior_tokens, k)
+                      for k in c.summary.kinds or ()]
     else:
         s = result.scenario
         rows += [_turn_row(0, s.users, nominal(s.opening_tokens), t) for t in result.summary.turns]
+        kinds += [_kind_row(0, s.users, nominal(s.opening_tokens), k)
+                  for k in result.summary.kinds or ()]
     out = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    if rows or kinds:
+        fieldnames = list(rows[0]) if rows else []
+        if kinds:
+            at = fieldnames.index("turn") + 1 if "turn" in fieldnames else 0
+            fieldnames.insert(at, "step_kind")
+            fieldnames += [f for f in kinds[0] if f not in fieldnames]
+        writer = csv.DictWriter(out, fieldnames=fieldnames, lineterminator="\n", restval="")
         writer.writeheader()
-        for row in rows:
+        for row in rows + kinds:
             writer.writerow({k: "" if v is None else v for k, v in row.items()})
     return out.getvalue()
 

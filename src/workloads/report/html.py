@@ -56,6 +56,11 @@ _CAPTIONS = {
     "cache.png": "Prefix cache per cell: cache effectiveness, hit rate and the server's own "
                  "hit rate.",
     "concurrency.png": "Requests in flight over the measured span.",
+    "context.png": "Context length over time: each request's prompt tokens at its send, one "
+                   "line per session (sub-agents lighter); a compaction's drop is the context "
+                   "starting anew from the system message and the summary.",
+    "sizes.png": "What the scenario drew for the measured steps: output tokens, new tokens "
+                 "by step kind, and pauses (log scales).",
 }
 
 

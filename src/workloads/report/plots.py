@@ -21,7 +21,12 @@ band and jitter helpers, and change together when the report's figures do.
   first token (waiting + prefill, then decode), one row per cell, repetition and session:
   the lock-step barriers, queueing and stragglers are visible at a glance. Every failed
   request (errors, cancelled and invalid turns) is one bar from send (or, never sent, from
-  when the client began it) to the error, coloured by kind.
+  when the client began it) to the error, coloured by kind;
+* ``context.png`` — records with step kinds only: context length over time, each request's
+  prompt tokens at its send in the first measured repetition, one line per session
+  (sub-agents lighter), compactions marked;
+* ``sizes.png`` — records with step kinds only: histograms (log x) of what was drawn:
+  output tokens, new tokens by kind, pauses (think, tool).
 """
 
 from __future__ import annotations
@@ -238,7 +243,8 @@ def _ttft(result: RunResult, path: Path | IO[bytes]) -> None:
         axis.apply(ax, result.cells)
     else:
         for t in result.summary.turns:
-            values = [r.ttft_ns / 1e9 for r in measured if r.turn == t.turn and r.ttft_ns]
+            values = [r.ttft_ns / 1e9 for r in measured
+                      if r.turn == t.turn and r.ttft_ns and r.parent_session is None]
             xs = [t.turn + d for d in _jitter(len(values), 0.18)]
             ax.scatter(xs, values, alpha=0.5, s=14, color="tab:blue")
             if t.ttft_s is not None:
@@ -481,10 +487,136 @@ def _concurrency(result: RunResult, path: Path | IO[bytes]) -> None:
     plt.close(fig)
 
 
+def _first_repetition(result: RunResult) -> list[TurnRecord]:
+    """The measured records of the first measured repetition (of the first cell) whose
+    records carry step kinds: the one the context plot draws."""
+    measured = [r for r in result.records if not r.warmup and r.step_kind is not None]
+    if not measured:
+        return []
+    first = min((r.cell, r.repetition) for r in measured)
+    return [r for r in measured if (r.cell, r.repetition) == first]
+
+
+def _context(result: RunResult, path: Path | IO[bytes]) -> None:
+    """Context length over time: each request's prompt tokens (server count) at its send,
+    one line per session (sub-agents lighter, dashed), compactions marked: the drop after
+    one is the context starting anew from the system message and the summary."""
+    records = [r for r in _first_repetition(result)
+               if r.prompt_tokens is not None and r.sent_ns is not None]
+    if not records:
+        return
+    plt = _pyplot()
+    origin = min(r.sent_ns or 0 for r in records)
+    sessions: dict[int, list[TurnRecord]] = collections.defaultdict(list)
+    for r in records:
+        sessions[r.session].append(r)
+    fig, ax = plt.subplots(figsize=(10, 4.6), constrained_layout=True)
+    labelled = {"user": False, "sub": False}
+    users = sorted(s for s, rs in sessions.items() if rs[0].parent_session is None)
+    for session, rs in sorted(sessions.items()):
+        rs.sort(key=lambda r: r.turn)
+        xs = [((r.sent_ns or 0) - origin) / 1e9 for r in rs]
+        ys = [float(r.prompt_tokens or 0) for r in rs]
+        if rs[0].parent_session is None:
+            color = _COLORS[users.index(session) % len(_COLORS)]
+            name = (f"session {session}" if len(users) <= 8
+                    else None if labelled["user"] else "a user's session")
+            ax.plot(xs, ys, "o-", color=color, markersize=3, linewidth=1.4,
+                    drawstyle="steps-post", label=name)
+            labelled["user"] = True
+        else:
+            parent = rs[0].parent_session
+            color = (_COLORS[users.index(parent) % len(_COLORS)] if parent in users
+                     else "tab:gray")
+            ax.plot(xs, ys, "o--", color=color, alpha=0.45, markersize=2, linewidth=1,
+                    drawstyle="steps-post",
+                    label=None if labelled["sub"] else "a sub-agent's session (parent's colour)")
+            labelled["sub"] = True
+    compactions = [r for r in records if r.step_kind == "compaction"]
+    if compactions:
+        ax.scatter([((r.sent_ns or 0) - origin) / 1e9 for r in compactions],
+                   [float(r.prompt_tokens or 0) for r in compactions], marker="v", s=90,
+                   color="black", zorder=5,
+                   label=f"compaction ({len(compactions)}): the next prompt starts anew")
+    from matplotlib.ticker import FuncFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _compact(v)))
+    ax.set_ylim(0, max(float(r.prompt_tokens or 0) for r in records) * 1.12)
+    ax.set_xlabel("seconds since the repetition's first request")
+    ax.set_ylabel("prompt tokens (server count; held until the next request)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    first = records[0]
+    where = f"cell {first.cell}, " if result.cells is not None else ""
+    ax.set_title(_title(result) + f"\ncontext length of every request, {where}measured "
+                 f"repetition {first.repetition}, one line per session", fontsize=9)
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
+def _log_hist(ax: Any, series: list[tuple[str, list[float]]], xlabel: str) -> None:
+    """Histograms of positive values on a log x axis, shared log-spaced bins, one colour per
+    series (with its n), overlaid and translucent."""
+    import numpy as np
+
+    values = [v for _, vs in series for v in vs if v > 0]
+    if not values:
+        ax.set_visible(False)
+        return
+    low, high = min(values), max(values)
+    if high <= low:
+        low, high = low / 1.5, high * 1.5
+    bins = np.logspace(np.log10(low), np.log10(high), 25)
+    for (name, vs), color in zip(series, _COLORS, strict=False):
+        positive = [v for v in vs if v > 0]
+        if positive:
+            ax.hist(positive, bins=bins, alpha=0.55, color=color,
+                    label=f"{name} (n {len(positive):,})")
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("steps")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def _sizes(result: RunResult, path: Path | IO[bytes]) -> None:
+    """What the scenario drew for the measured steps: output tokens, new tokens by kind,
+    pauses (think before a human request, tool time before a tool step), as histograms on
+    log axes (the sizes are right-skewed)."""
+    records = [r for r in result.records if not r.warmup and r.step_kind is not None]
+    if not records:
+        return
+
+    def of(kinds: tuple[str, ...], field: str) -> list[float]:
+        return [float(v) for r in records if r.step_kind in kinds
+                and (v := getattr(r, field)) is not None]
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2), constrained_layout=True)
+    _log_hist(axes[0], [("steps", of(("human", "tool", "subagent"), "output_tokens")),
+                        ("compaction summaries", of(("compaction",), "output_tokens"))],
+              "output tokens asked for (log scale)")
+    _log_hist(axes[1], [("human request", of(("human",), "new_tokens")),
+                        ("tool result", of(("tool",), "new_tokens")),
+                        ("sub-agent step", of(("subagent",), "new_tokens"))],
+              "new tokens of the step (log scale)")
+    scale = result.scenario.pacing.time_scale
+    played = "" if scale == 1 else f"; as played, time_scale {scale:g}"
+    _log_hist(axes[2], [("think, before a human request", of(("human",), "pause_s")),
+                        ("tool time, before a tool step", of(("tool",), "pause_s"))],
+              f"pause before the step, s (log{played})")
+    fig.suptitle(_title(result) + "\nsizes drawn for the measured steps", fontsize=10)
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
 _FIGURES: list[tuple[str, Any]] = [
     ("rates.png", _rates), ("ttft.png", _ttft), ("prefill.png", _prefill),
     ("cache.png", _sweep_cache), ("concurrency.png", _concurrency),
-    ("timeline.png", _timeline),
+    ("timeline.png", _timeline), ("context.png", _context), ("sizes.png", _sizes),
 ]
 
 

@@ -1,0 +1,80 @@
+"""The report of a realistic agents' run: coding-agents, small, on the embedded simulated
+server (a low compaction threshold, so a compaction step happens)."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+
+import workloads
+from workloads.cli import main
+from workloads.report import agents
+from workloads.report.export import csv_text, plain_text
+
+
+@pytest.fixture(scope="module")
+def agents_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("agents") / "run"
+    code = main(["run", "coding-agents", "--out", str(out), "--quiet",
+                 "--set", "users=2", "--set", "turns=6", "--set", "repetitions.warmup=0",
+                 "--set", "repetitions.measured=1", "--set", "gate=\"off\"",
+                 "--set", "pacing.time_scale=0.001",
+                 "--set", "agent.compaction.at_tokens=26000"])
+    assert code == 0
+    return out, workloads.load_result(out)
+
+
+def test_the_report_has_the_per_kind_table_and_the_cache_after_compaction(agents_run):
+    _, result = agents_run
+    text = plain_text(result, width=80)
+    assert all(len(line) <= 80 for line in text.splitlines())
+    text = " ".join(text.split())  # phrases, wherever the 80 columns wrapped them
+    assert "By step kind" in text
+    assert "human request" in text and "compaction" in text
+    assert "cache after" in text and "the first step after each hit" in text
+    assert "Drawn sizes" in text and "new tokens: tool result" in text
+    assert "pauses compressed 1,000-fold (pacing.time_scale 0.001)" in text
+    # Sizes are drawn: no one configured prompt per turn, and the coordinates name medians.
+    assert "turn configured prompt" not in text
+    assert "sizes drawn per step, medians: opening ~24,000" in text
+
+
+def test_the_summary_shows_the_cache_cliff_after_a_compaction(agents_run):
+    _, result = agents_run
+    kinds = {k.kind: k for k in result.summary.kinds or []}
+    assert "compaction" in kinds and "tool" in kinds
+    assert sum(k.records for k in kinds.values()) == len(result.records)
+    cliff = result.summary.cache_cliff
+    assert cliff is not None and cliff.compactions == kinds["compaction"].records
+    assert cliff.after >= 1
+    tool = kinds["tool"].hit_rate
+    assert cliff.after_hit_rate is not None and tool is not None
+    assert cliff.after_hit_rate < tool  # the prompt after a compaction starts anew
+    assert cliff.other_hit_rate is not None and cliff.after_hit_rate < cliff.other_hit_rate
+
+
+def test_the_html_report_embeds_the_context_and_sizes_plots(agents_run):
+    out, _ = agents_run
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert 'alt="context.png"' in page and 'alt="sizes.png"' in page
+    assert "By step kind" in page
+    assert (out / "plots" / "context.png").stat().st_size > 10_000
+
+
+def test_csv_and_json_carry_the_kinds(agents_run):
+    _, result = agents_run
+    rows = list(csv.DictReader(io.StringIO(csv_text(result))))
+    kind_rows = {r["step_kind"]: r for r in rows if r["step_kind"]}
+    assert set(kind_rows) == {k.kind for k in result.summary.kinds or []}
+    assert all(r["turn"] == "" for r in kind_rows.values())
+    assert float(kind_rows["compaction"]["output_tokens_p50"]) > 1000  # summaries are long
+    assert '"kinds"' in result.model_dump_json()
+
+
+def test_a_fixed_shape_result_has_no_agent_blocks():
+    scenario = workloads.load_scenario("five-user-coding")
+    result = workloads.RunResult.model_construct(scenario=scenario, records=[],
+                                                 cells=None)
+    assert agents.drawn_sizes_table(result) is None and agents.time_scale_line(result) is None
