@@ -185,6 +185,7 @@ class TextStream:
     def __init__(self, pieces: Iterator[str]) -> None:
         self._pieces = pieces
         self._ids: list[int] = []
+        self._taken: dict[int, str] = {}  # the last few cuts: sizing asks for one several times
 
     def _extend_to(self, n_tokens: int) -> None:
         for _ in range(1_000_000):  # bounded: every piece adds at least one token in practice
@@ -201,9 +202,16 @@ class TextStream:
         """The text of the first ``n_tokens`` tokens, never ending inside a character."""
         if n_tokens <= 0:
             return ""
+        text = self._taken.get(n_tokens)
+        if text is not None:
+            return text
         self._extend_to(n_tokens)
         raw = tokens.encoding().decode_bytes(self._ids[:n_tokens])
-        return raw.decode("utf-8", "ignore")  # a cut inside a multi-byte character drops it
+        text = raw.decode("utf-8", "ignore")  # a cut inside a multi-byte character drops it
+        if len(self._taken) >= 8:
+            self._taken.pop(next(iter(self._taken)))
+        self._taken[n_tokens] = text
+        return text
 
 
 class Corpus:

@@ -31,6 +31,7 @@ __all__ = [
     "assistant_text",
     "common_prefix_length",
     "count",
+    "count_rendered",
     "encoding",
     "fit",
     "message_text",
@@ -240,6 +241,16 @@ class TargetTokenizer(Protocol):
 _BOUNDARY = re.compile(r"\n(?=[ \t]*\S)")
 
 
+async def count_rendered(
+    tok: TargetTokenizer, messages: Sequence[Message], mode: Render
+) -> int:
+    """How many ids ``tok`` renders ``messages`` to (the estimate counts without making
+    the list of ids)."""
+    if isinstance(tok, EstimateTokenizer):
+        return await tok.count(messages, mode)
+    return len(await tok.render(messages, mode))
+
+
 def segments(text: str) -> list[str]:
     """``text`` cut after each newline that starts a new tiktoken piece (joined, the segments
     are ``text``). Linear: one regex scan."""
@@ -369,27 +380,66 @@ class EstimateTokenizer:
         self.seconds = 0.0
         self.memo = SegmentMemo()
         self.tools: list[dict[str, Any]] | None = None
+        # Each message's ids (role markers + text), by the message object: a session's
+        # history is a list of messages that never change once made (Conversation shares
+        # them between renders), so re-rendering a 100K-token history is a concatenation.
+        # Checked by identity of the message and its content; bounded like the memo.
+        self._messages: OrderedDict[tuple[int, bool], tuple[Message, Any, array[int]]] = \
+            OrderedDict()
+        self._message_tokens = 0
 
-    async def render(self, messages: Sequence[Message], mode: Render) -> list[int]:
-        contents = [message_text(message) for message in messages]
-        last = len(contents) - 1
-        if self.tools:
-            schemas = tools_text(self.tools)
-            if messages and messages[0].get("role") == "system":
-                contents[0] += schemas
-            else:
-                contents.insert(0, schemas)
-                last += 1
-        await self.memo.prepare(contents)
+    def _ids(self, text: str) -> array[int]:
+        ids: array[int] = array("l", _MARKERS)
+        self.memo.extend(ids, text)
+        return ids
+
+    async def _render(self, messages: Sequence[Message], mode: Render) -> array[int]:
+        schemas = tools_text(self.tools) if self.tools else ""
+        lead = bool(schemas) and bool(messages) and messages[0].get("role") == "system"
+        found: list[array[int] | None] = []
+        todo: list[str] = []
+        for index, message in enumerate(messages):
+            hit = self._messages.get((id(message), index == 0 and lead))
+            if hit is not None and hit[0] is message and hit[1] is message.get("content"):
+                found.append(hit[2])
+                continue
+            found.append(None)
+            todo.append(message_text(message) + (schemas if index == 0 and lead else ""))
+        if schemas and not lead:
+            todo.append(schemas)
+        await self.memo.prepare(todo)
         ids: array[int] = array("l")  # signed: template tokens are -1
-        for index, content in enumerate(contents):
-            ids.extend(_MARKERS)
-            self.memo.extend(ids, content)
+        if schemas and not lead:  # a system block of its own, before the first message
+            ids.extend(self._ids(schemas))
+            ids.append(-1)
+        last = len(messages) - 1
+        texts = iter(todo)
+        for index, (message, part) in enumerate(zip(messages, found, strict=True)):
+            if part is None:
+                part = self._ids(next(texts))
+                self._keep((id(message), index == 0 and lead), message, part)
+            ids.extend(part)
             if not (mode == "continue" and index == last):
                 ids.append(-1)
         if mode == "generate":
             ids.extend(_GENERATION)
-        return ids.tolist()
+        return ids
+
+    def _keep(self, key: tuple[int, bool], message: Message, ids: array[int]) -> None:
+        if key in self._messages:
+            return
+        self._messages[key] = (message, message.get("content"), ids)
+        self._message_tokens += len(ids)
+        while self._message_tokens > self.memo.max_tokens and len(self._messages) > 1:
+            _, (_, _, dropped) = self._messages.popitem(last=False)
+            self._message_tokens -= len(dropped)
+
+    async def render(self, messages: Sequence[Message], mode: Render) -> list[int]:
+        return (await self._render(messages, mode)).tolist()
+
+    async def count(self, messages: Sequence[Message], mode: Render) -> int:
+        """``len(render(messages, mode))`` without making the list."""
+        return len(await self._render(messages, mode))
 
     async def encode(self, text: str) -> list[int]:
         await self.memo.prepare([text])

@@ -329,7 +329,7 @@ class CellSizing:
         kind = conversation.framing()
         if base is None:
             history = conversation.messages
-            base = len(await tok.render(history, "continue")) if history else 0
+            base = await tokens.count_rendered(tok, history, "continue") if history else 0
         target = self.turn_target(turn, base, tok, conversation.session, aim)
         renders: dict[tuple[int, str], list[int]] = {}
         counts: dict[tuple[int, str], int] = {}
@@ -387,8 +387,8 @@ class CellSizing:
         est = self.estimate
         added = len(prepared.ids) - (prepared.base if turn > 1 else 0)
         history = conversation.messages
-        est_base = len(await est.render(history, "continue")) if turn > 1 and history else 0
-        est_added = len(await est.render(prepared.messages, "generate")) - est_base
+        est_base = await est.count(history, "continue") if turn > 1 and history else 0
+        est_added = await est.count(prepared.messages, "generate") - est_base
         if added <= 0 or est_added <= 0:
             return
         ratio = added / est_added
