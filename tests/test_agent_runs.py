@@ -92,17 +92,34 @@ def test_a_compaction_leaves_only_the_system_prefix_cached(agents_run):
     scenario, _, _, records = agents_run
     by_turn = {(r["repetition"], r["session"], r["turn"]): r for r in records}
     compactions = [r for r in records if r["step_kind"] == "compaction"]
-    assert compactions
+    checked = 0
     for c in compactions:
         after = by_turn.get((c["repetition"], c["session"], c["turn"] + 1))
         if after is None:
             continue  # the session's last step
+        checked += 1
         assert c["cached_tokens"] > 27_000 - 1024  # the whole history was reused for it
         # after it, the history is gone: only the system message (prompt and tools,
         # shared_prefix_tokens of it) and its template can be reused
         assert after["cached_tokens"] < c["cached_tokens"]
         assert after["cached_tokens"] <= scenario.shared_prefix_tokens + 1024
         assert after["configured_prior_tokens"] < c["configured_prior_tokens"]
+    assert checked >= 1
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the tokenizers' tools are never set: TargetTokenizer.tools (wire/tokenize.py) and the "
+    "estimate's tools (core/tokens.py) stay None, as nothing in runner/ assigns them, so "
+    "with tools = \"coding\" /tokenize renders without the tool schemas and every sized "
+    "prompt is short by the tool block (593 tokens on the simulator); the run warns that "
+    "/tokenize and usage disagree, and turn 1 misses its configured prompt by ~2.5%"))
+def test_sizing_counts_the_tool_schemas_the_request_sends(agents_run):
+    _, _, _, records = agents_run
+    tokenized = [r for r in records if r["tokenized_prompt_tokens"] is not None]
+    assert tokenized
+    # the simulator's /tokenize renders a chat exactly as its chat endpoint does
+    assert [r["prompt_tokens"] - r["tokenized_prompt_tokens"] for r in tokenized] == [
+        0] * len(tokenized)
 
 
 def test_subagents_are_sessions_of_their_own_with_a_parent(agents_run):
