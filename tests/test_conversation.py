@@ -3,7 +3,14 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workloads.core.conversation import NONCE_WORDS, Conversation, make_nonces, probe_nonce
+from workloads.core.conversation import (
+    NONCE_WORDS,
+    SHORT_RESULT,
+    SUMMARY_HEAD,
+    Conversation,
+    make_nonces,
+    probe_nonce,
+)
 from workloads.core.corpus import load_corpus
 
 CORPUS = load_corpus("stdlib")
@@ -102,3 +109,100 @@ def test_without_an_opening_turn_one_starts_with_the_session_nonce():
     messages = conv.with_turn(1, 40)
     assert len(messages) == 1 and messages[0]["role"] == "user"
     assert messages[0]["content"].startswith(nonces.sessions[1] + "\n")
+
+
+# --- tool calls, human requests and compaction ------------------------------------------
+
+CALLS = [
+    {"id": "call_a", "type": "function", "function": {"name": "read", "arguments": "{}"}},
+    {"id": "call_b", "type": "function", "function": {"name": "grep", "arguments": "{}"}},
+    {"id": "call_c", "type": "function", "function": {"name": "glob", "arguments": "{}"}},
+]
+
+
+def opened(nonce_mode="run"):
+    nonces = make_nonces(b"t" * 16, cell=0, repetition=0, users=1, mode=nonce_mode)
+    (conv,) = conversations(nonces)
+    conv.set_opening(conv.opening(300, 100))
+    conv.commit(conv.with_turn(1, 50))
+    return conv
+
+
+def test_a_tool_step_answers_every_call_with_a_tool_message_of_its_id():
+    conv = opened()
+    conv.add_reply("Reading.", CALLS)
+    assert conv.pending_calls() == ["call_a", "call_b", "call_c"]
+    assert conv.framing() == "tool"
+    messages = conv.with_text("the file's text", "tool")
+    tools = messages[len(conv.messages):]
+    assert [m["role"] for m in tools] == ["tool"] * 3
+    assert [m["tool_call_id"] for m in tools] == ["call_a", "call_b", "call_c"]
+    assert [m["content"] for m in tools] == ["the file's text", SHORT_RESULT, SHORT_RESULT]
+    assert messages[: len(conv.messages)] == conv.messages  # the history is unchanged
+
+
+def test_a_subagent_result_also_goes_into_the_first_tool_message():
+    conv = opened()
+    conv.add_reply("", CALLS[:1])
+    messages = conv.with_text("the sub-agent's answer", "subagent")
+    assert messages[-1] == {"role": "tool", "tool_call_id": "call_a",
+                            "content": "the sub-agent's answer"}
+
+
+def test_a_human_request_after_tool_calls_answers_them_then_is_a_user_message():
+    conv = opened()
+    conv.add_reply("Two calls.", CALLS[:2])
+    messages = conv.with_text("Now fix the failing test, please.", "human")
+    tail = messages[len(conv.messages):]
+    assert [m["role"] for m in tail] == ["tool", "tool", "user"]
+    assert [m["tool_call_id"] for m in tail[:2]] == ["call_a", "call_b"]
+    assert all(m["content"] == SHORT_RESULT for m in tail[:2])
+    assert tail[2]["content"] == "Now fix the failing test, please."
+
+
+def test_after_a_reply_without_calls_the_next_step_is_a_new_user_message():
+    conv = opened()
+    conv.add_reply("All done.")
+    assert conv.pending_calls() == [] and conv.framing() == "message"
+    messages = conv.with_text("more output", "tool")
+    assert messages[-1] == {"role": "user", "content": "more output"}
+
+
+def test_calls_answered_are_no_longer_pending():
+    conv = opened()
+    conv.add_reply("x", CALLS[:1])
+    conv.commit(conv.with_text("result", "tool"))
+    assert conv.pending_calls() == []
+    assert conv.framing() == "message"  # the last message is a tool message, not a user one
+
+
+def test_a_reply_with_tool_calls_and_no_text_stores_content_none():
+    conv = opened()
+    conv.add_reply("", CALLS[:1])
+    assert conv.messages[-1] == {"role": "assistant", "content": None, "tool_calls": CALLS[:1]}
+    conv.add_reply("Some text", CALLS[1:2])
+    assert conv.messages[-1]["content"] == "Some text"
+
+
+def test_compact_keeps_the_system_message_and_a_summary():
+    conv = opened()
+    system = dict(conv.messages[0])
+    conv.add_reply("Reading.", CALLS[:1])
+    conv.commit(conv.with_text("result", "tool"))
+    conv.add_reply("Read it.")
+    conv.commit(conv.with_text(COMPACT, "compaction"))
+    conv.compact("The task: fix parse().")
+    assert conv.messages == [
+        system, {"role": "user", "content": SUMMARY_HEAD + "The task: fix parse()."}]
+    assert conv.framing() == "append"
+
+
+def test_a_compaction_after_tool_calls_answers_them_first():
+    conv = opened()
+    conv.add_reply("", CALLS[:2])
+    tail = conv.with_text(COMPACT, "compaction")[len(conv.messages):]
+    assert [m["role"] for m in tail] == ["tool", "tool", "user"]
+    assert tail[-1]["content"] == COMPACT
+
+
+COMPACT = "Summarise the conversation so far."

@@ -1,0 +1,272 @@
+"""core/agent.py: the plans sessions play, and the coding-agents preset against the published
+coding-agent traces it is calibrated on (the figures and their sources are in the comments of
+scenarios/coding-agents.toml)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import statistics
+from statistics import NormalDist
+
+import pytest
+
+import workloads
+from workloads.core.agent import MAX_CHILDREN, child_session, draw_plan, plan_steps, scaled
+from workloads.core.draws import draw_seconds, draw_tokens
+
+TOLERANCE = 0.05  # every published figure is checked to within 5% (relative)
+
+
+def rngs(seed: object, session: int) -> tuple[random.Random, random.Random]:
+    return random.Random(f"sizes:{seed}:{session}"), random.Random(f"pauses:{seed}:{session}")
+
+
+def percentile(values, q):
+    """The q-quantile of ``values``, linear between order statistics."""
+    return statistics.quantiles(values, n=1000, method="inclusive")[round(q * 1000) - 1]
+
+
+def near(value, published):
+    return abs(value - published) <= TOLERANCE * published
+
+
+# --- calibration: 170 sessions of 1,000 steps (170,000 steps, ~19,000 human requests) -------
+
+SESSIONS, TURNS = 170, 1000
+
+
+@pytest.fixture(scope="module")
+def preset():
+    return workloads.load_scenario("coding-agents").with_overrides(
+        ["pacing.time_scale=1", f"turns={TURNS}"])
+
+
+@pytest.fixture(scope="module")
+def plans(preset):
+    return [draw_plan(preset, *rngs("calibration", i)) for i in range(SESSIONS)]
+
+
+@pytest.fixture(scope="module")
+def steps(plans):
+    return [s for plan in plans for s in plan]
+
+
+def test_the_calibration_draws_enough_steps(steps):
+    assert len(steps) >= 10_000
+
+
+def test_output_tokens_median_214_p90_under_1700(steps):
+    # Compaction replies are summaries (their own distribution), not agent steps' replies.
+    out = [s.output_tokens for s in steps if s.kind != "compaction"]
+    assert near(statistics.median(out), 214)
+    p90 = percentile(out, 0.9)
+    assert p90 < 1700
+    # The preset's lognormal(214, sigma 1.3) has p90 = 214 · e^(1.2816 · 1.3) ≈ 1.13K.
+    assert near(p90, 214 * math.exp(NormalDist().inv_cdf(0.9) * 1.3))
+
+
+def test_tool_results_median_250(steps):
+    new = [s.new_tokens for s in steps if s.kind == "tool"]
+    assert near(statistics.median(new), 250)
+
+
+FIRST_REQUESTS = 60  # every session of the calibration completes this many
+
+
+def request_lengths(plans):
+    """Steps per human request (compactions are not steps of a request): each session's
+    first 60 requests. Picked by their index, not by where they end, they are independent
+    draws; keeping every request that ends inside the session would favour short ones, and
+    every request that starts early enough, the long ones (the inspection paradox: the
+    request a cut falls in is length-biased, which moves the p99 by ~13%)."""
+    lengths = []
+    for plan in plans:
+        kinds = [s.kind for s in plan if s.kind != "compaction"]
+        starts = [i for i, k in enumerate(kinds) if k == "human"]
+        assert len(starts) > FIRST_REQUESTS, "a session ended before its 60th request did"
+        lengths += [b - a for a, b in itertools.pairwise(starts[: FIRST_REQUESTS + 1])]
+    return lengths
+
+
+@pytest.fixture(scope="module")
+def requests(plans):
+    return request_lengths(plans)
+
+
+def test_steps_per_request_match_the_published_distribution(requests):
+    assert len(requests) >= 10_000
+    assert statistics.median(requests) == 2  # median 2 ± 5% admits only 2
+    assert near(statistics.mean(requests), 8.8)
+    assert near(percentile(requests, 0.9), 21)
+
+
+def test_steps_per_request_p99_87(preset, requests):
+    # The p99 sits where the table's tail steepens (87 at q = 0.99, 200 at 1: the value grows
+    # 8.3% per 0.001 of q), so 10,000 requests place it only to about ±8% (one standard error
+    # of q is 0.001). The plans' share of requests up to 87 steps is checked to ±0.3 points
+    # (3 standard errors); the value itself, to 5%, on 400,000 draws of the table (±1.3%).
+    assert abs(sum(n <= 87 for n in requests) / len(requests) - 0.99) <= 0.003
+    rng = random.Random("steps-per-request")
+    table = preset.agent.steps_per_request
+    draws = [max(1, draw_tokens(table, rng)) for _ in range(400_000)]
+    assert near(percentile(draws, 0.99), 87)
+
+
+def test_tool_time_median_0_3_s_p90_13_6_s(steps):
+    # A tool step that spawned sub-agents waits for them, not a drawn tool time.
+    tool = [s.pause_s for s in steps if s.kind == "tool" and not s.children]
+    assert near(statistics.median(tool), 0.3)
+    assert near(percentile(tool, 0.9), 13.6)
+    # also published: 61% under 1 s, 4% over 1 min
+    assert near(sum(t < 1.0 for t in tool) / len(tool), 0.61)
+    assert near(sum(t > 60.0 for t in tool) / len(tool), 0.04)
+
+
+def human_pauses(plans):
+    """Think times before human requests; turn 1's pause only staggers the starts."""
+    return [s.pause_s for plan in plans for s in plan[1:] if s.kind == "human"]
+
+
+def test_think_time_median_86_s_and_20_to_30_percent_over_5_min(plans):
+    think = human_pauses(plans)
+    assert len(think) >= 10_000
+    assert near(statistics.median(think), 86)
+    assert 0.20 <= sum(t > 300 for t in think) / len(think) <= 0.30
+
+
+def test_think_time_p90_21_min(plans):
+    # The p90 sits where the table's tail steepens (1,260 s at q = 0.9 to 50,400 s at 0.99:
+    # the value grows 4.1% per 0.001 of q), so 19,000 think times place it only to ±9%
+    # (one standard error of q is 0.0022). The plans' share under 21 min is checked to
+    # ±1 point (4.5 standard errors); the value itself, to 5%, on 400,000 draws (±1.9%).
+    think = human_pauses(plans)
+    assert abs(sum(t <= 1260 for t in think) / len(think) - 0.90) <= 0.01
+    preset = workloads.load_scenario("coding-agents")
+    rng = random.Random("think-time")
+    draws = [draw_seconds(preset.pacing.think_time, rng) for _ in range(400_000)]
+    assert near(percentile(draws, 0.9), 1260)
+
+
+def test_think_time_is_capped_at_one_hour(plans):
+    assert max(human_pauses(plans)) == 3600.0
+
+
+def test_subagents_spawn_on_1_2_percent_of_tool_steps(steps):
+    tool = [s for s in steps if s.kind == "tool"]
+    assert near(sum(bool(s.children) for s in tool) / len(tool), 0.012)
+
+
+def test_openings_between_20k_and_32k_median_24k(preset):
+    one = preset.with_overrides(["turns=1"])
+    openings = [draw_plan(one, *rngs("openings", i))[0].prior_tokens for i in range(10_000)]
+    assert min(openings) >= 20_000 and max(openings) <= 32_000
+    assert near(statistics.median(openings), 24_000)
+
+
+# --- plans -------------------------------------------------------------------------------
+
+
+def test_without_agent_every_step_after_the_first_is_a_tool_step_of_fixed_sizes():
+    s = workloads.load_scenario("five-user-coding").with_overrides(["turns=6"])
+    assert s.agent is None
+    plan = draw_plan(s, *rngs("fixed", 0))
+    assert [p.kind for p in plan] == ["human"] + ["tool"] * 5
+    assert [p.turn for p in plan] == [1, 2, 3, 4, 5, 6]
+    assert all((p.new_tokens, p.output_tokens) == (1000, 512) for p in plan)
+    context = 8192
+    for p in plan:
+        assert p.prior_tokens == context == s.configured_prior_tokens(p.turn)
+        context += p.new_tokens + p.output_tokens
+
+
+@pytest.fixture(scope="module")
+def compacting():
+    return workloads.load_scenario("coding-agents").with_overrides(
+        ["turns=60", "agent.compaction.at_tokens=40000"])
+
+
+def test_compaction_comes_once_the_context_passes_at_tokens(compacting):
+    at = 40_000
+    system = compacting.shared_prefix_tokens
+    seen = 0
+    for i in range(5):
+        plan = draw_plan(compacting, *rngs("compaction", i))
+        for step, after in itertools.pairwise(plan):
+            if step.kind == "compaction":
+                seen += 1
+                assert step.prior_tokens > at and step.pause_s == 0.0
+                # the context is the system message and the summary (and its framing)
+                assert system + step.output_tokens <= after.prior_tokens
+                assert after.prior_tokens < system + step.output_tokens + 64
+                assert after.prior_tokens < step.prior_tokens
+                assert after.kind != "compaction"
+            else:
+                grown = step.prior_tokens + step.new_tokens + step.output_tokens
+                assert after.prior_tokens == grown
+                if after.kind != "compaction":
+                    assert after.prior_tokens <= at  # it would have compacted
+                else:
+                    assert after.prior_tokens > at
+    assert seen >= 5
+
+
+def test_the_summary_length_is_drawn_from_summary_tokens(compacting):
+    summaries = [s.output_tokens for i in range(20)
+                 for s in draw_plan(compacting, *rngs("summary", i)) if s.kind == "compaction"]
+    assert len(set(summaries)) > 1 and all(1500 <= n <= 6000 for n in summaries)
+
+
+def test_subagents_have_their_own_plans_and_unique_session_numbers():
+    s = workloads.load_scenario("coding-agents").with_overrides(
+        ["turns=30", "agent.subagents.share=0.5"])
+    numbers = []
+    for session in range(s.users):
+        plan = draw_plan(s, *rngs("subagents", session))
+        kids = [c for step in plan for c in step.children]
+        assert kids and len(kids) <= MAX_CHILDREN
+        for child in kids:
+            assert [c.kind for c in child] == ["subagent"] * len(child)
+            assert [c.turn for c in child] == list(range(1, len(child) + 1))
+            assert 2 <= len(child) <= 30  # steps: min 2, and turns bounds them
+            # a sub-agent starts from the parent's system message alone
+            assert child[0].prior_tokens == s.shared_prefix_tokens
+            assert not any(c.children for c in child)
+        for step in plan:
+            if step.children:
+                assert step.kind == "tool" and step.pause_s == 0.0
+        numbers += [child_session(s.users, session, k) for k in range(len(kids))]
+        assert plan_steps(plan) == len(plan) + sum(len(c) for c in kids)
+    assert len(set(numbers)) == len(numbers)
+    assert min(numbers) >= s.users
+
+
+def test_turns_bound_the_steps():
+    s = workloads.load_scenario("coding-agents").with_overrides(
+        ["turns=5", "agent.subagents.share=1.0", "agent.compaction.at_tokens=256"])
+    for i in range(10):
+        plan = draw_plan(s, *rngs("turns", i))
+        assert len(plan) == 5
+        assert all(len(c) <= 5 for step in plan for c in step.children)
+
+
+def test_scaled_multiplies_every_pause_children_included():
+    s = workloads.load_scenario("coding-agents").with_overrides(
+        ["turns=40", "pacing.time_scale=1", "agent.subagents.share=0.3"])
+    plan = draw_plan(s, *rngs("scaled", 0))
+    assert any(step.children for step in plan)
+    assert scaled(plan, 1.0) == plan
+    half = scaled(plan, 0.5)
+    # the same as drawing with time_scale = 0.5
+    drawn = draw_plan(s.with_overrides(["pacing.time_scale=0.5"]), *rngs("scaled", 0))
+
+    def pauses(p):
+        return [(x.pause_s, [pauses(c) for c in x.children]) for x in p]
+
+    def flat(p):
+        return [x.pause_s for x in p] + [y for x in p for c in x.children for y in flat(c)]
+
+    assert flat(half) == pytest.approx(flat(drawn))
+    assert flat(half) == pytest.approx([x / 2 for x in flat(plan)])
+    assert sum(flat(plan)) > 0 and len(flat(half)) > len(half)  # children's pauses counted
