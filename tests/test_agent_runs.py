@@ -107,12 +107,6 @@ def test_a_compaction_leaves_only_the_system_prefix_cached(agents_run):
     assert checked >= 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the tokenizers' tools are never set: TargetTokenizer.tools (wire/tokenize.py) and the "
-    "estimate's tools (core/tokens.py) stay None, as nothing in runner/ assigns them, so "
-    "with tools = \"coding\" /tokenize renders without the tool schemas and every sized "
-    "prompt is short by the tool block (593 tokens on the simulator); the run warns that "
-    "/tokenize and usage disagree, and turn 1 misses its configured prompt by ~2.5%"))
 def test_sizing_counts_the_tool_schemas_the_request_sends(agents_run):
     _, _, _, records = agents_run
     tokenized = [r for r in records if r["tokenized_prompt_tokens"] is not None]

@@ -112,12 +112,6 @@ def test_a_bad_size_names_the_file_the_field_and_the_reason(tmp_path: Path, case
     assert re.search(reason, message)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "TokenCount = int | Sizes: pydantic reports the union's every member, so a bad size "
-    "gives two lines, 'field output_tokens.int: Input should be a valid integer' (misleading: "
-    "a table is allowed) and 'field output_tokens.function-after[_consistent(), Sizes]: "
-    "Value error, ...' (pydantic internals in the field name); "
-    "model/scenario._format_validation_error does not fold union branches"))
 @pytest.mark.parametrize("case", sorted(BAD_SIZES))
 def test_a_bad_size_is_one_line_naming_the_field_plainly(tmp_path: Path, case):
     line, _ = BAD_SIZES[case]

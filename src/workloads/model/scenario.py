@@ -510,13 +510,33 @@ def list_scenarios() -> dict[str, Path]:
     return found
 
 
+# Errors pydantic gives for each member of a union a value did not match: beside the real
+# error of the member it was meant for (a distribution's table), "should be a valid integer"
+# only misleads.
+_UNION_MISMATCH = {"int_type", "int_parsing", "int_from_float", "model_type", "dict_type",
+                   "literal_error", "string_type", "list_type"}
+
+
+def _field_name(loc: tuple[int | str, ...]) -> str:
+    """The dotted field of an error location, without pydantic's union member tags
+    (``int``, ``function-after[...]``, ``Sizes``)."""
+    parts = [str(p) for p in loc
+             if not (isinstance(p, str) and ("[" in p or p in ("int", "str", "list")
+                                             or p[:1].isupper()))]
+    return ".".join(parts) or "(top level)"
+
+
 def _format_validation_error(err: ValidationError, source: str) -> str:
-    lines = []
+    by_field: dict[str, list[Any]] = {}
     for item in err.errors():
-        field = ".".join(str(p) for p in item["loc"]) or "(top level)"
-        got = item.get("input")
-        got_text = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
-        lines.append(f"{source}: field '{field}': {item['msg']}{got_text}")
+        by_field.setdefault(_field_name(item["loc"]), []).append(item)
+    lines = []
+    for field, items in by_field.items():
+        real = [i for i in items if i["type"] not in _UNION_MISMATCH] or items[:1]
+        for item in real:
+            got = item.get("input")
+            got_text = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
+            lines.append(f"{source}: field '{field}': {item['msg']}{got_text}")
     return "\n".join(lines)
 
 

@@ -414,6 +414,10 @@ class Session:
         self.conversation.commit(prepared.messages)
         body = build_body(self.scenario, self.model, prepared.messages,
                           output_tokens=step.output_tokens, tools=self.tools)
+        if step.kind == "compaction" and self.tools:
+            # The summary is text: the tools stay in the prompt (its cached prefix holds
+            # them), but no call is wanted.
+            body["tool_choice"] = "none"
         sent = list(prepared.messages)  # the history list grows with the reply below
         common = dict(
             repetition=self.repetition,
