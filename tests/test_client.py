@@ -14,7 +14,7 @@ import pytest
 from workloads.model.errors import RequestError
 from workloads.model.records import TurnRecord
 from workloads.model.scenario import Timeouts
-from workloads.runner.session import record_from_response
+from workloads.runner.turn import record_from_response
 from workloads.wire.client import AiohttpChatClient, parse_chunk, partial_response
 from workloads.wire.failures import retry_kinds
 

@@ -7,7 +7,7 @@ import inspect
 
 import workloads.core.aggregate
 from workloads.core.degeneration import degeneration
-from workloads.runner.session import identity
+from workloads.runner.turn import identity
 
 
 def test_a_looping_completion_is_flagged():

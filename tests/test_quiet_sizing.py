@@ -22,8 +22,9 @@ from workloads.model.records import TurnRecord
 from workloads.model.results import RunResult, TargetInfo
 from workloads.report.console import sizing_line
 from workloads.runner.outcome import Measured, build_result
-from workloads.runner.session import Session, TokenTrace
+from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
+from workloads.runner.turn import TokenTrace
 from workloads.servers.simulated.app import build_app
 from workloads.servers.simulated.engine import Engine
 from workloads.servers.simulated.profiles import get_profile

@@ -8,8 +8,9 @@ from fakes import FakeChatClient
 from workloads.core.conversation import Conversation, make_nonces
 from workloads.core.corpus import load_corpus
 from workloads.core.tokens import EstimateTokenizer
-from workloads.runner.session import Session, build_body, record_from_response
+from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
+from workloads.runner.turn import build_body, record_from_response
 from workloads.wire.client import ChatResponse, Usage
 
 SCENARIO = workloads.Scenario(

@@ -37,8 +37,8 @@ from workloads.model.scenario import Cell, Scenario
 from workloads.model.summary import Summary
 from workloads.model.whatif import WhatIfTurn
 from workloads.runner.monitor import health_warnings
-from workloads.runner.session import TokenTrace
 from workloads.runner.sizing import CellSizing, sizing_warnings
+from workloads.runner.turn import TokenTrace
 
 __all__ = ["Measured", "build_result", "corpus_info", "window"]
 

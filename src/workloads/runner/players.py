@@ -26,8 +26,9 @@ from workloads.runner.monitor import ClientMonitor
 from workloads.runner.order import OpeningOrder
 from workloads.runner.repetition import Barrier, Repetition, open_sessions, play
 from workloads.runner.replay import Recording, replay_sessions
-from workloads.runner.session import Exchange, Session, TokenTrace
+from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
+from workloads.runner.turn import Exchange, TokenTrace
 from workloads.wire.client import ChatClient
 
 __all__ = ["LocalPlayers", "Players", "Shard"]

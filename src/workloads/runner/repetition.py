@@ -25,8 +25,10 @@ from workloads.model.results import RepetitionNonces
 from workloads.model.scenario import Cell, Scenario, nominal
 from workloads.runner.order import LocalOpeningOrder, OpeningOrder
 from workloads.runner.pacing import arrival_times
-from workloads.runner.session import Exchange, Session
+from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
+from workloads.runner.subagents import spawn
+from workloads.runner.turn import Exchange
 from workloads.wire.client import ChatClient
 
 __all__ = ["Barrier", "Repetition", "open_sessions", "play", "traced_plans"]
@@ -184,7 +186,7 @@ async def play(
 
 async def _spawn_and_prepare(session: Session, turn: int, stop: asyncio.Event) -> None:
     """Run the sub-agents turn ``turn`` spawns (if any), then size the turn."""
-    await session.spawn(turn, stop)
+    await spawn(session, turn, stop)
     await session.prepare(turn)
 
 
@@ -226,7 +228,7 @@ async def _free_running(session: Session, start: float, stop: asyncio.Event) -> 
         due = since + step.pause_s
         if turn > 1:  # turn 1 was sized before the repetition started
             if step.children:
-                await session.spawn(turn, stop)
+                await spawn(session, turn, stop)
                 due = time.perf_counter()
             await session.prepare(turn)  # sizing happens inside the think/tool time
         late = await sleep_until_or(due, stop)

@@ -22,8 +22,9 @@ from workloads.model.results import RepetitionNonces, RunResult, load_result
 from workloads.model.scenario import Scenario
 from workloads.model.transcripts import TRANSCRIPTS_FILE, Transcript, read_transcripts
 from workloads.runner.repetition import Repetition
-from workloads.runner.session import Exchange, Session
+from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
+from workloads.runner.turn import Exchange
 from workloads.wire.client import ChatClient
 
 __all__ = ["Recording", "load_recording", "replay_sessions"]

@@ -47,8 +47,9 @@ from workloads.model.results import RepetitionNonces, TraceReplay
 from workloads.model.scenario import Scenario, TraceLimits
 from workloads.runner.players import LocalPlayers
 from workloads.runner.repetition import Barrier, Repetition
-from workloads.runner.session import Exchange, Session, build_body, identity, record_from_response
+from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
+from workloads.runner.turn import Exchange, build_body, identity, record_from_response
 from workloads.wire.client import ChatClient, partial_response
 
 __all__ = ["BlockTexts", "TracePlayers", "find_trace", "read_trace", "trace_scenario"]

@@ -33,7 +33,7 @@ from workloads.model.scenario import Cell
 from workloads.model.target import Target
 from workloads.runner.channel import LINE_LIMIT, Channel, ChannelClosed, authentic
 from workloads.runner.repetition import Repetition
-from workloads.runner.session import TokenTrace
+from workloads.runner.turn import TokenTrace
 from workloads.runner.worker import TOKEN_ENV
 from workloads.wire.loop import loop_name
 

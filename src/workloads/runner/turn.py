@@ -1,0 +1,174 @@
+"""One turn's request and record, as values: the request body, the TurnRecord derived
+from the response, its identity hashes, and the token trace the what-if oracle replays.
+Pure: the session (runner/session.py) does the sending.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from workloads.core import stats
+from workloads.core.agent import Step
+from workloads.core.degeneration import degeneration
+from workloads.core.tokens import Message
+from workloads.model.records import Status, TurnRecord
+from workloads.model.scenario import Scenario, nominal
+from workloads.model.transcripts import prompt_hash, text_hash
+from workloads.wire.client import ChatResponse
+
+__all__ = ["Exchange", "TokenTrace", "build_body", "identity", "record_from_response"]
+
+# What was sent and what came back of one turn, for the transcripts: (its record, the
+# messages sent, the completion text or None when no reply reached us).
+Exchange = Callable[[TurnRecord, list[Message], str | None], None]
+
+
+def identity(messages: list[Message], reply: str | None) -> dict[str, object]:
+    """A record's identity fields: prompt and completion hashes, and whether the completion
+    is degenerate (None without a reply). Pure."""
+    reason = degeneration(reply) if reply is not None else None
+    return {
+        "prompt_sha256": prompt_hash(messages),
+        "completion_sha256": None if reply is None else text_hash(reply),
+        "degenerate": None if reply is None else reason is not None,
+        "degenerate_reason": reason,
+    }
+
+
+def build_body(
+    scenario: Scenario, model: str, messages: list[Message], *,
+    output_tokens: int | None = None, tools: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The request body for one turn: ``output_tokens`` is the step's (drawn) reply length,
+    default the scenario's; ``tools`` go with ``tool_choice: "auto"``."""
+    n = nominal(scenario.output_tokens) if output_tokens is None else output_tokens
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": n,
+    }
+    if tools:
+        body["tools"] = tools
+        body["tool_choice"] = "auto"
+    if scenario.exact_output:
+        # Exactly output_tokens, every turn: vLLM and SGLang honour both, llama.cpp ignore_eos.
+        body["ignore_eos"] = True
+        body["min_tokens"] = n
+    body.update(scenario.sampling.model_dump(exclude_none=True))
+    body.update(scenario.extra_body)
+    return body
+
+
+def record_from_response(
+    response: ChatResponse,
+    *,
+    repetition: int,
+    warmup: bool,
+    session: int,
+    turn: int,
+    configured_prior_tokens: int,
+    output_tokens: int,
+    exact_output: bool,
+    shareable_tokens: int | None,
+    shareable_exact: bool,
+    configured_prompt_tokens: int | None = None,
+    tokenized_prompt_tokens: int | None = None,
+    cell: int = 0,
+    pacing_lag_ns: int | None = None,
+    step: Step | None = None,
+    parent_session: int | None = None,
+    tools_offered: bool = False,
+) -> TurnRecord:
+    """Derive a TurnRecord from a ChatResponse. Pure. With exact output a turn is valid at
+    exactly ``output_tokens``, finished by length (or by its tool calls, which vLLM reports
+    as finish_reason "tool_calls")."""
+    usage = response.usage
+    completion = usage.completion_tokens if usage else None
+    ttft = None
+    if response.first_content_ns is not None and response.sent_ns is not None:
+        ttft = response.first_content_ns - response.sent_ns
+    rate = None
+    first, last = response.first_content_ns, response.last_content_ns
+    if completion is not None and completion > 1 and first is not None and last is not None:
+        rate = (completion - 1) / ((last - first) / 1e9) if last > first else None
+    status: Status = "ok" if response.ok else "error"
+    if response.error_kind == "cancelled":
+        status = "incomplete"
+    valid = status == "ok" and completion is not None
+    if exact_output:
+        valid = valid and response.finish_reason in ("length", "tool_calls") \
+            and completion == output_tokens
+    prompt = usage.prompt_tokens if usage else None
+    if shareable_tokens is not None and prompt is not None:
+        shareable_tokens = min(shareable_tokens, prompt)
+    return TurnRecord(
+        repetition=repetition,
+        warmup=warmup,
+        session=session,
+        turn=turn,
+        status=status,
+        error_kind=response.error_kind,
+        error_message=response.error_message,
+        http_status=response.http_status,
+        finish_reason=response.finish_reason,
+        valid=valid,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cached_tokens=usage.cached_tokens if usage else None,
+        shareable_tokens=shareable_tokens,
+        shareable_exact=shareable_exact,
+        configured_prior_tokens=configured_prior_tokens,
+        configured_prompt_tokens=configured_prompt_tokens,
+        tokenized_prompt_tokens=tokenized_prompt_tokens,
+        cell=cell,
+        pacing_lag_ns=pacing_lag_ns,
+        ttft_ns=ttft,
+        decode_tokens_per_s=rate,
+        started_ns=response.started_ns,
+        sent_ns=response.sent_ns,
+        headers_ns=response.headers_ns,
+        retry_after_s=response.retry_after_s,
+        first_content_ns=response.first_content_ns,
+        last_content_ns=response.last_content_ns,
+        done_ns=response.done_ns,
+        content_events=response.content_events,
+        chunk_gaps_us=stats.chunk_gaps_us(response.content_ns),
+        resends=response.resends,
+        request_id=response.request_id,
+        system_fingerprint=response.system_fingerprint,
+        timings=response.timings,
+        error_ns=response.error_ns,
+        retries=response.retries,
+        attempts=tuple(response.attempts),
+        step_kind=step.kind if step is not None else None,
+        new_tokens=step.new_tokens if step is not None else None,
+        output_tokens=output_tokens if step is not None else None,
+        pause_s=step.pause_s if step is not None else None,
+        parent_session=parent_session,
+        tool_calls=len(response.tool_calls or ()) if tools_offered else None,
+        ttft_content_ns=(response.first_text_ns - response.sent_ns
+                         if response.first_text_ns is not None and response.sent_ns is not None
+                         else None),
+    )
+
+
+@dataclass
+class TokenTrace:
+    """One sent turn in the target's token ids: what the what-if cache oracle replays."""
+
+    sent_ns: int
+    turn: int
+    prompt: array[int]
+    completion: array[int] = field(default_factory=lambda: array("i"))
+    # In the observed hit rate too (valid, cached tokens reported): the oracle's per-turn
+    # figures are over the same requests; the others are replayed but not counted.
+    counted: bool = True
+    # A turn sized by estimate (quiet sizing, or a failed /tokenize call): the messages sent,
+    # rendered to ``prompt`` by the target after the window; None once rendered.
+    messages: list[Message] | None = None
+    reply: str = ""  # the reply text, encoded to ``completion`` when no later turn did
