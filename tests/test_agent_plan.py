@@ -37,9 +37,26 @@ def near(value, published):
 SESSIONS, TURNS = 170, 1000
 
 
+def coding_agents(overrides: list[str]) -> workloads.Scenario:
+    """The preset with ``overrides``, every session playing all its ``turns`` (no drawn
+    session length): the calibration of the per-step figures needs long sessions."""
+    s = workloads.load_scenario("coding-agents").with_overrides(overrides)
+    assert s.agent is not None
+    return s.model_copy(update={"agent": s.agent.model_copy(update={"steps_per_session": None})})
+
+
+def test_steps_per_session_median_15_p90_135():
+    s = workloads.load_scenario("coding-agents").with_overrides(["turns=1000"])
+    lengths = [len(draw_plan(s, *rngs("length", i))) for i in range(10_000)]
+    assert near(statistics.median(lengths), 15)
+    assert near(percentile(lengths, 0.9), 135)
+    capped = workloads.load_scenario("coding-agents")  # turns = 16 caps them
+    assert max(len(draw_plan(capped, *rngs("length", i))) for i in range(200)) == 16
+
+
 @pytest.fixture(scope="module")
 def preset():
-    return workloads.load_scenario("coding-agents").with_overrides(
+    return coding_agents(
         ["pacing.time_scale=1", f"turns={TURNS}"])
 
 
@@ -143,7 +160,7 @@ def test_think_time_p90_21_min(plans):
     # ±1 point (4.5 standard errors); the value itself, to 5%, on 400,000 draws (±1.9%).
     think = human_pauses(plans)
     assert abs(sum(t <= 1260 for t in think) / len(think) - 0.90) <= 0.01
-    preset = workloads.load_scenario("coding-agents")
+    preset = coding_agents([])
     rng = random.Random("think-time")
     draws = [draw_seconds(preset.pacing.think_time, rng) for _ in range(400_000)]
     assert near(percentile(draws, 0.9), 1260)
@@ -183,7 +200,7 @@ def test_without_agent_every_step_after_the_first_is_a_tool_step_of_fixed_sizes(
 
 @pytest.fixture(scope="module")
 def compacting():
-    return workloads.load_scenario("coding-agents").with_overrides(
+    return coding_agents(
         ["turns=60", "agent.compaction.at_tokens=40000"])
 
 
@@ -219,7 +236,7 @@ def test_the_summary_length_is_drawn_from_summary_tokens(compacting):
 
 
 def test_subagents_have_their_own_plans_and_unique_session_numbers():
-    s = workloads.load_scenario("coding-agents").with_overrides(
+    s = coding_agents(
         ["turns=30", "agent.subagents.share=0.5"])
     numbers = []
     for session in range(s.users):
@@ -243,7 +260,7 @@ def test_subagents_have_their_own_plans_and_unique_session_numbers():
 
 
 def test_turns_bound_the_steps():
-    s = workloads.load_scenario("coding-agents").with_overrides(
+    s = coding_agents(
         ["turns=5", "agent.subagents.share=1.0", "agent.compaction.at_tokens=256"])
     for i in range(10):
         plan = draw_plan(s, *rngs("turns", i))
@@ -252,7 +269,7 @@ def test_turns_bound_the_steps():
 
 
 def test_scaled_multiplies_every_pause_children_included():
-    s = workloads.load_scenario("coding-agents").with_overrides(
+    s = coding_agents(
         ["turns=40", "pacing.time_scale=1", "agent.subagents.share=0.3"])
     plan = draw_plan(s, *rngs("scaled", 0))
     assert any(step.children for step in plan)

@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from workloads.core import stats
+from workloads.core.agent import planned_requests
 from workloads.model.records import TurnRecord
 from workloads.model.scenario import Scenario
 
@@ -36,7 +37,8 @@ class _Tally:
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        self.total = scenario.total_turns()
+        # Exact for an agent's plans (drawn here too); the turns bound, when too many to draw.
+        self.total = planned_requests(scenario) or scenario.total_turns()
         self.coordinates = scenario.cells()
         self.cells = len(self.coordinates)
         self.measured = scenario.repetitions.measured

@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from workloads.core import tokens
+from workloads.core.corpus import stream_rng
 from workloads.core.draws import draw_seconds, draw_tokens
 from workloads.model.records import StepKind
 from workloads.model.scenario import Scenario
 
 __all__ = ["CODING_TOOLS", "MAX_CHILDREN", "Step", "child_session", "draw_plan",
-           "plan_steps", "scaled", "tool_schemas"]
+           "plan_steps", "planned_requests", "scaled", "session_plan", "tool_schemas"]
 
 # A session spawns at most this many sub-agents in all (their session numbers are
 # ``child_session``'s, unique in the repetition).
@@ -74,6 +75,43 @@ def plan_steps(plan: tuple[Step, ...]) -> int:
     return sum(1 + sum(plan_steps(child) for child in step.children) for step in plan)
 
 
+def session_plan(
+    scenario: Scenario, cell: int, repetition: int, session: int
+) -> tuple[Step, ...]:
+    """The plan session ``session`` of (``cell``, ``repetition``) plays: drawn with the
+    generators seeded by ``content.seed`` and those coordinates (sizes and pauses apart).
+    ``scenario`` is the cell's. Pure."""
+    seed = scenario.content.seed
+    return draw_plan(scenario, stream_rng(seed, "sizes", cell, repetition, session),
+                     stream_rng(seed, "pacing", cell, repetition, session))
+
+
+# Past this many sessions in a run, planned_requests does not draw every plan to count them.
+_COUNT_SESSIONS = 2048
+
+
+def planned_requests(scenario: Scenario) -> int | None:
+    """Requests the whole run sends, warm-ups, every cell and sub-agents included: exact
+    (the plans are drawn) for a scenario with ``agent`` up to a few thousand sessions, the
+    fixed shape's ``total_turns`` otherwise; None: an agent run too large to count, or one
+    that plays a trace (its plans are in the file). Pure."""
+    if scenario.agent is None:
+        return scenario.total_turns()
+    if scenario.agent.trace is not None:
+        return None
+    reps = scenario.repetitions.warmup + scenario.repetitions.measured
+    cells = scenario.cells()
+    if sum(c.concurrency for c in cells) * reps > _COUNT_SESSIONS:
+        return None
+    total = 0
+    for cell in cells:
+        here = scenario.for_cell(cell)
+        for rep in range(reps):
+            for session in range(cell.concurrency):
+                total += plan_steps(session_plan(here, cell.index, rep, session))
+    return total
+
+
 def draw_plan(
     scenario: Scenario, sizes: random.Random, pauses: random.Random
 ) -> tuple[Step, ...]:
@@ -105,7 +143,10 @@ def draw_plan(
     system = s.shared_prefix_tokens or 0  # what a compaction keeps (configured figures)
     left = 0  # steps left in the current human request
     children = 0
-    for turn in range(1, s.turns + 1):
+    length = s.turns
+    if agent.steps_per_session is not None:
+        length = min(max(1, draw_tokens(agent.steps_per_session, sizes)), s.turns)
+    for turn in range(1, length + 1):
         compaction = agent.compaction
         if compaction is not None and turn > 1 and context > compaction.at_tokens:
             out = draw_tokens(compaction.summary_tokens, sizes)

@@ -174,6 +174,12 @@ class SourceFile:
     text: str
 
 
+def stream_rng(seed: int, *stream: int | str) -> random.Random:
+    """One RNG per (seed, stream...), the same whatever the corpus. Pure."""
+    key = ":".join(str(x) for x in (seed, *stream))
+    return random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big"))
+
+
 class TextStream:
     """Endless deterministic text, cut at a token count on demand.
 
@@ -234,8 +240,7 @@ class Corpus:
 
     def rng(self, seed: int, *stream: int | str) -> random.Random:
         """One RNG per (seed, stream...): sessions never share random state."""
-        key = ":".join(str(x) for x in (seed, *stream))
-        return random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big"))
+        return stream_rng(seed, *stream)
 
     # --- the streams a conversation is made of ------------------------------------------
 

@@ -301,9 +301,11 @@ class Agent(Frozen):
     """A real agent's session: a run of human requests, each followed by autonomous tool
     steps. A human request (``request_tokens`` of new text, after ``pacing.think_time``)
     starts ``steps_per_request`` steps in all: the first answers the human, the others each
-    add a tool result (``turn_tokens``, after ``pacing.tool_time``). ``turns`` bounds a
-    session's steps (compactions included)."""
+    add a tool result (``turn_tokens``, after ``pacing.tool_time``). A session plays
+    ``steps_per_session`` steps (drawn; None: ``turns``), never more than ``turns``
+    (compactions included)."""
 
+    steps_per_session: TokenCount | None = None
     steps_per_request: TokenCount = 9
     request_tokens: TokenCount = 150
     compaction: Compaction | None = None

@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.console import Group
 from rich.text import Text
 
+from workloads.core.agent import planned_requests
 from workloads.core.traces import observed_hit_rate
 from workloads.model.results import RunResult
 from workloads.model.scenario import Scenario, describe
@@ -524,8 +525,8 @@ def records_notes(result: RunResult, records_path: Path) -> list[str]:
     if torn:
         notes.append(f"{records_path} ends in a torn line (the run was killed while writing "
                      "it): that turn is left out")
-    expected = result.scenario.total_turns()
-    if len(result.records) < expected:
+    expected = planned_requests(result.scenario)
+    if expected is not None and len(result.records) < expected:
         notes.append(f"{records_path} holds {len(result.records):,} of the {expected:,} turns "
                      "the scenario sends: the run did not finish, and the figures cover only "
                      "the turns recorded")

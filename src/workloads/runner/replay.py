@@ -54,12 +54,18 @@ class Recording:
                 f"{', '.join(differ)}; replay runs the recorded scenario (drop --set)"
             )
         s = scenario.repetitions
+        recorded: dict[tuple[int, int, int], int] = {}  # turns per (cell, rep, session)
+        for c, r, u, _ in self.transcripts:
+            recorded[(c, r, u)] = recorded.get((c, r, u), 0) + 1
+        # An agent's session may play fewer steps than turns (agent.steps_per_session): its
+        # turns must run from 1 without a gap; the replay draws the same plan.
         missing = [
             (cell.index, rep, session, turn)
             for cell in scenario.cells()
             for rep in range(s.warmup + s.measured)
             for session in range(cell.concurrency)
-            for turn in range(1, scenario.turns + 1)
+            for turn in range(1, (scenario.turns if scenario.agent is None else max(
+                1, recorded.get((cell.index, rep, session), 0))) + 1)
             if (cell.index, rep, session, turn) not in self.transcripts
         ]
         if missing:
@@ -114,6 +120,7 @@ def replay_sessions(
         script: dict[int, Sequence[Message]] = {
             turn: recording.transcripts[(cell, repetition.index, i, turn)].messages
             for turn in range(1, s.turns + 1)
+            if (cell, repetition.index, i, turn) in recording.transcripts
         }
         conversation = Conversation(
             corpus=corpus, style=s.content.style, seed=s.content.seed, session=i,

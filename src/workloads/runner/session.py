@@ -20,7 +20,7 @@ from array import array
 from collections.abc import Callable, Mapping, Sequence
 
 from workloads.core import tokens
-from workloads.core.agent import Step, draw_plan, tool_schemas
+from workloads.core.agent import Step, session_plan, tool_schemas
 from workloads.core.conversation import Conversation
 from workloads.core.tokens import Message, TokenizeError
 from workloads.model.records import TurnRecord
@@ -84,12 +84,8 @@ class Session:
         self.on_exchange = on_exchange  # the transcripts writer, when kept
         self.script = script  # replay: each turn's recorded messages, sent as they are
         # The steps this session plays (core/agent.py): sizes, kinds, pauses, sub-agents.
-        self.plan = plan if plan is not None else draw_plan(
-            scenario, conversation.corpus.rng(scenario.content.seed, "sizes", cell, repetition,
-                                              conversation.session),
-            conversation.corpus.rng(scenario.content.seed, "pacing", cell, repetition,
-                                    conversation.session),
-        )
+        self.plan = plan if plan is not None else session_plan(
+            scenario, cell, repetition, conversation.session)
         self.parent = parent  # a sub-agent's: the session that spawned it
         self.kid_scripts = kid_scripts  # replay: the recorded sub-agents' turns, by session
         self.tools = tool_schemas(scenario.tools)
