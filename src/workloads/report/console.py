@@ -81,11 +81,13 @@ def turn_table(result: RunResult) -> ReportTable:
         name="turns",
     )
     notes = []
+    partial = []
     for t in result.summary.turns:
         missing = NO_VALID if not t.valid else "—"
         summed = format_band(t.aggregate_rate, missing=missing)
         if t.partial_repetitions:
             summed += " *"
+            partial.append(t)
             notes.append(
                 f"turn {t.turn}: {plural(t.partial_repetitions, 'repetition')} of "
                 f"{t.streams.n if t.streams else 0} summed fewer valid streams than the "
@@ -108,6 +110,14 @@ def turn_table(result: RunResult) -> ReportTable:
             f"† {result.scenario.pacing.mode} pacing: a turn's streams need not overlap in "
             "time, so their Σ overstates throughput; wall tok/s = Σ tokens / the turn's span"
         )
+    if len(notes) > 3:  # one line, not one clause per turn
+        low = min(t.streams.low for t in partial if t.streams) if partial else 0
+        why = " (sessions that played fewer steps, or failed turns)" \
+            if result.scenario.agent is not None else ""
+        notes = [
+            f"turns {', '.join(str(t.turn) for t in partial)}: some repetitions summed fewer "
+            f"valid streams than the {plural(users, 'user')}{why}, as few as {low:,.0f}"
+        ]
     if notes:
         captions.append(
             "* left out of aggregate and wall tok/s (a Σ over fewer streams is not the same "

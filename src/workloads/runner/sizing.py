@@ -522,11 +522,17 @@ def _as_configured(
     A turn after an invalid one (failed, cut short) has a history of another length than
     configured: that is the earlier turn's story, not a sizing miss."""
     invalid = {(r.cell, r.repetition, r.session, r.turn) for r in records if not r.valid}
+    # A sub-agent's configured prior counts from an approximate system size, and after a
+    # compaction the plan's prior assumes one: neither is a sizing miss.
+    compacted = {(r.cell, r.repetition, r.session): r.turn for r in reversed(records)
+                 if r.step_kind == "compaction"}
     return [
         r for r in measured
         if r.configured_prompt_tokens is not None
         and (r.turn == 1 or scenario.exact_output)
         and not any((r.cell, r.repetition, r.session, t) in invalid for t in range(1, r.turn))
+        and r.parent_session is None
+        and r.turn <= compacted.get((r.cell, r.repetition, r.session), r.turn)
     ]
 
 
