@@ -156,6 +156,8 @@ def _width(axis: _Axis, x: float) -> float:
 
 
 _COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
+# One colour per session (matplotlib's ten); past ten sessions they repeat.
+_SESSION_COLORS = [*_COLORS, "tab:pink", "tab:gray", "tab:olive", "tab:cyan"]
 
 
 def _sweep_rates(result: RunResult, path: Path | IO[bytes]) -> None:
@@ -518,7 +520,7 @@ def _context(result: RunResult, path: Path | IO[bytes]) -> None:
         xs = [((r.sent_ns or 0) - origin) / 1e9 for r in rs]
         ys = [float(r.prompt_tokens or 0) for r in rs]
         if rs[0].parent_session is None:
-            color = _COLORS[users.index(session) % len(_COLORS)]
+            color = _SESSION_COLORS[users.index(session) % len(_SESSION_COLORS)]
             name = (f"session {session}" if len(users) <= 8
                     else None if labelled["user"] else "a user's session")
             ax.plot(xs, ys, "o-", color=color, markersize=3, linewidth=1.4,
@@ -526,7 +528,8 @@ def _context(result: RunResult, path: Path | IO[bytes]) -> None:
             labelled["user"] = True
         else:
             parent = rs[0].parent_session
-            color = (_COLORS[users.index(parent) % len(_COLORS)] if parent in users
+            color = (_SESSION_COLORS[users.index(parent) % len(_SESSION_COLORS)]
+                     if parent in users
                      else "tab:gray")
             ax.plot(xs, ys, "o--", color=color, alpha=0.45, markersize=2, linewidth=1,
                     drawstyle="steps-post",
