@@ -4,6 +4,7 @@ in a real run against the simulated server, with faults.rate_corrupt making it f
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -81,7 +82,10 @@ def test_the_gate_runs_before_and_after_outside_the_window(tiny_scenario):
     gate = result.gate
     assert gate is not None and gate.passed and gate.mode == "report"
     assert len(gate.outputs) == 2 * len(CASES)
-    assert {o.phase for o in gate.outputs} == {"before", "after"}
+    # Sent together, kept in case order: the before pass, then the after pass.
+    assert [(o.phase, o.case) for o in gate.outputs] == [
+        (phase, c.name) for phase in ("before", "after") for c in CASES
+    ]
     assert all(o.finish_reason == "stop" for o in gate.outputs)
     # The window's server counters count only the measured requests (2 users × 2 turns).
     server = result.window.server
@@ -129,3 +133,62 @@ def test_a_gate_that_only_reports_does_not_fail_the_run(tmp_path):
     result = workloads.load_result(tmp_path / "r")
     assert result.gate is not None and not result.gate.passed
     assert result.invalid_reason is None
+
+
+# Every request stalls STALL_S after its role chunk: longer than the gate's deadline, far
+# shorter than the 120 s read gap the gate waited out per case when it sent them serially.
+STALL_S = 5.0
+STALLING = {"faults.rate_stall": 1.0, "faults.stall_s": STALL_S, "faults.after_tokens": 0}
+
+
+def _in_flight_together(truths, deadline):
+    """All requests arrived before the first one's deadline: they were in flight at once (sent
+    one after another, each would have arrived a deadline after the one before)."""
+    arrivals = [t.arrival_ns for t in truths]
+    return (max(arrivals) - min(arrivals)) / 1e9 < deadline
+
+
+async def test_a_stalling_server_costs_the_gate_one_deadline_not_a_read_gap_per_case():
+    from workloads.runner.gate import gate_client, gate_deadline_s, send_gate
+
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(["timeouts.gate_s=2"])
+    deadline = gate_deadline_s(scenario.timeouts)
+    assert deadline == 2.0 < STALL_S < scenario.timeouts.read_gap_s
+    async with workloads.SimulatedServer(sim=STALLING) as server:
+        started = time.perf_counter()
+        async with gate_client(server.target, scenario.timeouts) as client:
+            outputs = await send_gate(client, server.model, scenario, "before")
+        took = time.perf_counter() - started
+        truths = server.truths()
+    assert [o.case for o in outputs] == [c.name for c in CASES]
+    assert all(o.phase == "before" and not o.passed for o in outputs)
+    assert all(o.error_kind == "turn_deadline" for o in outputs)
+    assert all("the gate's deadline, 2 s: timeouts.gate_s" in o.why for o in outputs)
+    assert len(truths) == len(CASES) and all(t.fault == "stall" for t in truths)
+    assert _in_flight_together(truths, deadline)
+    # Well under the 6 x 2 s a serial gate would take even with the deadline (6 x 5 s with
+    # only the read gap), and more than the deadline it waited out.
+    assert deadline <= took < 3 * deadline
+
+
+@pytest.mark.slow  # ~6 s: two gate passes, a stalled turn, and the server's stalls ending
+def test_a_run_sends_its_gate_through_the_gate_client_bounded_and_together(tiny_scenario):
+    scenario = tiny_scenario.with_overrides([
+        "users=1", "turns=1", "repetitions.warmup=0", "timeouts.gate_s=1",
+        "timeouts.read_gap_s=2",
+    ])
+    with workloads.SimulatedServer(sim=STALLING | {"faults.stall_s": 3.0}) as server:
+        result = workloads.run(scenario, target=server.target,
+                               telemetry=workloads.TelemetryOptions(energy="off"))
+        truths = server.truths()
+    gate = result.gate
+    assert gate is not None and not gate.passed and gate.failed_cases == [c.name for c in CASES]
+    # The gate's deadline cut every case (turn_deadline after 1 s), not the run's read gap
+    # (read_stall after 2 s, as the measured turn got): the run's own client did not send it.
+    assert [o.error_kind for o in gate.outputs] == ["turn_deadline"] * (2 * len(CASES))
+    assert [r.error_kind for r in result.records] == ["read_stall"]
+    assert result.invalid_reason is None  # gate = "report": recorded, the run stands
+    gate_requests = [t for t in truths if t.max_tokens in {c.max_tokens for c in CASES}]
+    before, after = gate_requests[: len(CASES)], gate_requests[-len(CASES) :]
+    assert len(gate_requests) == 2 * len(CASES)
+    assert _in_flight_together(before, 1.0) and _in_flight_together(after, 1.0)

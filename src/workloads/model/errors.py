@@ -57,7 +57,7 @@ ErrorKind = Literal[
     # The connection or the clock
     "disconnected",  # the connection closed or was reset after the request was written
     "read_stall",  # no byte for longer than Timeouts.read_gap_s
-    "turn_deadline",  # the whole request took longer than Timeouts.turn_s
+    "turn_deadline",  # the whole request took longer than Timeouts.turn_s (gate: gate_s)
     "cancelled",  # the run ended (deadline, Ctrl-C, SIGTERM) while the request was in flight
 ]
 

@@ -264,6 +264,13 @@ class Timeouts(Frozen):
     # the longest silence before the first or next chunk
     read_gap_s: float = Field(default=120.0, gt=0.0)
     turn_s: float = Field(default=1800.0, gt=0.0)  # hard cap for one request, prefill included
+    # Hard cap for one correctness-gate request, waiting for a connection included (the cap
+    # is never above read_gap_s or turn_s): the gate runs outside the windows, where a
+    # stalling server should cost seconds, not read gaps. Its six cases are short (the
+    # longest prompt ~1,500 tokens, the longest answer 96 tokens) and sent together; raise
+    # this for a server that needs longer for them (one slot on a slow CPU serves them one
+    # after another).
+    gate_s: float = Field(default=30.0, gt=0.0)
 
 
 class Compaction(Frozen):

@@ -77,8 +77,11 @@ class Run:
         likelihood: Likelihood | None = None,
         players: Callable[[Run], Players] | None = None,  # default: this process plays all
         trace: TraceReplay | None = None,  # run --trace: what the players replay
+        gate_client: ChatClient | None = None,  # the gate's (runner.gate.gate_client); None:
+        # the gate goes through ``client``
     ) -> None:
         self.client = client
+        self.gate_client = gate_client if gate_client is not None else client
         self.transcripts = transcripts
         self.replay = replay  # a recorded run whose exact messages are re-sent
         self.model = model
@@ -144,7 +147,7 @@ class Run:
                 self.writer.write_line(header_line(self._header()))
             if gate != "off":  # outside the monitor and every window: not measured traffic
                 self.measured.gate_outputs += await send_gate(
-                    self.client, self.model, self.measured.scenario, "before")
+                    self.gate_client, self.model, self.measured.scenario, "before")
             async with monitor:
                 for cell in self.measured.cells:
                     await self._cell(cell)
@@ -153,7 +156,7 @@ class Run:
             workers = await self.players.finish()
             if gate != "off" and not self.stopped:
                 self.measured.gate_outputs += await send_gate(
-                    self.client, self.model, self.measured.scenario, "after")
+                    self.gate_client, self.model, self.measured.scenario, "after")
             complete = not self.stopped
         finally:
             # Also on Ctrl-C or a crash: the result says what was measured, and that it stopped.

@@ -30,6 +30,7 @@ from workloads.model.scenario import Scenario, load_scenario
 from workloads.model.target import Target
 from workloads.model.transcripts import TRANSCRIPTS_FILE, TranscriptWriter
 from workloads.runner.cells import Run
+from workloads.runner.gate import gate_client
 from workloads.runner.players import Players
 from workloads.runner.replay import load_recording
 from workloads.runner.trace import TracePlayers, read_trace, trace_info, trace_scenario
@@ -139,6 +140,7 @@ async def run_async(
         chosen = target
         model: str
         tokenizer: TargetTokenizer = EstimateTokenizer()
+        gate: ChatClient | None = None  # the gate's client; None: the run's own
         if client is None:
             model, identity = await identify(chosen, scenario.timeouts.connect_s + 20)
             client = await stack.enter_async_context(
@@ -149,6 +151,8 @@ async def run_async(
                     timeouts=scenario.timeouts,
                 )
             )
+            if scenario.gate != "off":  # its own connections, each request capped
+                gate = await stack.enter_async_context(gate_client(chosen, scenario.timeouts))
             if scenario.tokenizer == "auto":
                 found = await probe_tokenizer(
                     target.root_url,
@@ -192,6 +196,7 @@ async def run_async(
         return await Run(
             scenario=scenario,
             client=client,
+            gate_client=gate,
             model=model,
             tokenizer=tokenizer,
             target_info=TargetInfo(
