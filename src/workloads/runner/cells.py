@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from workloads.core.corpus import load_corpus
@@ -77,7 +77,9 @@ class Run:
         likelihood: Likelihood | None = None,
         players: Callable[[Run], Players] | None = None,  # default: this process plays all
         trace: TraceReplay | None = None,  # run --trace: what the players replay
+        connection: Mapping[str, str] | None = None,  # proxy and TLS, for the environment
     ) -> None:
+        self.connection = dict(connection or {})
         self.client = client
         self.transcripts = transcripts
         self.replay = replay  # a recorded run whose exact messages are re-sent
@@ -138,7 +140,8 @@ class Run:
         gate = self.measured.scenario.gate
         monitor = self.monitor
         # where the run ran, and which event loop stamped its chunks (uvloop or asyncio)
-        self.measured.environment = environment() | {"event_loop": self.players.event_loop()}
+        self.measured.environment = (environment() | {"event_loop": self.players.event_loop()}
+                                     | self.connection)
         try:
             if self.writer is not None:
                 self.writer.write_line(header_line(self._header()))
