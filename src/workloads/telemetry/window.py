@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import ipaddress
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

@@ -24,6 +24,7 @@ likelihood probe, ``probe``) follow the same rules:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import ssl
@@ -35,12 +36,12 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
-from workloads.model.errors import TargetError
+from workloads.model.errors import RequestError, TargetError
 from workloads.model.target import Target
 
 __all__ = [
-    "MAX_REDIRECTS", "Proxy", "Transport", "check_header", "followed", "tls_message",
-    "transport_for",
+    "MAX_REDIRECTS", "Proxy", "Transport", "check_header", "followed", "open_tunnel",
+    "tls_message", "transport_for",
 ]
 
 MAX_REDIRECTS = 5  # hops per request, reads and chat alike (aiohttp's default is 10)
@@ -57,8 +58,9 @@ def check_header(name: str, value: str) -> None:
         try:
             text.encode("latin-1")
         except UnicodeEncodeError as err:
-            raise TargetError(f"{what}: its {part} holds {text[err.start]!r} at position "
-                              f"{err.start}, outside Latin-1; HTTP headers cannot carry it")
+            # The position, not the character: the value may be a secret.
+            raise TargetError(f"{what}: its {part} holds a character outside Latin-1 at "
+                              f"position {err.start}; HTTP headers cannot carry it") from None
     if not name or any(c in name for c in " \t:()<>@,;\"/[]?={}"):
         raise TargetError(f"header name {name!r} is not an HTTP token")
 
@@ -143,7 +145,8 @@ class Transport:
         url = URL(url)
         host = url.raw_host or ""
         env = urllib.request.getproxies_environment()  # lower-cased keys, either case read
-        if env and urllib.request.proxy_bypass_environment(
+        # In urllib since 3.x, not in typeshed: the rule aiohttp's trust_env uses for NO_PROXY.
+        if env and urllib.request.proxy_bypass_environment(  # type: ignore[attr-defined]
             host if url.explicit_port is None or ":" in host else f"{host}:{url.port}", env
         ):
             return None
@@ -236,9 +239,73 @@ def tls_message(err: BaseException, where: str) -> str | None:
         cause = cause.__cause__ or cause.__context__
     if not isinstance(cause, ssl.SSLCertVerificationError):
         if isinstance(err, aiohttp.ClientConnectorCertificateError):
-            cause = err.certificate_error  # type: ignore[assignment]
+            cause = err.certificate_error
         else:
             return None
     reason = getattr(cause, "verify_message", None) or str(cause)
     return (f"TLS: the certificate of {where} was not verified ({reason}); pass --ca-bundle "
             "FILE if a private CA signed it, or --insecure to skip verification")
+
+
+# --- the streamed path's proxy tunnel ---------------------------------------------------------
+
+MAX_CONNECT_HEAD = 16 * 1024  # a proxy's answer to CONNECT longer than this is refused
+
+
+class _Tunnel(asyncio.Protocol):
+    """Reads a proxy's answer to CONNECT: the status line and headers, nothing more."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.answer: asyncio.Future[bytes] = loop.create_future()
+        self.buffer = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if self.answer.done():
+            return
+        if b"\r\n\r\n" in self.buffer:
+            self.answer.set_result(self.buffer)
+        elif len(self.buffer) > MAX_CONNECT_HEAD:
+            self.answer.set_exception(ConnectionError("the proxy's answer to CONNECT has no end"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.answer.done():
+            self.answer.set_exception(ConnectionError(
+                "the proxy closed the connection before answering CONNECT"))
+
+
+async def open_tunnel(
+    proxy: Proxy, host: str, port: int, ctx: ssl.SSLContext, protocol: asyncio.Protocol,
+    *, family: int, proto: int, address: tuple[Any, ...],
+) -> None:
+    """Open a connection to ``proxy`` (at the resolved ``address``), ask it to CONNECT to
+    ``host:port``, and shake hands TLS with the target through the tunnel; ``protocol`` then
+    gets the TLS transport (``connection_made``) and every decrypted read. A proxy that
+    refuses raises a one-line :class:`~workloads.model.errors.RequestError`
+    (``connect_failed``); a certificate failure the ssl error (kind ``tls``)."""
+    loop = asyncio.get_running_loop()
+    raw, tunnel = await loop.create_connection(
+        lambda: _Tunnel(loop), host=address[0], port=address[1], family=family, proto=proto)
+    try:
+        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raw.write(
+            f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n".encode("latin-1")
+            + (f"Proxy-Authorization: {proxy.authorization}\r\n".encode("latin-1")
+               if proxy.authorization else b"")
+            + b"\r\n")
+        answer = await tunnel.answer
+        status_line = answer.split(b"\r\n", 1)[0].decode("latin-1", "replace")
+        parts = status_line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or parts[1] != "200":
+            raise RequestError("connect_failed", f"proxy {proxy.url} refused CONNECT "
+                               f"{authority}: {status_line[:200]!r}")
+        if answer.index(b"\r\n\r\n") + 4 != len(answer):
+            raise RequestError("connect_failed", f"proxy {proxy.url} sent bytes after its "
+                               f"answer to CONNECT {authority}")
+        secure = await loop.start_tls(raw, protocol, ctx, server_hostname=host)
+    except BaseException:
+        raw.abort()
+        raise
+    if secure is None:  # the loop closed the transport under us
+        raise ConnectionError(f"the TLS handshake with {authority} through the proxy ended")
+    protocol.connection_made(secure)  # start_tls does not call it
