@@ -369,3 +369,16 @@ async def test_key_and_password_never_reach_any_output_file(
         assert key not in text, path
         assert password not in text, path
         assert "Ym9iOmh1bnRlcjItcHc" not in text, path  # base64 of bob:hunter2-pw
+
+
+async def test_insecure_run_says_so_in_result_and_warnings(
+    simulated_server, tls, tiny_scenario, tmp_path, no_proxy_env
+):
+    server_ctx, _ = tls
+    async with _tls_relay(simulated_server.port, server_ctx) as port:
+        target = Target(f"https://127.0.0.1:{port}/v1", insecure=True)
+        result = await workloads.run_async(tiny_scenario, target, out_dir=tmp_path / "run")
+    assert result.records and all(r.error_kind is None for r in result.records)
+    assert result.target.insecure
+    assert "--insecure" in result.environment["tls"]
+    assert any("not verified (--insecure)" in w for w in result.warnings)
