@@ -116,7 +116,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
         raise UsageError(f"--target: {problem}")
     with contextlib.ExitStack() as stack:
         if args.target:
-            target = Target(args.target, args.model, api_key_env=args.api_key_env)
+            target = Target(args.target, args.model, api_key_env=args.api_key_env,
+                            proxy=args.proxy, ca_bundle=args.ca_bundle,
+                            insecure=args.insecure)
         elif args.launch:
             # One slot: the repeated prompt of the cache check lands where the first one did.
             target = stack.enter_context(

@@ -90,6 +90,15 @@ def target_arguments(parser: argparse.ArgumentParser, launch_does: str) -> None:
                         f"llamacpp extra), {launch_does}")
     parser.add_argument("--api-key-env", default="WORKLOADS_API_KEY",
                         help="environment variable holding the API key (default: %(default)s)")
+    parser.add_argument("--proxy", metavar="URL",
+                        help="send every request through this HTTP proxy (http://[user:pass@]"
+                        "HOST:PORT; default: HTTPS_PROXY/HTTP_PROXY, skipping NO_PROXY hosts)")
+    parser.add_argument("--ca-bundle", metavar="FILE",
+                        help="PEM file of the CA certificates that signed an https target's "
+                        "certificate (a private CA)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="do not verify the https target's certificate (the result and "
+                        "report say so)")
 
 
 def run_safety_arguments(run: argparse.ArgumentParser) -> None:

@@ -82,6 +82,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         target = workloads.Target(
             args.target, args.model, api_key_env=args.api_key_env,
             kv_capacity_tokens=args.kv_capacity, kv_block_tokens=args.kv_block,
+            proxy=args.proxy, ca_bundle=args.ca_bundle, insecure=args.insecure,
         )
     elif args.model:
         console.print("--model is only used with --target; ignoring it")

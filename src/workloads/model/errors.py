@@ -45,8 +45,8 @@ ErrorKind = Literal[
     "http_429",  # 429 Too Many Requests; the record keeps Retry-After (retry_after_s)
     "http_4xx",  # any other 4xx: bad request, unknown model, authentication
     "http_5xx",  # 500-599: the server failed or is overloaded
-    "http_other",  # a status that is none of 200, 4xx, 5xx: a redirect (never followed:
-    # following re-sends the request) or an odd 1xx/2xx
+    "http_other",  # a status that is none of 200, 4xx, 5xx: a 301/302/303 (not followed
+    # for a POST), a 307/308 past 5 hops, or an odd 1xx/2xx
     # A 200 response that is not the stream it should be
     "not_event_stream",  # a Content-Type other than text/event-stream (a proxy's HTML
     # login page, a JSON reply from a server that ignored stream=true)

@@ -75,6 +75,8 @@ class TargetInfo(Frozen):
     # None for the simulator, whose profile says.
     kv_capacity_tokens: int | None = None
     kv_block_tokens: int | None = None
+    # TLS certificates were not verified (--insecure); format 4, optional (default False)
+    insecure: bool = False
 
 
 class RepetitionNonces(Frozen):
@@ -399,7 +401,8 @@ def _upgrade_4(data: dict[str, Any]) -> dict[str, Any]:
 #       RunResult.trace and RunHeader.trace (run --trace: the trace replayed, its ideal and
 #       observed prefix-cache hit rates; optional); Summary.kinds (per step kind) and
 #       Summary.cache_cliff (optional); per-turn summaries count the users' own sessions
-#       only (recomputed by show).
+#       only (recomputed by show). TargetInfo.insecure (TLS not verified, --insecure;
+#       optional, False) and the environment's "proxy" and "tls" entries (no credentials).
 _LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from workloads.model.errors import TargetError
 
@@ -20,7 +20,14 @@ class Target:
 
     ``base_url`` ends in ``/v1``. ``model`` None means: the first model ``/v1/models`` lists.
     The API key is read from the environment variable ``api_key_env`` when the run starts; it
-    is never stored in results or printed.
+    is never stored in results or printed. Userinfo in the URL (``http://user:pass@host/v1``)
+    is taken out of ``base_url`` at once and sent as Basic auth (``url_credentials``), so no
+    file or line the library writes shows it.
+
+    Connection options (:mod:`workloads.wire.transport` applies them to every request):
+    ``proxy`` (None: ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` from the environment),
+    ``ca_bundle`` (a PEM file of extra CA certificates) and ``insecure`` (skip certificate
+    verification; the result and report say so).
     """
 
     base_url: str
@@ -35,11 +42,23 @@ class Target:
     # (vLLM 16; llama.cpp reuses any prefix length: 1).
     kv_capacity_tokens: int | None = None
     kv_block_tokens: int = 16
+    proxy: str | None = None  # http://[user:pass@]HOST:PORT; None: from the environment
+    ca_bundle: str | None = None  # extra CA certificates (PEM); None: the system store only
+    insecure: bool = False  # do not verify certificates: measure, but say so loudly
+    # "user:password" from the URL, sent as Basic auth; never in repr, results or reports.
+    url_credentials: str | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         problem = base_url_problem(self.base_url)
         if problem is not None:
             raise TargetError(problem)
+        parts = urlsplit(self.base_url)
+        if parts.username is not None or parts.password is not None:
+            userinfo, _, host = parts.netloc.rpartition("@")
+            user, colon, password = userinfo.partition(":")
+            object.__setattr__(self, "base_url", urlunsplit(parts._replace(netloc=host)))
+            object.__setattr__(self, "url_credentials",
+                               f"{unquote(user)}{colon}{unquote(password)}")
         if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < self.kv_block_tokens:
             raise TargetError(f"kv_capacity_tokens ({self.kv_capacity_tokens}) must hold at "
                               f"least one block of kv_block_tokens ({self.kv_block_tokens})")
@@ -49,11 +68,6 @@ class Target:
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) or None
 
-    def headers(self) -> dict[str, str]:
-        """HTTP headers for every request to the target (the API key, when one is set)."""
-        key = self.api_key()
-        return {"Authorization": f"Bearer {key}"} if key else {}
-
     @property
     def root_url(self) -> str:
         """The server root (``/tokenize``, ``/metrics`` live there, not under ``/v1``)."""
@@ -62,8 +76,16 @@ class Target:
 
 
 def base_url_problem(url: str) -> str | None:
-    """What is wrong with ``url`` as a target base URL (one line), or None: it needs an
-    http:// or https:// scheme and a host."""
+    """What is wrong with ``url`` as a target base URL (one line, without any password the
+    URL holds), or None: it needs an http:// or https:// scheme and a host."""
+    problem = _problem(url)
+    parts = urlsplit(url)
+    if problem is not None and parts.password:
+        problem = problem.replace(f":{parts.password}@", ":<redacted>@")
+    return problem
+
+
+def _problem(url: str) -> str | None:
     if "://" not in url:
         return (f"target URL {url!r} has no scheme; write it in full, e.g. "
                 f"http://{url.lstrip('/')}")

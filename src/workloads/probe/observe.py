@@ -35,6 +35,7 @@ from workloads.wire.client import AiohttpChatClient
 from workloads.wire.errors import READ_ERRORS, describe
 from workloads.wire.identify import identify
 from workloads.wire.tokenize import probe_tokenizer
+from workloads.wire.transport import Transport, transport_for
 
 __all__ = ["Check", "ProbeReport", "Support", "probe", "render"]
 
@@ -88,16 +89,15 @@ async def probe(
     Raises :class:`~workloads.model.errors.TargetError` when ``/models`` does not answer.
     """
     started = time.perf_counter()
-    model, identity = await identify(target, timeout_s)
-    headers = target.headers()
+    transport = transport_for(target)
+    model, identity = await identify(target, timeout_s, transport)
     url = metrics_url or target.root_url + "/metrics"
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with (
-        aiohttp.ClientSession(timeout=timeout, headers=headers) as http,
+        transport.session(url, timeout_s=timeout_s) as http,
         AiohttpChatClient(
             target.base_url,
             connections=1,  # one pooled connection: shows whether the server keeps it alive
-            api_key=target.api_key(),
+            transport=transport,
             timeouts=Timeouts(connect_s=timeout_s, read_gap_s=timeout_s, turn_s=timeout_s),
         ) as client,
     ):
@@ -111,7 +111,7 @@ async def probe(
         cache_again = await client.stream_chat(_body(model, cache_messages, 2))
         after, metrics_error = await _scrape(http, url)
         props = await _get_json(http, target.root_url + "/props")
-    tokenizer, tokenized = await _tokenizer(target, model, headers, timeout_s)
+    tokenizer, tokenized = await _tokenizer(target, model, transport, timeout_s)
     seen = Observations(
         target=target,
         model=model,
@@ -174,7 +174,7 @@ async def _scrape(
             text = await resp.text()
             openmetrics = "openmetrics" in resp.headers.get("Content-Type", "")
     except READ_ERRORS as err:
-        return None, describe(err)
+        return None, describe(err, url)
     try:
         return parse_metrics(text, openmetrics=openmetrics), None
     except ValueError as err:
@@ -193,11 +193,11 @@ async def _get_json(http: aiohttp.ClientSession, url: str) -> dict[str, Any] | N
 
 
 async def _tokenizer(
-    target: Target, model: str, headers: dict[str, str], timeout_s: float
+    target: Target, model: str, transport: Transport, timeout_s: float
 ) -> tuple[str | None, int | None]:
     """(the target tokenizer's description, its count for the short request's chat)."""
     found = await probe_tokenizer(
-        target.root_url, model, headers=headers or None, timeout_s=timeout_s
+        target.root_url, model, transport=transport, timeout_s=timeout_s
     )
     if found is None:
         return None, None

@@ -547,6 +547,9 @@ def header_line(result: RunResult) -> str:
     """Scenario → model @ target [label]."""
     target = result.target
     where = "simulated server" if target.simulated else target.base_url
+    proxy = result.environment.get("proxy")  # no credentials: the transport wrote it
+    if proxy is not None:
+        where += f" via proxy {proxy}"
     return (f"{result.scenario.name} → {target.model} @ {where}"
             + (f"  [{result.label}]" if result.label else ""))
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from workloads.core.corpus import load_corpus
@@ -79,7 +79,9 @@ class Run:
         trace: TraceReplay | None = None,  # run --trace: what the players replay
         gate_client: ChatClient | None = None,  # the gate's (runner.gate.gate_client); None:
         # the gate goes through ``client``
+        connection: Mapping[str, str] | None = None,  # proxy and TLS, for the environment
     ) -> None:
+        self.connection = dict(connection or {})
         self.client = client
         self.gate_client = gate_client if gate_client is not None else client
         self.transcripts = transcripts
@@ -141,7 +143,8 @@ class Run:
         gate = self.measured.scenario.gate
         monitor = self.monitor
         # where the run ran, and which event loop stamped its chunks (uvloop or asyncio)
-        self.measured.environment = environment() | {"event_loop": self.players.event_loop()}
+        self.measured.environment = (environment() | {"event_loop": self.players.event_loop()}
+                                     | self.connection)
         try:
             if self.writer is not None:
                 self.writer.write_line(header_line(self._header()))

@@ -20,6 +20,7 @@ from workloads.model.gate import GateOutput
 from workloads.model.scenario import Scenario, Timeouts
 from workloads.model.target import Target
 from workloads.wire.client import ChatClient, ChatResponse, HttpChatClient
+from workloads.wire.transport import Transport, transport_for
 
 __all__ = ["GATE_CONCURRENCY", "gate_client", "gate_deadline_s", "send_gate"]
 
@@ -60,13 +61,17 @@ def gate_deadline_s(timeouts: Timeouts) -> float:
     return min(timeouts.gate_s, timeouts.read_gap_s, timeouts.turn_s)
 
 
-def gate_client(target: Target, timeouts: Timeouts) -> HttpChatClient:
+def gate_client(
+    target: Target, timeouts: Timeouts, transport: Transport | None = None
+) -> HttpChatClient:
     """The client the gate sends through: :data:`GATE_CONCURRENCY` connections of its own
     (the run's client has as many as there are sessions, one for a single user, which would
     queue the cases one after another) and each request capped at :func:`gate_deadline_s`
-    (a request past it fails ``turn_deadline``). Enter it with ``async with``."""
+    (a request past it fails ``turn_deadline``); ``transport``: the run's proxy, TLS and
+    credentials (default: the target's). Enter it with ``async with``."""
     return HttpChatClient(
-        target.base_url, connections=GATE_CONCURRENCY, api_key=target.api_key(),
+        target.base_url, connections=GATE_CONCURRENCY,
+        transport=transport if transport is not None else transport_for(target),
         timeouts=timeouts.model_copy(update={"turn_s": gate_deadline_s(timeouts)}),
     )
 

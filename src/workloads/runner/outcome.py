@@ -178,6 +178,10 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
         concurrency=concurrency(m.records),
     )
     warnings = [*_warnings(result.summary, complete), *m.telemetry_warnings]
+    if m.target.insecure:
+        warnings.insert(0, "TLS certificates were not verified (--insecure): the server "
+                        "answering may not be the one named; use --ca-bundle FILE for a "
+                        "private CA")
     warnings += health_warnings(m.client)
     if m.trace is None:  # a trace's prompts are its blocks, not sized depths
         warnings += sizing_warnings(m.records, result.sizing or _sizing(m), s)

@@ -41,6 +41,7 @@ from workloads.wire.identify import identify
 from workloads.wire.likelihood import measure_likelihood
 from workloads.wire.loop import run_loop
 from workloads.wire.tokenize import probe_tokenizer
+from workloads.wire.transport import transport_for
 
 __all__ = ["claim_out_dir", "run", "run_async"]
 
@@ -138,26 +139,29 @@ async def run_async(
             sim_profile = server.profile.model_dump()
         assert target is not None
         chosen = target
+        transport = transport_for(chosen)  # bad options: one line, before any request
         model: str
         tokenizer: TargetTokenizer = EstimateTokenizer()
         gate: ChatClient | None = None  # the gate's client; None: the run's own
         if client is None:
-            model, identity = await identify(chosen, scenario.timeouts.connect_s + 20)
+            model, identity = await identify(chosen, scenario.timeouts.connect_s + 20,
+                                             transport)
             client = await stack.enter_async_context(
                 AiohttpChatClient(
                     chosen.base_url,
                     connections=max(c.concurrency for c in scenario.cells()),
-                    api_key=chosen.api_key(),
+                    transport=transport,
                     timeouts=scenario.timeouts,
                 )
             )
             if scenario.gate != "off":  # its own connections, each request capped
-                gate = await stack.enter_async_context(gate_client(chosen, scenario.timeouts))
+                gate = await stack.enter_async_context(
+                    gate_client(chosen, scenario.timeouts, transport))
             if scenario.tokenizer == "auto":
                 found = await probe_tokenizer(
                     target.root_url,
                     model,
-                    headers=target.headers() or None,
+                    transport=transport,
                     template_kwargs=scenario.extra_body.get("chat_template_kwargs"),
                 )
                 if found is not None:
@@ -172,7 +176,7 @@ async def run_async(
         if isinstance(client, AiohttpChatClient):  # a real target (not a test's fake client)
             # One request, before any window opens: the server's counters never see it.
             likelihood = await measure_likelihood(
-                chosen.base_url, model, headers=chosen.headers() or None,
+                chosen.base_url, model, transport=transport,
                 timeout_s=scenario.timeouts.turn_s,
             )
         window_telemetry = await stack.enter_async_context(_window_telemetry(chosen, telemetry,
@@ -207,7 +211,9 @@ async def run_async(
                 server=identity,
                 kv_capacity_tokens=chosen.kv_capacity_tokens,
                 kv_block_tokens=chosen.kv_block_tokens if chosen.kv_capacity_tokens else None,
+                insecure=chosen.insecure and chosen.base_url.startswith("https"),
             ),
+            connection=transport.environment(chosen.base_url),
             writer=writer,
             on_record=on_record,
             label=label,
@@ -294,6 +300,6 @@ def _window_telemetry(
     return WindowTelemetry(
         dataclasses.replace(options, energy=energy),
         metrics_url=options.metrics_url or target.root_url + "/metrics",
-        headers=target.headers() or None,
+        transport=transport_for(target),
         energy_note=note,
     )

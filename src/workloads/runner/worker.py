@@ -44,6 +44,7 @@ from workloads.runner.sizing import CellSizing
 from workloads.wire.client import AiohttpChatClient
 from workloads.wire.loop import run_loop
 from workloads.wire.tokenize import probe_tokenizer
+from workloads.wire.transport import transport_for
 
 __all__ = ["TOKEN_ENV", "serve"]
 
@@ -119,6 +120,7 @@ async def serve(host: str, port: int, token: str, index: int, count: int) -> int
 async def _work(channel: Channel, config: dict[str, Any], shard: Shard) -> int:
     scenario = Scenario.model_validate(config["scenario"])
     target = Target(**config["target"])
+    transport = transport_for(target)
     model: str = config["model"]
     host = socket.gethostname()
     stop = asyncio.Event()
@@ -142,7 +144,7 @@ async def _work(channel: Channel, config: dict[str, Any], shard: Shard) -> int:
         tokenizer: TargetTokenizer = EstimateTokenizer()
         if config["exact"]:
             found = await probe_tokenizer(
-                target.root_url, model, headers=target.headers() or None,
+                target.root_url, model, transport=transport,
                 template_kwargs=scenario.extra_body.get("chat_template_kwargs"),
             )
             if found is None:
@@ -153,7 +155,7 @@ async def _work(channel: Channel, config: dict[str, Any], shard: Shard) -> int:
             tokenizer = await stack.enter_async_context(found)
         users = max((len(shard.sessions(c.concurrency)) for c in cells.values()), default=1)
         client = await stack.enter_async_context(AiohttpChatClient(
-            target.base_url, connections=max(1, users), api_key=target.api_key(),
+            target.base_url, connections=max(1, users), transport=transport,
             timeouts=scenario.timeouts,
         ))
         sizings = {i: CellSizing(scenario.for_cell(c), tokenizer) for i, c in cells.items()}

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import ipaddress
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from workloads.telemetry.prometheus import Snapshot, parse_metrics
 from workloads.telemetry.reconcile import UsageSums, window_figures
 from workloads.telemetry.servers import ServerNames, detect_server
 from workloads.wire.errors import describe
+from workloads.wire.transport import Transport
 
 __all__ = ["TelemetryOptions", "WindowTelemetry", "energy_for_target"]
 
@@ -96,13 +97,13 @@ class WindowTelemetry:
         options: TelemetryOptions,
         *,
         metrics_url: str | None,
-        headers: Mapping[str, str] | None = None,
+        transport: Transport | None = None,  # headers, proxy, TLS of the target
         energy_note: str | None = None,  # why energy is off, when the caller decided so
         nvml: Any = None,  # tests inject a stand-in for pynvml
     ) -> None:
         self.options = options
         self.metrics_url = metrics_url if options.metrics else None
-        self._headers = dict(headers or {})
+        self._transport = transport or Transport()
         self._energy_note = energy_note
         self._nvml = nvml
         self._http: aiohttp.ClientSession | None = None
@@ -118,12 +119,9 @@ class WindowTelemetry:
 
     async def __aenter__(self) -> WindowTelemetry:
         if self.metrics_url is not None:
-            timeout = aiohttp.ClientTimeout(total=self.options.scrape_timeout_s)
             # Its own small pool: a scrape never waits for, or takes, a chat connection.
-            self._http = aiohttp.ClientSession(
-                timeout=timeout,
-                headers=self._headers,
-                connector=aiohttp.TCPConnector(limit=2),
+            self._http = self._transport.session(
+                self.metrics_url, timeout_s=self.options.scrape_timeout_s, limit=2
             )
         if self.options.energy == "off":
             self._energy_note = self._energy_note or "energy reading is off"
@@ -321,7 +319,7 @@ class WindowTelemetry:
             raise
         except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError) as err:
             self._failed += 1
-            raise _ScrapeError(f"could not be read ({describe(err)})") from err
+            raise _ScrapeError(f"could not be read ({describe(err, self.metrics_url)})") from err
         except ValueError as err:  # after UnicodeDecodeError, which is one
             self._failed += 1
             raise _ScrapeError(f"is not Prometheus text ({err})") from err

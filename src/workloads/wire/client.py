@@ -11,6 +11,13 @@ A request is never sent twice without a record of it. It is sent again only when
 connection was found dead before any byte of the request was written (a *resend*, counted), or
 (b) the caller asked for it with ``retry_on`` (a *retry*, counted); every earlier attempt is
 kept in :attr:`ChatResponse.attempts`.
+
+Connection settings (headers, proxy, TLS, redaction) come from
+:class:`~workloads.wire.transport.Transport`, the same seam the aiohttp reads use. A 307 or
+308 is followed, method and body kept, at most :data:`~workloads.wire.transport.
+MAX_REDIRECTS` hops (the turn's times are the last hop's; a 308 is remembered for later
+turns); the Authorization header goes only to the target's own host. A 301/302/303 is a
+failed turn whose message names the status and the Location.
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from urllib.parse import urlsplit
+
+from yarl import URL
 
 from workloads._version import __version__
 from workloads.core.chat_stream import Usage, parse_chunk
@@ -30,6 +38,7 @@ from workloads.model.records import AttemptRecord
 from workloads.model.scenario import Timeouts
 from workloads.wire.failures import retry_kinds
 from workloads.wire.stream import Exchange, Pool
+from workloads.wire.transport import MAX_REDIRECTS, Transport, followed
 
 __all__ = [
     "AiohttpChatClient", "ChatClient", "ChatResponse", "HttpChatClient", "Usage", "parse_chunk",
@@ -83,6 +92,7 @@ class ChatResponse:
     error_ns: int | None = None  # when the failure arrived
     retries: int = 0  # times re-sent by the retry_on policy
     attempts: list[AttemptRecord] = field(default_factory=list)  # earlier failed attempts
+    location: str | None = None  # a redirect's Location header, as sent
 
     @property
     def ok(self) -> bool:
@@ -121,8 +131,9 @@ class HttpChatClient:
     ``max_retries`` times, after the server's Retry-After or an exponential backoff; off by
     default, because a retried request is a second request the server counts.
     ``reuse_connections=False`` opens a connection per request (for servers that close
-    kept-alive connections without saying so). http and https (certificates verified); no
-    proxies.
+    kept-alive connections without saying so). http and https; ``transport`` says the
+    headers (the API key), proxy and TLS options (default: ``api_key`` alone, certificates
+    verified, proxies from the environment).
     """
 
     def __init__(
@@ -136,24 +147,21 @@ class HttpChatClient:
         max_retries: int = 3,
         reuse_connections: bool = True,  # keep-alive, as every real client does
         keepalive_s: float = KEEPALIVE_S,  # below the server's idle timeout
+        transport: Transport | None = None,  # headers, proxy, TLS (overrides api_key)
     ) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        url = URL(base_url.rstrip("/") + "/chat/completions")  # yarl percent-encodes the path
+        if url.scheme not in ("http", "https") or not url.raw_host:
             raise ValueError(f"target URL {base_url!r}: use http://HOST[:PORT]/v1 or https://...")
-        self._tls = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port or (443 if self._tls else 80)
-        default_port = self._port == (443 if self._tls else 80)
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        authority = host if default_port else f"{host}:{self._port}"
-        # The request head, less its Content-Length; the key is in it and never logged.
-        self._head = (
-            f"POST {parts.path or '/'}{'?' + parts.query if parts.query else ''} HTTP/1.1\r\n"
-            f"Host: {authority}\r\nUser-Agent: workloads/{__version__}\r\n"
-            "Accept: text/event-stream\r\nContent-Type: application/json\r\n"
-            + (f"Authorization: Bearer {api_key}\r\n" if api_key else "")
-        ).encode("latin-1")
+        self._url = url.with_user(None)  # credentials are the transport's (Basic auth)
+        self.url = str(self._url)
+        if transport is None:
+            transport = Transport(
+                headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+                secrets=(api_key,) if api_key else ())
+        self._transport = transport
+        self._auth_host = url.raw_host  # the Authorization header goes to this host only
+        self._heads: dict[URL, bytes] = {}
+        self._pools: dict[tuple[str, str, int], Pool] = {}
         self._connections = max(1, connections)
         self._timeouts = timeouts
         self._request_timeout_s = timeouts.turn_s
@@ -161,39 +169,89 @@ class HttpChatClient:
         self._max_retries = max(0, max_retries)
         self._reuse = reuse_connections
         self._keepalive_s = keepalive_s
-        self._pool: Pool | None = None
         self._slots: asyncio.Semaphore | None = None
 
     async def __aenter__(self) -> HttpChatClient:
-        self._pool = Pool(
-            self._host, self._port, tls=self._tls, connect_s=self._timeouts.connect_s,
-            keepalive_s=self._keepalive_s, reuse=self._reuse,
-        )
         self._slots = asyncio.Semaphore(self._connections)
+        self._pool_for(self._url)  # bad proxy settings fail here, before any request
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._pool is not None:
-            self._pool.close()
-        self._pool = None
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
+        self._slots = None
+
+    def _pool_for(self, url: URL) -> Pool:
+        """The pool of ``url``'s origin (a redirect may lead to another)."""
+        tls = url.scheme == "https"
+        host = url.raw_host or ""
+        port = url.port or (443 if tls else 80)
+        key = (url.scheme, host, port)
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = self._pools[key] = Pool(
+                host, port, tls=tls, connect_s=self._timeouts.connect_s,
+                keepalive_s=self._keepalive_s, reuse=self._reuse,
+                ssl_context=self._transport.ssl_context() if tls else None,
+                proxy=self._transport.proxy_for(url),
+            )
+        return pool
+
+    def _head(self, url: URL) -> bytes:
+        """The request head for ``url``, less its Content-Length (made once per URL; the
+        key is in it and never logged)."""
+        head = self._heads.get(url)
+        if head is not None:
+            return head
+        pool = self._pool_for(url)
+        proxy = pool.proxy if pool.tls is None else None  # http through a proxy: absolute form
+        target = str(url.with_fragment(None)) if proxy is not None else url.raw_path_qs
+        host = url.raw_host or ""
+        host = f"[{host}]" if ":" in host else host
+        authority = host if url.explicit_port is None or url.is_default_port() else (
+            f"{host}:{url.port}")
+        lines = [f"POST {target} HTTP/1.1", f"Host: {authority}",
+                 f"User-Agent: workloads/{__version__}", "Accept: text/event-stream",
+                 "Content-Type: application/json"]
+        for name, value in self._transport.headers.items():
+            if name.lower() != "authorization" or url.raw_host == self._auth_host:
+                lines.append(f"{name}: {value}")
+        if proxy is not None and proxy.authorization is not None:
+            lines.append(f"Proxy-Authorization: {proxy.authorization}")
+        head = self._heads[url] = ("\r\n".join(lines) + "\r\n").encode("latin-1")
+        return head
 
     async def stream_chat(self, body: dict[str, Any]) -> ChatResponse:
         """Stream one chat completion; failures come back as data on the response."""
-        if self._pool is None:
+        if self._slots is None:
             raise RuntimeError("use 'async with HttpChatClient(...)' before stream_chat")
         payload = json.dumps(body).encode()  # encoded once: every attempt sends the same bytes
-        request = self._head + b"Content-Length: %d\r\n\r\n" % len(payload) + payload
+        url = self._url
+        request = self._head(url) + b"Content-Length: %d\r\n\r\n" % len(payload) + payload
         attempts: list[AttemptRecord] = []
-        resends = retries = 0
-        for _ in range(MAX_RESENDS + self._max_retries + 1):  # bounded: each pass counts one
+        resends = retries = hops = 0
+        # bounded: each pass counts one resend, retry or redirect
+        for _ in range(MAX_RESENDS + self._max_retries + MAX_REDIRECTS + 1):
             response = ChatResponse(
                 started_ns=time.perf_counter_ns(), resends=resends, retries=retries,
                 attempts=attempts,
             )
-            unwritten = await self._attempt(request, response)
+            unwritten = await self._attempt(url, request, response)
             kind = response.error_kind
             if kind is None:
                 return response
+            status = response.http_status
+            if status is not None and 300 <= status < 400 and not unwritten:
+                moved = self._redirect(url, response, hops)
+                if moved is None:
+                    return response
+                if status == 308 and url == self._url:
+                    self._url = moved  # permanent: later turns go there at once
+                url, hops = moved, hops + 1
+                request = (self._head(url) + b"Content-Length: %d\r\n\r\n" % len(payload)
+                           + payload)
+                continue
             if unwritten and resends < MAX_RESENDS:
                 resends += 1
             elif kind in self._retry_on and retries < self._max_retries:
@@ -218,14 +276,41 @@ class HttpChatClient:
             attempts.append(_attempt_record(response))
         return response
 
-    async def _attempt(self, request: bytes, out: ChatResponse) -> bool:
+    def _redirect(self, url: URL, response: ChatResponse, hops: int) -> URL | None:
+        """Where a 3xx leads (307/308 within the hop limit), or None: then the response's
+        message says, in one line, the status, the Location and why it was not followed."""
+        status = response.http_status
+        location = response.location
+        if location is None:
+            response.error_message = f"HTTP {status} redirect without a Location header"
+            return None
+        try:
+            moved = url.join(URL(location.strip()))
+        except ValueError:
+            response.error_message = f"HTTP {status} redirect to a bad Location {location!r}"
+            return None
+        where = self._transport.redact(str(moved.with_user(None)))
+        if status is None or not followed(status):
+            response.error_message = (
+                f"HTTP {status} redirect to {where}: a POST is not re-sent after {status} (it "
+                "would become a GET); point the target URL there")
+        elif moved.scheme not in ("http", "https") or not moved.raw_host:
+            response.error_message = f"HTTP {status} redirect to {where}: not http(s)"
+        elif hops >= MAX_REDIRECTS:
+            response.error_message = (f"HTTP {status}: more than {MAX_REDIRECTS} redirects, "
+                                      f"the last to {where}")
+        else:
+            return moved.with_user(None)
+        return None
+
+    async def _attempt(self, url: URL, request: bytes, out: ChatResponse) -> bool:
         """One attempt, filling ``out``; True when it failed before any byte was written on
         a reused connection (safe to send again)."""
         assert self._slots is not None
         exchange: Exchange | None = None
         try:
             async with asyncio.timeout(self._request_timeout_s), self._slots:
-                exchange = await self._exchange(request)
+                exchange = await self._exchange(url, request)
                 if exchange is None:
                     out.fail("disconnected", "a pooled connection closed before the request "
                              "was written")
@@ -243,13 +328,14 @@ class HttpChatClient:
             if exchange is not None:
                 exchange.abandon()  # a no-op for a finished response
                 self._fill(exchange, out)
+            if out.error_message is not None:  # a server may echo the key: never recorded
+                out.error_message = self._transport.redact(out.error_message)
         return False
 
-    async def _exchange(self, request: bytes) -> Exchange | None:
+    async def _exchange(self, url: URL, request: bytes) -> Exchange | None:
         """Write the request on a pooled or new connection; None when the pooled one was
         found closed at the moment of writing (nothing was written)."""
-        pool = self._pool
-        assert pool is not None
+        pool = self._pool_for(url)
         # One pass of the event loop before taking a pooled connection: a server that closes
         # the connection right after a response (llama.cpp's pattern) has its FIN read by then,
         # so the pool drops that connection instead of handing it to this request.
@@ -266,6 +352,8 @@ class HttpChatClient:
         if head is not None:
             out.headers_ns = exchange.headers_ns
             out.http_status = head.status
+            if 300 <= head.status < 400:
+                out.location = head.header("location")
         error = exchange.error
         if error is not None:
             out.fail(error.kind, str(error))
@@ -276,8 +364,7 @@ class HttpChatClient:
                 # The server dropped a kept-alive connection under a request: it closes idle
                 # connections sooner than we expect. From now on every request gets its own
                 # connection, so no further request is lost this way.
-                assert self._pool is not None
-                self._pool.stop_reusing()
+                exchange.conn.pool.stop_reusing()
         stream = exchange.stream
         if stream is None:
             return

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import aiohttp
 
+from workloads.wire.transport import tls_message
+
 __all__ = ["READ_ERRORS", "describe"]
 
 # A GET or POST that failed: no connection, a broken or stalled read, a body that was not the
@@ -14,6 +16,10 @@ __all__ = ["READ_ERRORS", "describe"]
 READ_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError, TimeoutError, ValueError)
 
 
-def describe(err: BaseException) -> str:
-    """``ExceptionName: message`` (aiohttp's messages alone often say only the URL)."""
+def describe(err: BaseException, url: str = "the target") -> str:
+    """``ExceptionName: message`` (aiohttp's messages alone often say only the URL); a
+    certificate failure at ``url`` as the one line that names the option fixing it."""
+    tls = tls_message(err, url)
+    if tls is not None:
+        return tls
     return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__

@@ -8,6 +8,7 @@ from workloads.model.errors import TargetError
 from workloads.model.results import ServerIdentity
 from workloads.model.target import Target
 from workloads.wire.errors import READ_ERRORS, describe
+from workloads.wire.transport import Transport, tls_message, transport_for
 
 __all__ = ["identify"]
 
@@ -15,17 +16,19 @@ __all__ = ["identify"]
 _VERSION_ERRORS: tuple[type[BaseException], ...] = (*READ_ERRORS, AttributeError)
 
 
-async def identify(target: Target, timeout_s: float) -> tuple[str, ServerIdentity]:
+async def identify(
+    target: Target, timeout_s: float, transport: Transport | None = None
+) -> tuple[str, ServerIdentity]:
     """Check the target answers, pick the model, read what identity it offers.
 
-    Raises :class:`TargetError` when ``/models`` cannot be read or lists no model. Used by
-    runs and by ``probe``.
+    Raises :class:`TargetError` when ``/models`` cannot be read or lists no model, or the
+    target's transport options are wrong (one line each). Used by runs and by ``probe``.
     """
-    headers = target.headers()
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout, headers=headers) as http:
+    transport = transport or transport_for(target)
+    url = target.base_url.rstrip("/") + "/models"
+    async with transport.session(url, timeout_s=timeout_s, limit=2) as http:
         try:
-            async with http.get(target.base_url.rstrip("/") + "/models") as resp:
+            async with http.get(url) as resp:
                 if resp.status != 200:
                     raise TargetError(
                         f"{target.base_url}/models answered HTTP {resp.status}; is this an "
@@ -33,10 +36,15 @@ async def identify(target: Target, timeout_s: float) -> tuple[str, ServerIdentit
                         f"${target.api_key_env}?"
                     )
                 listing = await resp.json(content_type=None)
-        except ValueError as err:  # before READ_ERRORS, which holds it
-            raise TargetError(f"{target.base_url}/models did not answer JSON: {err}") from err
         except READ_ERRORS as err:
-            raise TargetError(f"cannot reach {target.base_url}/models: {describe(err)}") from err
+            # A certificate failure is a ValueError too (ssl.SSLCertVerificationError): name
+            # it, and the option that fixes it, before reading ValueError as "not JSON".
+            tls = tls_message(err, url)
+            if tls is not None:
+                raise TargetError(tls) from err
+            if isinstance(err, ValueError) and not isinstance(err, aiohttp.ClientError):
+                raise TargetError(f"{url} did not answer JSON: {err}") from err
+            raise TargetError(f"cannot reach {url}: {describe(err, url)}") from err
         data = listing.get("data") if isinstance(listing, dict) else None
         if not isinstance(data, list):
             raise TargetError(

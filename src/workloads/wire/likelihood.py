@@ -11,12 +11,13 @@ import aiohttp
 
 from workloads.core.likelihood import TEXT, mean_nll, prompt_logprobs
 from workloads.model.likelihood import Likelihood
+from workloads.wire.transport import Transport
 
 __all__ = ["measure_likelihood"]
 
 
 async def measure_likelihood(
-    base_url: str, model: str, *, headers: dict[str, str] | None = None,
+    base_url: str, model: str, *, transport: Transport | None = None,
     timeout_s: float = 120.0,
 ) -> Likelihood:
     """The mean NLL of :data:`~workloads.core.likelihood.TEXT` at the target."""
@@ -26,8 +27,8 @@ async def measure_likelihood(
     }
     url = base_url.rstrip("/") + "/completions"
     try:
-        async with aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers
+        async with (transport or Transport()).session(
+            url, timeout_s=timeout_s, limit=1
         ) as session, session.post(url, json=body) as response:
             status = response.status
             data = await response.json(content_type=None) if status == 200 else None

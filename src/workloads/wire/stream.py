@@ -26,6 +26,7 @@ from workloads.core.chat_stream import ChatStream
 from workloads.model.errors import RequestError
 from workloads.wire.failures import connect_kind, retry_after, status_kind
 from workloads.wire.http1 import MalformedHTTP, ResponseHead, ResponseParser
+from workloads.wire.transport import Proxy, open_tunnel, tls_message
 
 __all__ = ["Connection", "Exchange", "Pool"]
 
@@ -309,12 +310,16 @@ class Pool:
 
     def __init__(
         self, host: str, port: int, *, tls: bool, connect_s: float, keepalive_s: float,
-        reuse: bool,
+        reuse: bool, ssl_context: ssl.SSLContext | None = None, proxy: Proxy | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.host = host
         self.port = port
-        self.tls = ssl.create_default_context() if tls else None  # verified, as aiohttp's
+        # Verified, as aiohttp's, unless the transport's context says otherwise (ca_bundle,
+        # insecure: workloads.wire.transport).
+        self.tls = (ssl_context or ssl.create_default_context()) if tls else None
+        # Through a proxy: connect to it; an https origin through a CONNECT tunnel.
+        self.proxy = proxy
         self.connect_s = connect_s
         self.keepalive_s = keepalive_s
         self.reuse = reuse
@@ -343,8 +348,9 @@ class Pool:
             raise RequestError("connect_timeout", f"cannot connect to {self._origin()}: no "
                                f"connection within {self.connect_s:g} s") from err
         except OSError as err:  # gaierror, SSLError, ConnectionRefusedError, ...
-            raise RequestError(connect_kind(err), f"cannot connect to {self._origin()}: "
-                               f"{type(err).__name__}: {err}") from err
+            raise RequestError(connect_kind(err), tls_message(err, self._origin()) or (
+                f"cannot connect to {self._origin()}{self._via()}: {type(err).__name__}: "
+                f"{err}")) from err
         return conn, False
 
     def put_back(self, conn: Connection) -> None:
@@ -372,19 +378,27 @@ class Pool:
 
     async def _connect(self) -> Connection:
         loop = self.loop
+        proxy = self.proxy
         if loop.time() - self._resolved_at > DNS_TTL_S or not self._addresses:
             self._addresses = await loop.getaddrinfo(
-                self.host, self.port, type=socket.SOCK_STREAM
+                proxy.host if proxy else self.host, proxy.port if proxy else self.port,
+                type=socket.SOCK_STREAM,
             )
             self._resolved_at = loop.time()
         factory: Callable[[], Connection] = lambda: Connection(self)  # noqa: E731
         last: OSError | None = None
         for family, _, proto, _, address in self._addresses:  # as aiohttp: each in turn
             try:
-                _, conn = await loop.create_connection(
-                    factory, host=address[0], port=address[1], family=family, proto=proto,
-                    ssl=self.tls, server_hostname=self.host if self.tls else None,
-                )
+                if proxy is not None and self.tls is not None:
+                    conn = factory()
+                    await open_tunnel(proxy, self.host, self.port, self.tls, conn,
+                                      family=family, proto=proto, address=address)
+                else:  # direct, or an http origin through the proxy (absolute-form requests)
+                    _, conn = await loop.create_connection(
+                        factory, host=address[0], port=address[1], family=family, proto=proto,
+                        ssl=self.tls if proxy is None else None,
+                        server_hostname=self.host if self.tls and proxy is None else None,
+                    )
             except OSError as err:
                 last = err
                 continue
@@ -396,3 +410,6 @@ class Pool:
 
     def _origin(self) -> str:
         return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
+
+    def _via(self) -> str:
+        return f" through proxy {self.proxy.url}" if self.proxy is not None else ""

@@ -24,6 +24,7 @@ import aiohttp
 
 from workloads.core.tokens import Message, Render, TokenizeError
 from workloads.wire.errors import READ_ERRORS, describe
+from workloads.wire.transport import Transport
 
 __all__ = ["LlamaCppTokenizer", "VllmTokenizer", "probe_tokenizer"]
 
@@ -36,7 +37,7 @@ class _HttpTokenizer:
         root_url: str,
         model: str,
         *,
-        headers: dict[str, str] | None = None,
+        transport: Transport | None = None,  # headers, proxy, TLS (None: the defaults)
         concurrency: int = 8,  # at most this many renders queue at the target at once
         timeout_s: float = 120.0,
         template_kwargs: dict[str, Any] | None = None,
@@ -48,16 +49,14 @@ class _HttpTokenizer:
         # The request's tool schemas: chat templates render them (into the system prompt), so
         # a count without them is short by their size. Set by the caller, sent with renders.
         self.tools: list[dict[str, Any]] | None = None
-        self._headers = headers or {}
+        self._transport = transport or Transport()
         self._limit = asyncio.Semaphore(concurrency)
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._timeout_s = timeout_s
         self._template_kwargs = template_kwargs
         self._http: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> Self:
-        self._http = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=8), timeout=self._timeout, headers=self._headers
-        )
+        self._http = self._transport.session(self.root_url, timeout_s=self._timeout_s, limit=8)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -73,11 +72,11 @@ class _HttpTokenizer:
             try:
                 async with self._http.post(url, json=body) as resp:
                     if resp.status != 200:
-                        detail = (await resp.text())[:200]
+                        detail = self._transport.redact((await resp.text())[:200])
                         raise TokenizeError(f"POST {url}: HTTP {resp.status}: {detail}")
                     data = await resp.json(content_type=None)
             except READ_ERRORS as err:
-                raise TokenizeError(f"POST {url}: {describe(err)}") from err
+                raise TokenizeError(f"POST {url}: {describe(err, url)}") from err
             finally:
                 self.calls += 1
                 self.seconds += time.perf_counter() - started
@@ -162,7 +161,7 @@ async def probe_tokenizer(
     root_url: str,
     model: str,
     *,
-    headers: dict[str, str] | None = None,
+    transport: Transport | None = None,
     template_kwargs: dict[str, Any] | None = None,
     timeout_s: float = 120.0,  # per call; a probe of a target that hangs still ends
 ) -> VllmTokenizer | LlamaCppTokenizer | None:
@@ -174,7 +173,7 @@ async def probe_tokenizer(
     hello = [{"role": "user", "content": "hello"}]
     for cls in (VllmTokenizer, LlamaCppTokenizer):
         candidate = cls(
-            root_url, model, headers=headers, template_kwargs=template_kwargs,
+            root_url, model, transport=transport, template_kwargs=template_kwargs,
             timeout_s=timeout_s,
         )
         async with candidate:
@@ -184,6 +183,6 @@ async def probe_tokenizer(
             except TokenizeError:
                 continue
         if ids and plain and len(ids) > len(plain):
-            return cls(root_url, model, headers=headers, template_kwargs=template_kwargs,
+            return cls(root_url, model, transport=transport, template_kwargs=template_kwargs,
                        timeout_s=timeout_s)
     return None

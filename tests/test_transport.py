@@ -1,0 +1,384 @@
+"""The transport seam against real servers on 127.0.0.1: a real forward proxy (proxy.py, from
+the test extra), a TLS relay with a certificate made by the test (trustme), hand-made
+redirecting and echoing servers in front of, or instead of, the simulated server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+import workloads
+from workloads.model.errors import TargetError
+from workloads.model.target import Target
+from workloads.wire.client import HttpChatClient
+from workloads.wire.identify import identify
+from workloads.wire.transport import Transport, transport_for
+
+BODY = {"model": "sim-fast", "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": 4, "stream": True}
+
+
+def _body(model: str) -> dict[str, object]:
+    return {**BODY, "model": model}
+
+
+# --- hand-made servers ---------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _raw_server(answer: bytes | None, seen: list[bytes]) -> AsyncIterator[int]:
+    """Reads one request per connection (head and Content-Length body), keeps it in
+    ``seen``, answers ``answer`` (a format string with {port}) and closes."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            body = await reader.readexactly(length)
+            seen.append(head + body)
+            writer.write((answer or b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                         .replace(b"{port}", str(port).encode()))
+            await writer.drain()
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield port
+
+
+@contextlib.asynccontextmanager
+async def _tls_relay(upstream_port: int, ctx: ssl.SSLContext) -> AsyncIterator[int]:
+    """A TLS-terminating relay: https://127.0.0.1:PORT → http://127.0.0.1:upstream_port."""
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", upstream_port)
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=ctx)
+    async with server:
+        yield server.sockets[0].getsockname()[1]
+
+
+@pytest.fixture
+def tls(tmp_path: Path) -> tuple[ssl.SSLContext, str]:
+    """A server context with a certificate for 127.0.0.1 from a CA made here, and the CA's
+    PEM file."""
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(ctx)
+    pem = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(pem))
+    return ctx, str(pem)
+
+
+@pytest.fixture(scope="module")
+def proxy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A real forward proxy (proxy.py) on 127.0.0.1: its URL and its log (one access-log
+    line per request or CONNECT it carried)."""
+    pytest.importorskip("proxy", reason="proxy.py (the test extra) is not installed")
+    where = tmp_path_factory.mktemp("proxy")
+    port_file, log = where / "port", where / "proxy.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "proxy", "--hostname", "127.0.0.1", "--port", "0",
+             "--port-file", str(port_file), "--num-acceptors", "1", "--num-workers", "1"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )
+    try:
+        for _ in range(600):  # bounded: 60 s for a cold start on a loaded machine
+            if port_file.exists() and port_file.read_text().strip():
+                break
+            if process.poll() is not None:
+                pytest.fail(f"proxy.py exited: {log.read_text()[-500:]}")
+            time.sleep(0.1)
+        else:
+            pytest.fail("proxy.py did not start within 60 s")
+        yield f"http://127.0.0.1:{port_file.read_text().strip()}", log
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _count(log: Path, what: str) -> int:
+    return sum(1 for line in log.read_text().splitlines()
+               if "access_log" in line and what in line)
+
+
+async def _carried(log: Path, what: str, at_least: int = 0) -> int:
+    """Access-log lines of the proxy naming ``what`` (e.g. "POST 127.0.0.1:8000"), once
+    there are ``at_least`` of them or 10 s passed: proxy.py writes a line when the
+    connection closes, a moment after the client closed it (on this loop: so no blocking
+    sleep here)."""
+    for _ in range(200):  # bounded
+        count = _count(log, what)
+        if count >= at_least:
+            return count
+        await asyncio.sleep(0.05)
+    return count
+
+
+@pytest.fixture
+def no_proxy_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    return monkeypatch
+
+
+# --- redirects -----------------------------------------------------------------------------
+
+
+async def test_chat_follows_308_keeping_body_and_remembers_it(simulated_server, no_proxy_env):
+    sim_port = simulated_server.port
+    seen: list[bytes] = []
+    moved = (f"HTTP/1.1 308 Permanent Redirect\r\nLocation: http://127.0.0.1:{sim_port}"
+             "/v1/chat/completions\r\nContent-Length: 0\r\n\r\n").encode()
+    async with _raw_server(moved, seen) as port, HttpChatClient(
+        f"http://127.0.0.1:{port}/v1"
+    ) as client:
+        first = await client.stream_chat(_body(simulated_server.model))
+        second = await client.stream_chat(_body(simulated_server.model))
+    assert first.ok and first.text, first.error_message
+    assert second.ok and second.text
+    assert len(seen) == 1  # the second turn went to the new place at once
+    assert seen[0].startswith(b"POST /v1/chat/completions HTTP/1.1")
+    assert b'"hello"' in seen[0]
+    assert len(simulated_server.truths()) == 2  # the body reached it each time
+
+
+async def test_redirects_stop_after_five_hops(no_proxy_env):
+    seen: list[bytes] = []
+    loop_back = (b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /v1/chat/completions\r\n"
+                 b"Content-Length: 0\r\n\r\n")
+    async with _raw_server(loop_back, seen) as port, HttpChatClient(
+        f"http://127.0.0.1:{port}/v1"
+    ) as client:
+        response = await client.stream_chat(BODY)
+    assert response.error_kind == "http_other"
+    assert response.error_message is not None
+    assert "more than 5 redirects" in response.error_message
+    assert "\n" not in response.error_message
+    assert len(seen) == 6  # the request and five hops
+
+
+@pytest.mark.parametrize("status", [301, 302, 303])
+async def test_post_redirect_301_302_303_names_status_and_location(status, no_proxy_env):
+    seen: list[bytes] = []
+    answer = (f"HTTP/1.1 {status} Moved\r\nLocation: https://other.example/v1/chat/completions"
+              "\r\nContent-Length: 0\r\n\r\n").encode()
+    async with _raw_server(answer, seen) as port, HttpChatClient(
+        f"http://127.0.0.1:{port}/v1"
+    ) as client:
+        response = await client.stream_chat(BODY)
+    message = response.error_message or ""
+    assert response.http_status == status and len(seen) == 1
+    assert f"HTTP {status}" in message
+    assert "https://other.example/v1/chat/completions" in message
+    assert "\n" not in message
+
+
+async def test_request_line_percent_encodes_spaces_and_non_ascii(no_proxy_env):
+    seen: list[bytes] = []
+    async with _raw_server(None, seen) as port, HttpChatClient(
+        f"http://127.0.0.1:{port}/my v1/ü"
+    ) as client:
+        await client.stream_chat(BODY)
+    assert seen[0].startswith(b"POST /my%20v1/%C3%BC/chat/completions HTTP/1.1\r\n")
+
+
+# --- TLS -----------------------------------------------------------------------------------
+
+
+async def test_tls_fails_without_the_ca_and_works_with_ca_bundle_or_insecure(
+    simulated_server, tls, no_proxy_env
+):
+    server_ctx, ca_pem = tls
+    async with _tls_relay(simulated_server.port, server_ctx) as port:
+        url = f"https://127.0.0.1:{port}/v1"
+        async with HttpChatClient(url) as client:
+            failed = await client.stream_chat(_body(simulated_server.model))
+        assert failed.error_kind == "tls"
+        message = failed.error_message or ""
+        assert "--ca-bundle" in message and "--insecure" in message and "\n" not in message
+        with pytest.raises(TargetError) as read_failed:
+            await identify(Target(url), 10)
+        assert "--ca-bundle" in str(read_failed.value)
+        assert "did not answer JSON" not in str(read_failed.value)
+
+        for target in (Target(url, ca_bundle=ca_pem), Target(url, insecure=True)):
+            transport = transport_for(target)
+            model, _ = await identify(target, 10, transport)
+            async with HttpChatClient(url, transport=transport) as client:
+                response = await client.stream_chat(_body(model))
+            assert response.ok and response.text, response.error_message
+
+
+def test_missing_ca_bundle_is_one_line(tmp_path: Path):
+    with pytest.raises(TargetError, match=r"--ca-bundle .*no such file"):
+        transport_for(Target("https://127.0.0.1:1/v1", ca_bundle=str(tmp_path / "none.pem")))
+
+
+# --- proxies -------------------------------------------------------------------------------
+
+
+async def test_env_proxy_carries_chat_and_reads_and_no_proxy_bypasses_it(
+    simulated_server, proxy_server, no_proxy_env
+):
+    proxy, log = proxy_server
+    origin = f"127.0.0.1:{simulated_server.port}"
+    no_proxy_env.setenv("HTTP_PROXY", proxy)
+    target = simulated_server.target
+    before = _count(log, f"POST {origin}/v1/chat/completions")
+    model, _ = await identify(target, 30)
+    async with HttpChatClient(target.base_url, transport=transport_for(target)) as client:
+        response = await client.stream_chat(_body(model))
+    assert response.ok and response.text, response.error_message
+    assert await _carried(log, f"GET {origin}/v1/models", 1) >= 1
+    assert await _carried(log, f"POST {origin}/v1/chat/completions", before + 1) == before + 1
+
+    no_proxy_env.setenv("NO_PROXY", "127.0.0.1")
+    async with HttpChatClient(target.base_url, transport=transport_for(target)) as client:
+        direct = await client.stream_chat(_body(model))
+    assert direct.ok
+    await asyncio.sleep(0.5)  # a line it would have written by now (none is expected)
+    assert _count(log, f"POST {origin}/v1/chat/completions") == before + 1
+
+
+async def test_https_target_through_a_connect_tunnel(simulated_server, proxy_server, tls,
+                                                     no_proxy_env):
+    proxy, log = proxy_server
+    server_ctx, ca_pem = tls
+    async with _tls_relay(simulated_server.port, server_ctx) as port:
+        url = f"https://127.0.0.1:{port}/v1"
+        target = Target(url, proxy=proxy, ca_bundle=ca_pem)  # --proxy, not the environment
+        transport = transport_for(target)
+        model, _ = await identify(target, 30, transport)
+        async with HttpChatClient(url, transport=transport) as client:
+            response = await client.stream_chat(_body(model))
+    assert response.ok and response.text, response.error_message
+    # the read's tunnel and the chat's
+    assert await _carried(log, f"CONNECT 127.0.0.1:{port}", 2) >= 2
+
+
+async def test_run_through_a_proxy_says_so_in_the_environment(
+    simulated_server, proxy_server, tiny_scenario, tmp_path, no_proxy_env
+):
+    proxy, log = proxy_server
+    no_proxy_env.setenv("HTTP_PROXY", proxy)
+    origin = f"127.0.0.1:{simulated_server.port}"
+    before = _count(log, f"POST {origin}/v1/chat/completions")
+    result = await workloads.run_async(tiny_scenario, simulated_server.target,
+                                       out_dir=tmp_path / "run")
+    assert result.environment["proxy"] == f"{proxy} (from HTTP_PROXY)"
+    assert result.records and all(r.error_kind is None for r in result.records)
+    # proxy.py writes one line per connection (kept alive: many requests), when it closes
+    assert await _carried(log, f"POST {origin}/v1/chat/completions", before + 1) > before
+    assert await _carried(log, f"GET {origin}/v1/models", 1) >= 1
+    assert await _carried(log, f"GET {origin}/metrics", 1) >= 1
+
+
+def test_https_proxy_and_bad_proxy_urls_are_one_line():
+    with pytest.raises(TargetError, match="not http://HOST:PORT"):
+        Transport(proxy="https://proxy.example:3128")
+
+
+# --- credentials and headers ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["abc\r\nX-Injected: 1", "clé-€"])
+def test_bad_api_keys_are_refused_in_one_line(key, monkeypatch):
+    monkeypatch.setenv("WL_TEST_KEY", key)
+    with pytest.raises(TargetError) as err:
+        transport_for(Target("http://127.0.0.1:1/v1", api_key_env="WL_TEST_KEY"))
+    assert "\n" not in str(err.value) and "API key" in str(err.value)
+    assert key not in str(err.value)
+
+
+def test_url_credentials_leave_the_url_and_become_basic_auth():
+    target = Target("http://alice:s3cr%40t@127.0.0.1:8000/v1")
+    assert target.base_url == "http://127.0.0.1:8000/v1"
+    assert "s3cr" not in repr(target)
+    assert transport_for(target).headers["Authorization"] == "Basic YWxpY2U6czNjckB0"
+
+
+def _echo_app() -> web.Application:
+    """/v1/models lists one model; every chat request fails 401 with a body echoing the
+    Authorization header it got (as some gateways do)."""
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "echo"}]})
+
+    async def chat(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response(
+            {"error": f"invalid credentials: {request.headers.get('Authorization')}"},
+            status=401)
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+async def test_key_and_password_never_reach_any_output_file(
+    serve_app, tiny_scenario, tmp_path, monkeypatch, no_proxy_env
+):
+    key, password = "sk-test-0123456789abcdef", "hunter2-pw"
+    monkeypatch.setenv("WL_ECHO_KEY", key)
+    scenario = tiny_scenario.with_overrides(["gate=off"])
+    async with serve_app(_echo_app()) as root:
+        host = root.removeprefix("http://")
+        runs = {
+            "key": Target(f"{root}/v1", api_key_env="WL_ECHO_KEY"),
+            "userinfo": Target(f"http://bob:{password}@{host}/v1", api_key_env="WL_NO_KEY"),
+        }
+        for name, target in runs.items():
+            result = await workloads.run_async(scenario, target, out_dir=tmp_path / name,
+                                               transcripts=True)
+            failed = [r for r in result.records if r.error_kind == "http_4xx"]
+            assert failed and all("<redacted>" in (r.error_message or "") for r in failed)
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.name == "records.jsonl" for p in files)
+    for path in files:
+        text = path.read_bytes().decode("utf-8", "replace")
+        assert key not in text, path
+        assert password not in text, path
+        assert "Ym9iOmh1bnRlcjItcHc" not in text, path  # base64 of bob:hunter2-pw
+
+
+async def test_insecure_run_says_so_in_result_and_warnings(
+    simulated_server, tls, tiny_scenario, tmp_path, no_proxy_env
+):
+    server_ctx, _ = tls
+    async with _tls_relay(simulated_server.port, server_ctx) as port:
+        target = Target(f"https://127.0.0.1:{port}/v1", insecure=True)
+        result = await workloads.run_async(tiny_scenario, target, out_dir=tmp_path / "run")
+    assert result.records and all(r.error_kind is None for r in result.records)
+    assert result.target.insecure
+    assert "--insecure" in result.environment["tls"]
+    assert any("not verified (--insecure)" in w for w in result.warnings)
