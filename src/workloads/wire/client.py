@@ -21,7 +21,8 @@ import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from urllib.parse import urlsplit
+
+from yarl import URL
 
 from workloads._version import __version__
 from workloads.core.chat_stream import Usage, parse_chunk
@@ -56,7 +57,8 @@ class ChatResponse:
     """Everything one streamed request produced, success or not. Times are perf_counter_ns."""
 
     started_ns: int  # the client began this attempt (before waiting for a connection)
-    sent_ns: int | None = None  # the request was written
+    sent_ns: int | None = None  # the request was about to be written (TTFT's start)
+    written_ns: int | None = None  # the transport had taken the whole request
     headers_ns: int | None = None  # response headers arrived
     first_content_ns: int | None = None  # first chunk with generated content (TTFT's end)
     first_text_ns: int | None = None  # first chunk with content text (not reasoning or calls)
@@ -138,20 +140,22 @@ class HttpChatClient:
         keepalive_s: float = KEEPALIVE_S,  # below the server's idle timeout
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
-        parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:  # percent-encodes the path and query, IDNA-encodes the host
+            url = URL(self.url)
+        except ValueError as err:
+            raise ValueError(f"target URL {base_url!r}: {err}") from err
+        if url.scheme not in ("http", "https") or not url.raw_host or url.port is None:
             raise ValueError(f"target URL {base_url!r}: use http://HOST[:PORT]/v1 or https://...")
-        self._tls = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port or (443 if self._tls else 80)
-        default_port = self._port == (443 if self._tls else 80)
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        authority = host if default_port else f"{host}:{self._port}"
+        self._tls = url.scheme == "https"
+        self._host = url.raw_host
+        self._port = url.port
         # The request head, less its Content-Length; the key is in it and never logged.
+        # identity: a compressed stream would be decoded (wire/stream.py), at a CPU cost.
         self._head = (
-            f"POST {parts.path or '/'}{'?' + parts.query if parts.query else ''} HTTP/1.1\r\n"
-            f"Host: {authority}\r\nUser-Agent: workloads/{__version__}\r\n"
-            "Accept: text/event-stream\r\nContent-Type: application/json\r\n"
+            f"POST {url.raw_path_qs} HTTP/1.1\r\n"
+            f"Host: {url.host_port_subcomponent}\r\nUser-Agent: workloads/{__version__}\r\n"
+            "Accept: text/event-stream\r\nAccept-Encoding: identity\r\n"
+            "Content-Type: application/json\r\n"
             + (f"Authorization: Bearer {api_key}\r\n" if api_key else "")
         ).encode("latin-1")
         self._connections = max(1, connections)
@@ -262,6 +266,7 @@ class HttpChatClient:
     def _fill(self, exchange: Exchange, out: ChatResponse) -> None:
         """Copy what the exchange measured onto the response; its failure, if any."""
         out.sent_ns = exchange.sent_ns
+        out.written_ns = exchange.written_ns
         head = exchange.head
         if head is not None:
             out.headers_ns = exchange.headers_ns
