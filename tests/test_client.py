@@ -616,3 +616,38 @@ def test_odd_but_valid_json_shapes_do_not_raise():
     usage = parse_chunk('{"choices":[],"usage":{"prompt_tokens":"n/a"}}').usage
     assert usage is not None
     assert usage.prompt_tokens is None and usage.completion_tokens is None  # unknown, not 0
+
+
+async def test_no_ttft_is_shorter_than_the_servers_own_read_to_first_token():
+    # Client and server in one process (the simulated server runs on a thread): one clock,
+    # and one CPU at a time under the GIL, the case where a stamp taken after the write
+    # came after the server had already read the request (issue 19: 4-13% of requests).
+    # sent_ns is stamped before the write, so it precedes the server's arrival stamp, and
+    # every TTFT covers the server's own time from reading the request to its first token.
+    from urllib.request import urlopen
+
+    from workloads.servers.simulated import SimulatedServer
+
+    async with SimulatedServer("fast", debug=True) as server:
+        body = {"model": server.model, "stream": True, "max_tokens": 4,
+                "messages": [{"role": "user", "content": "hi"}]}
+        async with AiohttpChatClient(server.base_url, connections=8) as client:
+            responses = []
+            for _ in range(5):  # 5 rounds of 8 at once: new and kept-alive connections
+                responses += await asyncio.gather(*(client.stream_chat(body) for _ in range(8)))
+
+        def truths() -> dict[str, dict]:
+            with urlopen(f"{server.base_url.removesuffix('/v1')}/debug/requests") as answer:
+                return {t["request_id"]: t for t in json.load(answer)["requests"]}
+
+        truth = await asyncio.to_thread(truths)
+    assert len(responses) == 40
+    for r in responses:
+        assert r.ok, r.error_message
+        assert r.sent_ns is not None and r.written_ns is not None and r.sent_ns <= r.written_ns
+        assert r.first_content_ns is not None and r.request_id is not None
+        t = truth[r.request_id]
+        # first_token_ns: the engine step that made the first token ended, before its write
+        # (first_written_ns is stamped after the write returns: a read can come before it).
+        assert r.sent_ns <= t["arrival_ns"] and r.first_content_ns >= t["first_token_ns"]
+        assert r.first_content_ns - r.sent_ns >= t["first_token_ns"] - t["arrival_ns"]
