@@ -96,7 +96,7 @@ def test_a_body_until_close_ends_with_the_connection():
 @pytest.mark.parametrize("size_line", [b"zz", b"0x5", b"+5", b"5_0", b" 5", b"", b"1" * 17])
 def test_a_malformed_chunk_size_is_malformed(size_line):
     response = HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + size_line + b"\r\nhello\r\n"
-    with pytest.raises(MalformedHTTP, match="(?i)chunk size"):
+    with pytest.raises(MalformedHTTP, match=r"(?i)chunk size"):
         parse([response])
 
 

@@ -10,10 +10,10 @@ what the hand-written parser this replaces cost (issue 19), and its framing rule
 llhttp's, which serves every Node.js HTTP client.
 
 Framing follows RFC 9112 as llhttp reads it: a 1xx response before the real one is skipped;
-204 and 304 have no body; chunk extensions and trailer fields are read and ignored (llhttp refuses whitespace right
-after an extension's ``;``, which RFC 9112 allows); a
-response with both Transfer-Encoding and Content-Length is read by its Transfer-Encoding and
-its connection not reused; anything else that does not parse (a bad chunk size, a duplicate
+204 and 304 have no body; chunk extensions and trailer fields are read and ignored (llhttp
+refuses whitespace right after an extension's ``;``, which RFC 9112 allows); a response
+with both Transfer-Encoding and Content-Length is read by its Transfer-Encoding and its
+connection not reused; anything else that does not parse (a bad chunk size, a duplicate
 Content-Length, a folded header line, a version other than 1.0 and 1.1) raises
 :class:`MalformedHTTP` (the client's ``malformed`` kind), after the body that came before it.
 """
