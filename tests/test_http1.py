@@ -325,6 +325,15 @@ async def test_a_body_in_a_coding_the_client_does_not_decode_is_malformed():
     assert r.error_kind == "malformed" and "'br'" in (r.error_message or "")
 
 
+async def test_an_error_status_in_a_coding_the_client_does_not_decode_keeps_its_status():
+    response = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Encoding: br\r\n"
+                b"Content-Length: 3\r\n\r\nabc")
+    async with raw_server(lambda i: [response]) as (url, _), HttpChatClient(url) as client:
+        r = await client.stream_chat(BODY)
+    assert r.error_kind == "http_5xx" and r.http_status == 503
+    assert "'br'" in (r.error_message or "")
+
+
 async def test_a_compressed_body_that_does_not_decode_is_malformed():
     response = HEAD + b"Content-Encoding: gzip\r\nContent-Length: 9\r\n\r\nnot gzip!"
     async with raw_server(lambda i: [response]) as (url, _), HttpChatClient(url) as client:

@@ -170,6 +170,11 @@ class Exchange:
         encoding = head.header("content-encoding")
         if encoding is not None and (coding := encoding.strip().lower()) not in ("", "identity"):
             bits = CODINGS.get(coding)
+            if bits is None and head.status != 200:  # the status says what failed
+                self.detail = f"(a body in Content-Encoding {encoding!r})".encode()
+                self.detail_limit = len(self.detail)
+                self._finish_detail()
+                return
             if bits is None:  # br, zstd, a list of codings: not ours to guess
                 self._finish(RequestError(
                     "malformed", f"a body in Content-Encoding {encoding!r}, which the client "
