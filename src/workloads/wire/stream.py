@@ -181,7 +181,7 @@ class Exchange:
                     "does not decode (it asked for identity; gzip and deflate are decoded)",
                     http_status=head.status))
                 return
-            self.decoder = zlib.decompressobj(bits) if bits != RAW_OR_ZLIB else RAW_OR_ZLIB
+            self.decoder = RAW_OR_ZLIB if bits is RAW_OR_ZLIB else zlib.decompressobj(bits)
         if head.status != 200:
             self.detail_limit = ERROR_DETAIL_BYTES
             return
@@ -200,7 +200,7 @@ class Exchange:
             bits = zlib.MAX_WBITS if body[0] & 0x0F == 8 else -zlib.MAX_WBITS
             decoder = self.decoder = zlib.decompressobj(bits)
         try:
-            return bytes(decoder.decompress(body))
+            return decoder.decompress(body)  # type: ignore[no-any-return]
         except zlib.error as err:
             raise RequestError("malformed", f"a compressed body that does not decode: {err}"
                                ) from err
@@ -250,11 +250,11 @@ class Exchange:
             ))
         else:
             content_type = head.header("content-type")
+            what = "no Content-Type" if content_type is None else f"Content-Type {content_type!r}"
             self._finish(RequestError(
                 "not_event_stream",
-                f"HTTP 200 with {'no Content-Type' if content_type is None else 'Content-Type '}"
-                f"{'' if content_type is None else repr(content_type)}, not an event stream "
-                f"(an error, a proxy's page, or a server that ignored stream=true): {text}",
+                f"HTTP 200 with {what}, not an event stream (an error, a proxy's page, or a "
+                f"server that ignored stream=true): {text}",
             ))
 
     def _finish(self, error: RequestError | None) -> None:
