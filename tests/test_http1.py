@@ -318,6 +318,14 @@ async def test_a_compressed_event_stream_is_decoded_read_by_read(coding, wbits):
     assert r.done_ns is not None and r.done_ns >= third[8]
 
 
+async def test_the_request_target_is_percent_encoded():
+    heads: list[bytes] = []
+    async with raw_server(lambda i: [chunked(*EVENTS)], heads=heads) as (url, _), \
+            HttpChatClient(url + "/a dir/é") as client:
+        assert_whole(await client.stream_chat(BODY))
+    assert heads[0].startswith(b"POST /v1/a%20dir/%C3%A9/chat/completions")
+
+
 async def test_a_body_in_a_coding_the_client_does_not_decode_is_malformed():
     response = HEAD + b"Content-Encoding: br\r\nContent-Length: 3\r\n\r\n\x1f\x8b\x08"
     async with raw_server(lambda i: [response]) as (url, _), HttpChatClient(url) as client:
