@@ -111,11 +111,9 @@ class ResponseParser:
                 self.extra = True
             else:
                 self._parser = None
-                fault = _fault(err)
+                self.error = _fault(err)
                 if not parts:
-                    self.error = fault
-                    raise fault from None
-                self.error = fault
+                    raise self.error from None
         if self.head is None:
             self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
