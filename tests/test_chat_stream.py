@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from workloads.core.chat_stream import ChatStream, parse_chunk
+from workloads.core.chat_stream import ChatStream, generated, parse_chunk
 from workloads.model.errors import RequestError
 
 text = st.text(max_size=8)  # any code point: quotes, backslashes, newlines, emoji
@@ -21,6 +21,9 @@ delta = st.one_of(
     st.fixed_dictionaries({"content": st.lists(
         st.fixed_dictionaries({"type": st.just("text"), "text": text}), max_size=2)}),
     st.fixed_dictionaries({"content": st.none()}),
+    st.fixed_dictionaries({"role": st.none(), "content": text, "reasoning_content": st.none(),
+                           "tool_calls": st.none()}),  # SGLang's nulls
+    st.fixed_dictionaries({"content": text, "reasoning": text}),
 )
 choice = st.fixed_dictionaries(
     {"index": st.just(0), "delta": delta},
@@ -55,6 +58,9 @@ def test_the_stream_says_what_each_chunk_says(chunks, ascii_only, cuts):
     parsed = [parse_chunk(json.dumps(c)) for c in chunks]
     assert stream.text == "".join(p.content for p in parsed)
     assert stream.content_events == sum(p.has_content for p in parsed)
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert stream.content_events == sum(any(generated(d)) for d in deltas)
+    assert stream.reasoning_text == "".join(generated(d)[1] for d in deltas)
     reasons = [p.finish_reason for p in parsed if p.finish_reason is not None]
     assert stream.finish_reason == (reasons[-1] if reasons else None)
     usages = [p.usage for p in parsed if p.usage is not None]
@@ -108,3 +114,31 @@ def test_records_of_a_real_run_carry_chunk_gaps(simulated_server):
         assert r.chunk_gaps_us is not None and len(r.chunk_gaps_us) == r.content_events - 1
         assert all(g >= 0 for g in r.chunk_gaps_us)
     assert result.summary.run.itl_percentiles is not None
+
+
+@pytest.mark.parametrize(("delta", "output"), [
+    ({"content": "Hel"}, ("Hel", "", None)),
+    ({"role": "assistant", "content": ""}, ("", "", None)),
+    ({"role": "assistant"}, ("", "", None)),
+    ({"role": None, "content": "x", "reasoning_content": None, "tool_calls": None},
+     ("x", "", None)),
+    ({"content": [{"type": "text", "text": "a"}, {"type": "image_url"}]}, ("a", "", None)),
+    ({"content": None, "reasoning_content": "hm"}, ("", "hm", None)),
+    ({"content": None, "reasoning_content": "", "reasoning": "hm"}, ("", "hm", None)),
+    ({"tool_calls": [{"index": 0}]}, ("", "", [{"index": 0}])),
+    ({"tool_calls": []}, ("", "", None)),
+    ({"tool_calls": {"index": 0}}, ("", "", None)),  # not a list: not tool calls
+    ({"content": 5, "reasoning_content": ["x"]}, ("", "", None)),
+])
+def test_what_a_delta_generated(delta, output):
+    assert generated(delta) == output
+    chunk = {"id": "c1", "choices": [{"index": 0, "delta": delta}]}
+    assert parse_chunk(json.dumps(chunk)).has_content == any(output)
+
+
+def test_content_and_reasoning_in_one_delta_keep_both():
+    chunk = {"id": "c1", "choices": [{"index": 0, "delta": {"content": "a", "reasoning": "r"}}]}
+    stream = ChatStream()
+    wire = b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n" for _ in range(3))
+    stream.feed(wire, 1)
+    assert stream.text == "aaa" and stream.reasoning_text == "rrr" and stream.content_events == 3

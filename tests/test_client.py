@@ -17,6 +17,7 @@ from workloads.model.scenario import Timeouts
 from workloads.runner.turn import record_from_response
 from workloads.wire.client import AiohttpChatClient, parse_chunk, partial_response
 from workloads.wire.failures import retry_kinds
+from workloads.wire.stream import SETTLE_S
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[bool]]
 
@@ -205,6 +206,21 @@ async def test_server_closing_after_every_streamed_response_loses_no_request():
     assert [r.error_kind for r in responses] == [None] * 30
     assert sum(r.resends for r in responses) == 0
     assert s.requests == 30
+
+
+async def test_a_server_closing_a_moment_after_each_stream_loses_no_request():
+    # llama.cpp on a busy CPU: the close comes a few milliseconds after the response ended,
+    # later than one pass of the event loop. The pool lets a connection settle (SETTLE_S)
+    # before reusing it, so no request is written on a connection the server is closing.
+    async def handler(reader, writer, index):
+        await full_stream(writer, content("x"), FINISH, USAGE, DONE)
+        await asyncio.sleep(SETTLE_S / 3)
+        return False
+
+    async with scripted_server(handler) as s, AiohttpChatClient(s.url, connections=1) as client:
+        responses = [await client.stream_chat(BODY) for _ in range(20)]
+    assert [r.error_kind for r in responses] == [None] * 20
+    assert s.requests == 20 and s.connections == 20
 
 
 async def test_without_reuse_every_request_opens_its_own_connection():
@@ -616,3 +632,38 @@ def test_odd_but_valid_json_shapes_do_not_raise():
     usage = parse_chunk('{"choices":[],"usage":{"prompt_tokens":"n/a"}}').usage
     assert usage is not None
     assert usage.prompt_tokens is None and usage.completion_tokens is None  # unknown, not 0
+
+
+async def test_no_ttft_is_shorter_than_the_servers_own_read_to_first_token():
+    # Client and server in one process (the simulated server runs on a thread): one clock,
+    # and one CPU at a time under the GIL, the case where a stamp taken after the write
+    # came after the server had already read the request (issue 19: 4-13% of requests).
+    # sent_ns is stamped before the write, so it precedes the server's arrival stamp, and
+    # every TTFT covers the server's own time from reading the request to its first token.
+    from urllib.request import urlopen
+
+    from workloads.servers.simulated import SimulatedServer
+
+    async with SimulatedServer("fast", debug=True) as server:
+        body = {"model": server.model, "stream": True, "max_tokens": 4,
+                "messages": [{"role": "user", "content": "hi"}]}
+        async with AiohttpChatClient(server.base_url, connections=8) as client:
+            responses = []
+            for _ in range(5):  # 5 rounds of 8 at once: new and kept-alive connections
+                responses += await asyncio.gather(*(client.stream_chat(body) for _ in range(8)))
+
+        def truths() -> dict[str, dict]:
+            with urlopen(f"{server.base_url.removesuffix('/v1')}/debug/requests") as answer:
+                return {t["request_id"]: t for t in json.load(answer)["requests"]}
+
+        truth = await asyncio.to_thread(truths)
+    assert len(responses) == 40
+    for r in responses:
+        assert r.ok, r.error_message
+        assert r.sent_ns is not None and r.written_ns is not None and r.sent_ns <= r.written_ns
+        assert r.first_content_ns is not None and r.request_id is not None
+        t = truth[r.request_id]
+        # first_token_ns: the engine step that made the first token ended, before its write
+        # (first_written_ns is stamped after the write returns: a read can come before it).
+        assert r.sent_ns <= t["arrival_ns"] and r.first_content_ns >= t["first_token_ns"]
+        assert r.first_content_ns - r.sent_ns >= t["first_token_ns"] - t["arrival_ns"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+import zlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -13,7 +15,7 @@ import pytest
 
 from workloads.model.scenario import Timeouts
 from workloads.wire.client import HttpChatClient
-from workloads.wire.http1 import MalformedHTTP, ResponseParser
+from workloads.wire.http1 import MAX_HEAD_BYTES, MalformedHTTP, ResponseParser
 
 
 def event(obj: dict) -> bytes:
@@ -62,7 +64,7 @@ def parse(pieces: list[bytes]) -> tuple[bytes, ResponseParser]:
 @pytest.mark.parametrize("response", [
     chunked(*EVENTS),
     chunked(SSE),
-    chunked(*EVENTS, ext=b";name=value; q=\"x\""),
+    chunked(*EVENTS, ext=b" ;name=value;q=\"x y\""),
     chunked(*EVENTS, trailer=b"X-Checksum: 1\r\nX-Other: 2\r\n"),
     with_length(SSE),
     HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"".join(
@@ -94,14 +96,15 @@ def test_a_body_until_close_ends_with_the_connection():
 @pytest.mark.parametrize("size_line", [b"zz", b"0x5", b"+5", b"5_0", b" 5", b"", b"1" * 17])
 def test_a_malformed_chunk_size_is_malformed(size_line):
     response = HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + size_line + b"\r\nhello\r\n"
-    with pytest.raises(MalformedHTTP, match="chunk size"):
+    with pytest.raises(MalformedHTTP, match=r"(?i)chunk size"):
         parse([response])
 
 
 def test_a_chunk_without_its_crlf_is_malformed_after_the_body_before_it():
     body, parser = parse([HEAD + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n"])
-    assert body == b"hello" and parser.error is not None and "CRLF" in str(parser.error)
-    with pytest.raises(MalformedHTTP, match="CRLF"):
+    assert body == b"hello" and parser.error is not None
+    assert "after chunk data" in str(parser.error)
+    with pytest.raises(MalformedHTTP, match="after chunk data"):
         parser.feed(b"0\r\n\r\n")
 
 
@@ -109,11 +112,27 @@ def test_informational_responses_are_skipped_and_heads_checked():
     body, parser = parse([b"HTTP/1.1 100 Continue\r\n\r\n" + with_length(b"data: x\n\n")])
     assert body == b"data: x\n\n" and parser.informational == 1
     for bad in (b"HTTP/2 200 OK\r\n\r\n", b"HTTP/1.1 20 OK\r\n\r\n",
-                b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n", b"ICY 200 OK\r\n\r\n"):
+                b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n", b"ICY 200 OK\r\n\r\n",
+                b"HTTP/2.0 200 OK\r\n\r\n", b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
+                b"HTTP/1.1 200 OK\r\nX: " + b"x" * MAX_HEAD_BYTES):
         with pytest.raises(MalformedHTTP):
             parse([bad])
     with pytest.raises(MalformedHTTP, match="Content-Length"):
         parse([b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"])
+
+
+def test_both_framings_read_by_transfer_encoding_and_the_connection_not_reused():
+    body, parser = parse([HEAD + b"Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"
+                          b"5\r\nhello\r\n0\r\n\r\n"])
+    assert body == b"hello" and parser.complete
+    assert parser.head is not None and not parser.head.keep_alive
+
+
+def test_bytes_after_the_end_are_extra_not_body():
+    for after in (b"HTTP/1.1 200 OK\r\n\r\n", b"garbage"):
+        body, parser = parse([with_length(b"data: x\n\n") + after])
+        assert body == b"data: x\n\n" and parser.complete and parser.extra
+        assert parser.feed(b"more") == b""
 
 
 def test_keep_alive_follows_the_version_and_connection_header():
@@ -132,10 +151,12 @@ def test_keep_alive_follows_the_version_and_connection_header():
 
 @asynccontextmanager
 async def raw_server(pieces_for: Callable[[int], list[bytes]], *, close: bool = False,
+                     heads: list[bytes] | None = None, written: list[int] | None = None,
                      ) -> AsyncIterator[tuple[str, list[int]]]:
     """Answer request i of a connection with ``pieces_for(i)``, each piece a write of its
     own with a pause after it (so each is a read of its own); ``close`` closes the connection
-    after every response. Yields the base URL and a list of connections per request."""
+    after every response. Yields the base URL and a list of connections per request; keeps
+    the request heads in ``heads`` and each piece's write time in ``written``."""
     served: list[int] = []
     connections = 0
     handlers: set[asyncio.Task[None]] = set()
@@ -155,7 +176,11 @@ async def raw_server(pieces_for: Callable[[int], list[bytes]], *, close: bool = 
                 length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
                 await reader.readexactly(length)
                 served.append(connections)
+                if heads is not None:
+                    heads.append(head)
                 for piece in pieces_for(len(served) - 1):
+                    if written is not None:
+                        written.append(time.perf_counter_ns())
                     writer.write(piece)
                     await writer.drain()
                     await asyncio.sleep(0.002)
@@ -255,15 +280,102 @@ async def test_malformed_chunk_size_is_malformed(size_line):
         b"%x\r\n%s\r\n" % (len(EVENTS[1]), EVENTS[1]) + size_line + b"\r\n" + EVENTS[2])
     async with raw_server(lambda i: [response]) as (url, _), HttpChatClient(url) as client:
         r = await client.stream_chat(BODY)
-    assert r.error_kind == "malformed" and "chunk size" in (r.error_message or "")
+    assert r.error_kind == "malformed" and "chunk size" in (r.error_message or "").lower()
     assert r.text == "Hel" and r.content_events == 1  # what came before is kept
 
 
-async def test_a_compressed_event_stream_is_malformed_not_garbage():
-    response = HEAD + b"Content-Encoding: gzip\r\nContent-Length: 3\r\n\r\n\x1f\x8b\x08"
+def compressed(wbits: int) -> list[bytes]:
+    """The event stream compressed as one body, flushed after every event: each piece is
+    a read that decodes to whole events."""
+    encoder = zlib.compressobj(wbits=wbits)
+    pieces = [encoder.compress(e) + encoder.flush(zlib.Z_SYNC_FLUSH) for e in EVENTS]
+    pieces[-1] += encoder.flush()
+    return pieces
+
+
+@pytest.mark.parametrize(("coding", "wbits"), [
+    ("gzip", 16 + zlib.MAX_WBITS), ("deflate", zlib.MAX_WBITS), ("deflate", -zlib.MAX_WBITS),
+])
+async def test_a_compressed_event_stream_is_decoded_read_by_read(coding, wbits):
+    pieces = compressed(wbits)
+    response = [HEAD + b"Content-Encoding: %s\r\nTransfer-Encoding: chunked\r\n\r\n" % (
+        coding.encode())] + [b"%x\r\n%s\r\n" % (len(p), p) for p in pieces]
+    response[-1] += b"0\r\n\r\n"
+    heads: list[bytes] = []
+    written: list[int] = []
+    async with raw_server(lambda i: response, heads=heads, written=written) as (url, served), \
+            HttpChatClient(url) as client:
+        for _ in range(2):
+            assert_whole(await client.stream_chat(BODY))
+        r = await client.stream_chat(BODY)
+    assert served == [1, 1, 1]  # read to its end, and reused
+    assert all(b"\r\naccept-encoding: identity\r\n" in h.lower() for h in heads)
+    # Each content chunk is stamped at a read that came after the server wrote it, not at
+    # the end of the body: pieces 1-4 of the third response carry the four content deltas.
+    third = written[-len(response):]
+    assert r.content_ns is not None
+    assert [t >= w for t, w in zip(r.content_ns, third[2:6], strict=True)] == [True] * 4
+    assert r.done_ns is not None and r.done_ns >= third[8]
+
+
+async def test_the_request_target_is_percent_encoded():
+    heads: list[bytes] = []
+    async with raw_server(lambda i: [chunked(*EVENTS)], heads=heads) as (url, _), \
+            HttpChatClient(url + "/a dir/é") as client:
+        assert_whole(await client.stream_chat(BODY))
+    assert heads[0].startswith(b"POST /v1/a%20dir/%C3%A9/chat/completions")
+
+
+async def test_a_body_in_a_coding_the_client_does_not_decode_is_malformed():
+    response = HEAD + b"Content-Encoding: br\r\nContent-Length: 3\r\n\r\n\x1f\x8b\x08"
     async with raw_server(lambda i: [response]) as (url, _), HttpChatClient(url) as client:
         r = await client.stream_chat(BODY)
-    assert r.error_kind == "malformed" and "Content-Encoding" in (r.error_message or "")
+    assert r.error_kind == "malformed" and "'br'" in (r.error_message or "")
+
+
+async def test_an_error_status_in_a_coding_the_client_does_not_decode_keeps_its_status():
+    response = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Encoding: br\r\n"
+                b"Content-Length: 3\r\n\r\nabc")
+    async with raw_server(lambda i: [response]) as (url, _), HttpChatClient(url) as client:
+        r = await client.stream_chat(BODY)
+    assert r.error_kind == "http_5xx" and r.http_status == 503
+    assert "'br'" in (r.error_message or "")
+
+
+async def test_a_compressed_body_that_does_not_decode_is_malformed():
+    response = HEAD + b"Content-Encoding: gzip\r\nContent-Length: 9\r\n\r\nnot gzip!"
+    async with raw_server(lambda i: [response]) as (url, _), HttpChatClient(url) as client:
+        r = await client.stream_chat(BODY)
+    assert r.error_kind == "malformed" and "does not decode" in (r.error_message or "")
+
+
+ERROR_JSON = json.dumps({"error": {"message": "model 'm' is loading, retry later",
+                                   "type": "ServiceUnavailable", "pad": "x" * 3000}}).encode()
+
+
+@pytest.mark.parametrize("content_type", [b"", b"Content-Type: application/json\r\n"])
+async def test_a_200_that_is_not_an_event_stream_keeps_its_text(content_type):
+    response = (b"HTTP/1.1 200 OK\r\n" + content_type + b"Content-Length: %d\r\n\r\n"
+                % len(ERROR_JSON) + ERROR_JSON)
+    # The body in several reads: what the message keeps is not only the first read's.
+    pieces = [response[:60], response[60:200], response[200:]]
+    async with raw_server(lambda i: pieces) as (url, served), HttpChatClient(url) as client:
+        first = await client.stream_chat(BODY)
+        second = await client.stream_chat(BODY)
+    for r in (first, second):
+        assert r.error_kind == "not_event_stream" and r.http_status == 200
+        message = r.error_message or ""
+        assert "model 'm' is loading, retry later" in message and "ServiceUnavailable" in message
+        assert 2048 <= len(message) < 2048 + 300  # bounded
+    assert served == [1, 2]  # a body left unread (past the bound) closes its connection
+
+
+async def test_an_event_stream_without_content_type_is_still_read():
+    response = b"HTTP/1.1 200 OK\r\n" + chunked(*EVENTS)[len(HEAD):]
+    assert b"content-type" not in response.lower()
+    async with raw_server(lambda i: [response[:80], response[80:]]) as (url, _), \
+            HttpChatClient(url) as client:
+        assert_whole(await client.stream_chat(BODY))
 
 
 async def test_a_body_that_never_ends_after_done_is_dropped_after_the_read_gap():

@@ -26,7 +26,7 @@ except ImportError:  # a platform without an orjson wheel: the standard library
 from workloads.core.sse import SSEDecoder
 from workloads.model.errors import RequestError
 
-__all__ = ["ChatStream", "Chunk", "Usage", "parse_chunk"]
+__all__ = ["ChatStream", "Chunk", "Usage", "generated", "parse_chunk"]
 
 DONE = b"[DONE]"
 
@@ -100,6 +100,34 @@ def _load(data: bytes | str) -> dict[str, Any]:
     return obj
 
 
+def generated(delta: dict[str, Any]) -> tuple[str, str, list[Any] | None]:
+    """What one chunk's ``delta`` generated: (content text, reasoning text, tool-call pieces).
+
+    The one rule for a **content chunk** (what TTFT, ITL and the decode rate are measured
+    from): a chunk whose delta generated any of the three. Content is ``content`` (a string,
+    or OpenAI's content parts); reasoning is ``reasoning_content`` (vLLM, SGLang, DeepSeek)
+    or else ``reasoning`` (vLLM's newer name); tool calls are a non-empty ``tool_calls``
+    list. A role-only delta, ``"content": ""`` and SGLang's null fields generate nothing.
+
+        content, reasoning, calls = generated({"content": "Hel"})   # ("Hel", "", None)
+        is_content_chunk = any(generated(delta))
+    """
+    content = delta.get("content")
+    if type(content) is not str:  # content parts, or absent
+        content = "" if content is None else _text(content)
+    if content and len(delta) == 1:  # the common delta, {"content": ...}: nothing else
+        return content, "", None
+    reasoning = delta.get("reasoning_content")
+    if type(reasoning) is not str:
+        reasoning = "" if reasoning is None else _text(reasoning)
+    if not reasoning:
+        reasoning = delta.get("reasoning")
+        if type(reasoning) is not str:
+            reasoning = "" if reasoning is None else _text(reasoning)
+    calls = delta.get("tool_calls")
+    return content, reasoning, calls if calls and type(calls) is list else None
+
+
 def _delta(obj: dict[str, Any]) -> tuple[str, bool, str | None]:
     """(content text, carries generated content, finish_reason) of the first choice."""
     choices = obj.get("choices")
@@ -113,13 +141,8 @@ def _delta(obj: dict[str, Any]) -> tuple[str, bool, str | None]:
     reason = reason if type(reason) is str else None
     if type(delta) is not dict:
         return "", False, reason
-    content = delta.get("content")
-    if type(content) is not str:  # content parts, or absent
-        content = _text(content)
-    if content:
-        return content, True, reason
-    reasoning = _text(delta.get("reasoning_content")) or _text(delta.get("reasoning"))
-    return "", bool(reasoning or delta.get("tool_calls")), reason
+    content, reasoning, calls = generated(delta)
+    return content, bool(content or reasoning or calls), reason
 
 
 def parse_chunk(data: bytes | str) -> Chunk:
@@ -223,19 +246,19 @@ class ChatStream:
         add_part = self._parts.append
         add_stamp = self.content_ns.append
         for data in plain:
-            # The common event, a content delta, inline: one parse, a few look-ups, no call
-            # of our own. Every other shape (and every check) goes through _event.
+            # The common event, a content delta, here: one parse, a few look-ups, one call
+            # (the content-chunk rule). Every other shape (and every check) goes through
+            # _event.
             try:
                 obj = loads(data)
                 choice = obj["choices"][0]  # indexing succeeds only on a dict and a list
-                delta = choice["delta"]
-                content = delta["content"]  # ... and on dicts here
-            except (ValueError, RecursionError, LookupError, TypeError):
-                content = None
-            if type(content) is str and content and self.request_id is not None \
+                content, reasoning, calls = generated(choice["delta"])
+                fast = content and calls is None and self.request_id is not None \
                     and "error" not in obj and obj.get("usage") is None \
-                    and obj.get("timings") is None \
-                    and (len(delta) == 1 or delta.get("tool_calls") is None):
+                    and obj.get("timings") is None
+            except (ValueError, RecursionError, LookupError, TypeError, AttributeError):
+                fast = False
+            if fast:
                 if self.first_text_ns is None:
                     self.first_text_ns = now
                     if self.first_content_ns is None:
@@ -244,6 +267,8 @@ class ChatStream:
                 add_stamp(now)
                 self.content_events += 1
                 add_part(content)
+                if reasoning:
+                    self._reasoning.append(reasoning)
                 if (reason := choice.get("finish_reason")) is not None and type(reason) is str:
                     self.finish_reason = reason
             elif self._event(data, None, now):
@@ -269,12 +294,7 @@ class ChatStream:
         if choices and type(choices) is list and type(choice := choices[0]) is dict:
             delta = choice.get("delta")
             if type(delta) is dict:
-                content = delta.get("content")
-                if type(content) is not str:  # content parts, or absent
-                    content = _text(content)
-                calls = delta.get("tool_calls")
-                reasoning = _text(delta.get("reasoning_content")) or _text(
-                    delta.get("reasoning"))
+                content, reasoning, calls = generated(delta)
                 if content or calls or reasoning:
                     if self.first_content_ns is None:
                         self.first_content_ns = now
@@ -287,7 +307,7 @@ class ChatStream:
                         self._parts.append(content)
                     if reasoning:
                         self._reasoning.append(reasoning)
-                    if calls and type(calls) is list:
+                    if calls:
                         self._merge(calls)
             reason = choice.get("finish_reason")
             if reason is not None and type(reason) is str:

@@ -65,7 +65,8 @@ class ChatResponse:
     """Everything one streamed request produced, success or not. Times are perf_counter_ns."""
 
     started_ns: int  # the client began this attempt (before waiting for a connection)
-    sent_ns: int | None = None  # the request was written
+    sent_ns: int | None = None  # the request was about to be written (TTFT's start)
+    written_ns: int | None = None  # the transport had taken the whole request
     headers_ns: int | None = None  # response headers arrived
     first_content_ns: int | None = None  # first chunk with generated content (TTFT's end)
     first_text_ns: int | None = None  # first chunk with content text (not reasoning or calls)
@@ -149,8 +150,11 @@ class HttpChatClient:
         keepalive_s: float = KEEPALIVE_S,  # below the server's idle timeout
         transport: Transport | None = None,  # headers, proxy, TLS (overrides api_key)
     ) -> None:
-        url = URL(base_url.rstrip("/") + "/chat/completions")  # yarl percent-encodes the path
-        if url.scheme not in ("http", "https") or not url.raw_host:
+        try:  # percent-encodes the path and query, IDNA-encodes the host
+            url = URL(base_url.rstrip("/") + "/chat/completions")
+        except ValueError as err:
+            raise ValueError(f"target URL {base_url!r}: {err}") from err
+        if url.scheme not in ("http", "https") or not url.raw_host or url.port is None:
             raise ValueError(f"target URL {base_url!r}: use http://HOST[:PORT]/v1 or https://...")
         self._url = url.with_user(None)  # credentials are the transport's (Basic auth)
         self.url = str(self._url)
@@ -211,9 +215,10 @@ class HttpChatClient:
         host = f"[{host}]" if ":" in host else host
         authority = host if url.explicit_port is None or url.is_default_port() else (
             f"{host}:{url.port}")
+        # identity: a compressed stream would be decoded (wire/stream.py), at a CPU cost.
         lines = [f"POST {target} HTTP/1.1", f"Host: {authority}",
                  f"User-Agent: workloads/{__version__}", "Accept: text/event-stream",
-                 "Content-Type: application/json"]
+                 "Accept-Encoding: identity", "Content-Type: application/json"]
         for name, value in self._transport.headers.items():
             if name.lower() != "authorization" or url.raw_host == self._auth_host:
                 lines.append(f"{name}: {value}")
@@ -348,6 +353,7 @@ class HttpChatClient:
     def _fill(self, exchange: Exchange, out: ChatResponse) -> None:
         """Copy what the exchange measured onto the response; its failure, if any."""
         out.sent_ns = exchange.sent_ns
+        out.written_ns = exchange.written_ns
         head = exchange.head
         if head is not None:
             out.headers_ns = exchange.headers_ns

@@ -3,11 +3,13 @@ write, and the response read, parsed where the bytes arrive.
 
 Each connection is an :class:`asyncio.Protocol`. Its ``data_received`` stamps the read with
 ``perf_counter_ns`` the moment the event loop hands it over, unframes the HTTP body
-(:mod:`workloads.wire.http1`) and folds it into the :class:`~workloads.core.chat_stream.
-ChatStream` at once: no task wakes up between a byte's arrival and its stamp, so a busy loop
-delays the stamp only by its own backlog, and a paced token costs one callback, not a
-callback plus a reader task's wake-up. The waiting request task wakes once, when the
-response is over (``[DONE]``, the end of the body, a failure) or the read gap runs out.
+(:mod:`workloads.wire.http1`, llhttp), decodes a gzip or deflate body a server sent though
+the request asked for none (``zlib``, incrementally: the stamps stay per read) and folds it
+into the :class:`~workloads.core.chat_stream.ChatStream` at once: no task wakes up between a
+byte's arrival and its stamp, so a busy loop delays the stamp only by its own backlog, and a
+paced token costs one callback, not a callback plus a reader task's wake-up. The waiting
+request task wakes once, when the response is over (``[DONE]``, the end of the body, a
+failure) or the read gap runs out.
 
 Failures are set on the :class:`Exchange` as a :class:`~workloads.model.errors.RequestError`
 with the kind of the closed set; :mod:`workloads.wire.client` turns them into the response.
@@ -19,6 +21,7 @@ import asyncio
 import socket
 import ssl
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -28,11 +31,22 @@ from workloads.wire.failures import connect_kind, retry_after, status_kind
 from workloads.wire.http1 import MalformedHTTP, ResponseHead, ResponseParser
 from workloads.wire.transport import Proxy, open_tunnel, tls_message
 
-__all__ = ["Connection", "Exchange", "Pool"]
+__all__ = ["SETTLE_S", "Connection", "Exchange", "Pool"]
+
+# How long a connection rests after its response before it carries another request.
+SETTLE_S = 0.005
 
 DNS_TTL_S = 10.0  # aiohttp's default DNS cache life: a host is resolved once per this
-ERROR_DETAIL_BYTES = 2048  # of a non-200 body, kept in the error message
-PAGE_DETAIL_BYTES = 200  # of a 200 that is not an event stream
+ERROR_DETAIL_BYTES = 2048  # of a non-200 body, or of a 200 that is not an event stream
+# A 200 without Content-Type is an event stream unless its body starts like one of these:
+# JSON (an error object) or HTML (a proxy's page). An event stream starts with a field name,
+# a comment (":") or a blank line.
+NOT_EVENTS = frozenset(b"{[<")
+# zlib's window bits for each content coding a server may send anyway: gzip (+32: a gzip or
+# zlib header), deflate (zlib framing, or raw deflate as some servers send it: the first
+# byte decides).
+RAW_OR_ZLIB = 0
+CODINGS = {"gzip": zlib.MAX_WBITS | 32, "x-gzip": zlib.MAX_WBITS | 32, "deflate": RAW_OR_ZLIB}
 clock = time.perf_counter_ns
 
 
@@ -45,9 +59,9 @@ class Exchange:
     """
 
     __slots__ = (
-        "_gap_ns", "_timer", "conn", "detail", "detail_limit", "draining", "error",
+        "_gap_ns", "_timer", "conn", "decoder", "detail", "detail_limit", "draining", "error",
         "finished", "head", "headers_ns", "last_ns", "parser", "received", "reused",
-        "sent_ns", "stream", "waiter",
+        "sent_ns", "sniff", "stream", "waiter", "written_ns",
     )
 
     def __init__(self, conn: Connection, read_gap_s: float, *, reused: bool) -> None:
@@ -56,13 +70,16 @@ class Exchange:
         self.waiter: asyncio.Future[None] = conn.loop.create_future()
         self.parser = ResponseParser()
         self.head: ResponseHead | None = None
-        self.sent_ns = 0
+        self.sent_ns = 0  # just before the request was handed to the transport
+        self.written_ns = 0  # just after
         self.headers_ns: int | None = None
         self.last_ns = 0  # the last read's arrival (the read gap counts from it)
         self.received = 0  # bytes read
         self.stream: ChatStream | None = None  # once a 200 event stream began
         self.detail = b""  # the start of a body that is not the event stream
         self.detail_limit = 0
+        self.sniff = False  # a 200 without Content-Type: its first body byte decides
+        self.decoder: Any = None  # a zlib decompressobj, for a gzip or deflate body
         self.error: RequestError | None = None
         self.finished = False
         self.draining = False
@@ -70,9 +87,12 @@ class Exchange:
         self._timer: asyncio.TimerHandle | None = None
 
     def write(self, request: bytes) -> None:
-        """Write the request; the read gap starts counting now."""
+        """Write the request; the read gap starts counting once it is written."""
+        # Stamped before the write: a server on the same host may read the request (and
+        # stamp its arrival) before transport.write returns, and TTFT would read short.
+        self.sent_ns = clock()
         self.conn.transport.write(request)
-        self.sent_ns = self.last_ns = clock()
+        self.written_ns = self.last_ns = clock()
         loop = self.conn.loop
         self._timer = loop.call_at(loop.time() + self._gap_ns / 1e9, self._check_gap)
 
@@ -94,16 +114,19 @@ class Exchange:
                 self._headed(head, now)
                 if self.finished:
                     return
+            if body and self.decoder is not None:
+                body = self._decode(body)
             stream = self.stream
             if stream is not None:
                 if body and stream.feed(body, now):
                     self._finish(None)
                 elif self.parser.complete:
                     self._body_ended(stream, now)
+            elif self.sniff:
+                if body or self.parser.complete:
+                    self._sniffed(body, now)
             elif self.detail_limit:
-                self.detail += body[: self.detail_limit - len(self.detail)]
-                if self.detail or self.parser.complete:
-                    self._finish_detail()
+                self._add_detail(body)
             if self.parser.error is not None:  # after the body that came before it
                 raise self.parser.error
         except MalformedHTTP as err:
@@ -127,7 +150,7 @@ class Exchange:
                                           f"connection closed before any response{why}"))
             elif stream is not None and complete:
                 self._body_ended(stream, now)  # a body that ends with the connection
-            elif stream is None and self.detail_limit:
+            elif stream is None and (self.detail_limit or self.sniff):
                 self._finish_detail()
             else:
                 self._finish(RequestError("disconnected",
@@ -148,22 +171,60 @@ class Exchange:
     def _headed(self, head: ResponseHead, now: int) -> None:
         self.head = head
         self.headers_ns = now
+        encoding = head.header("content-encoding")
+        if encoding is not None and (coding := encoding.strip().lower()) not in ("", "identity"):
+            bits = CODINGS.get(coding)
+            if bits is None and head.status != 200:  # the status says what failed
+                self.detail = f"(a body in Content-Encoding {encoding!r})".encode()
+                self.detail_limit = len(self.detail)
+                self._finish_detail()
+                return
+            if bits is None:  # br, zstd, a list of codings: not ours to guess
+                self._finish(RequestError(
+                    "malformed", f"a body in Content-Encoding {encoding!r}, which the client "
+                    "does not decode (it asked for identity; gzip and deflate are decoded)",
+                    http_status=head.status))
+                return
+            self.decoder = RAW_OR_ZLIB if bits is RAW_OR_ZLIB else zlib.decompressobj(bits)
         if head.status != 200:
             self.detail_limit = ERROR_DETAIL_BYTES
             return
         content_type = head.header("content-type")
-        if content_type is not None and (
-            content_type.split(";", 1)[0].strip().lower() != "text/event-stream"
-        ):
-            self.detail_limit = PAGE_DETAIL_BYTES
+        if content_type is None:
+            self.sniff = True
+        elif content_type.split(";", 1)[0].strip().lower() != "text/event-stream":
+            self.detail_limit = ERROR_DETAIL_BYTES
+        else:
+            self.stream = ChatStream()
+
+    def _decode(self, body: bytes) -> bytes:
+        """A read of a gzip or deflate body, decoded (zlib keeps the state between reads)."""
+        decoder = self.decoder
+        if decoder is RAW_OR_ZLIB:  # aiohttp's test: zlib framing's first byte says method 8
+            bits = zlib.MAX_WBITS if body[0] & 0x0F == 8 else -zlib.MAX_WBITS
+            decoder = self.decoder = zlib.decompressobj(bits)
+        try:
+            return decoder.decompress(body)  # type: ignore[no-any-return]
+        except zlib.error as err:
+            raise RequestError("malformed", f"a compressed body that does not decode: {err}"
+                               ) from err
+
+    def _sniffed(self, body: bytes, now: int) -> None:
+        """A 200 without Content-Type: an event stream unless its body looks like JSON or
+        HTML (an error object, a proxy's page), whose text then becomes the error."""
+        start = body.lstrip()
+        if not start and not self.parser.complete:
+            return  # only whitespace so far
+        self.sniff = False
+        if (self.parser.complete and not start) or start[0] in NOT_EVENTS:
+            self.detail_limit = ERROR_DETAIL_BYTES
+            self._add_detail(body)
             return
-        encoding = head.header("content-encoding")
-        if encoding is not None and encoding.strip().lower() not in ("", "identity"):
-            self._finish(RequestError(
-                "malformed", f"a compressed event stream (Content-Encoding: {encoding}), "
-                "though the request asked for none"))
-            return
-        self.stream = ChatStream()
+        stream = self.stream = ChatStream()
+        if stream.feed(body, now):
+            self._finish(None)
+        elif self.parser.complete:
+            self._body_ended(stream, now)
 
     def _body_ended(self, stream: ChatStream, now: int) -> None:
         if stream.close(now):
@@ -173,6 +234,13 @@ class Exchange:
                 "truncated", "the stream ended without data: [DONE]"
                 + ("" if stream.finish_reason else " and without a finish_reason")
             ))
+
+    def _add_detail(self, body: bytes) -> None:
+        """Keep the start of a body that is not the event stream; the answer is known once
+        the body has ended or the start is long enough."""
+        self.detail += body[: self.detail_limit - len(self.detail)]
+        if len(self.detail) >= self.detail_limit or self.parser.complete:
+            self._finish_detail()
 
     def _finish_detail(self) -> None:
         head = self.head
@@ -185,11 +253,12 @@ class Exchange:
                 retry_after_s=retry_after(head.header("retry-after")),
             ))
         else:
+            content_type = head.header("content-type")
+            what = "no Content-Type" if content_type is None else f"Content-Type {content_type!r}"
             self._finish(RequestError(
                 "not_event_stream",
-                f"HTTP 200 with Content-Type {head.header('content-type')!r}, not "
-                f"text/event-stream (a proxy's page, or a server that ignored stream=true): "
-                f"{text[:120]!r}",
+                f"HTTP 200 with {what}, not an event stream (an error, a proxy's page, or a "
+                f"server that ignored stream=true): {text}",
             ))
 
     def _finish(self, error: RequestError | None) -> None:
@@ -331,15 +400,24 @@ class Pool:
     async def acquire(self) -> tuple[Connection, bool]:
         """A live connection and whether it was reused. Raises RequestError (connect_*,
         name_resolution, tls) when a new one cannot be opened."""
-        now = self.loop.time()
         idle = self._idle
         while idle:
             conn = idle.pop()
+            now = self.loop.time()
             if conn.closed or conn.transport.is_closing():
                 continue
             if not self.reuse or now - conn.idle_since > self.keepalive_s:
                 conn.close()  # may be closing at the server right now: never send on it
                 continue
+            if now - conn.idle_since < SETTLE_S:
+                # Just back from a response: a server that closes the connection after a
+                # streamed response (llama.cpp) may not have sent its FIN yet, or we may not
+                # have read it (a busy CPU). Let it settle, so the request is not written on
+                # a connection the server is closing (that loss cannot be re-sent: the server
+                # may have read it). Before ``sent_ns``: no figure includes this wait.
+                await asyncio.sleep(SETTLE_S - (now - conn.idle_since))
+                if conn.closed or conn.transport.is_closing():
+                    continue
             return conn, True
         try:
             async with asyncio.timeout(self.connect_s):
