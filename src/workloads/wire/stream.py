@@ -416,6 +416,8 @@ class Pool:
                 # a connection the server is closing (that loss cannot be re-sent: the server
                 # may have read it). Before ``sent_ns``: no figure includes this wait.
                 await asyncio.sleep(SETTLE_S - (now - conn.idle_since))
+                for _ in range(2):  # and passes for a close the peer began meanwhile: one
+                    await asyncio.sleep(0)  # to send its FIN (same loop), one to read it
                 if conn.closed or conn.transport.is_closing():
                     continue
             return conn, True
