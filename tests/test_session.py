@@ -2,9 +2,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+
+import pytest
 
 import workloads
 from fakes import FakeChatClient
+from workloads.core.chat_stream import ChatStream
 from workloads.core.conversation import Conversation, make_nonces
 from workloads.core.corpus import load_corpus
 from workloads.core.tokens import EstimateTokenizer
@@ -141,3 +145,70 @@ def test_a_cancelled_turn_keeps_what_the_real_client_measured():
     assert r.error_kind == "cancelled" and r.http_status == 200
     assert r.sent_ns is not None and r.first_content_ns is not None and r.content_events >= 1
     assert r.error_ns is not None and r.error_ns > r.first_content_ns
+
+
+def _fed_stream() -> ChatStream:
+    """A stream with every figure a record reads: text in pieces, a tool call in two
+    pieces, reasoning, usage, timings, fingerprint, model, id, [DONE]."""
+    stream = ChatStream()
+    events = [
+        {"id": "r1", "model": "m", "system_fingerprint": "fp",
+         "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+        {"id": "r1", "choices": [{"index": 0, "delta": {"reasoning_content": "hm"}}]},
+        {"id": "r1", "choices": [{"index": 0, "delta": {"content": "Hel"}}]},
+        {"id": "r1", "choices": [{"index": 0, "delta": {"content": "lo"}}]},
+        {"id": "r1", "choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, "id": "c0", "function": {"name": "read", "arguments": "{\"p\""}}]}}]},
+        {"id": "r1", "choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, "function": {"arguments": ": 1}"}}]}, "finish_reason": "tool_calls"}]},
+        {"id": "r1", "choices": [], "timings": {"predicted_n": 5},
+         "usage": {"prompt_tokens": 500, "completion_tokens": 11,
+                   "prompt_tokens_details": {"cached_tokens": 480}}},
+    ]
+    for now, event in enumerate(events, start=110):
+        stream.feed(b"data: " + json.dumps(event).encode() + b"\n\n", now)
+    stream.feed(b"data: [DONE]\n\n", 1110)
+    return stream
+
+
+def test_a_streamed_response_is_recorded_from_its_stream_as_from_copied_values():
+    # The response reads its stream's figures through (nothing is copied on the way); its
+    # record is field for field the record of a response built from those figures as values.
+    stream = _fed_stream()
+    attempt = dict(started_ns=100, sent_ns=100, done_ns=1120, http_status=200)
+    streamed = ChatResponse(**attempt, stream=stream)
+    assert streamed.figures is stream
+    copied = ChatResponse(
+        **attempt, text=stream.text, first_content_ns=stream.first_content_ns,
+        first_text_ns=stream.first_text_ns, last_content_ns=stream.last_content_ns,
+        tool_calls=stream.tool_calls, content_events=stream.content_events,
+        content_ns=stream.content_ns, finish_reason=stream.finish_reason, usage=stream.usage,
+        timings=stream.timings, system_fingerprint=stream.system_fingerprint,
+        model=stream.model, request_id=stream.request_id, saw_done=stream.saw_done,
+    )
+    a = record(streamed, tools_offered=True, exact_output=False)
+    b = record(copied, tools_offered=True, exact_output=False)
+    assert a.model_dump() == b.model_dump()
+    assert a.request_id == "r1" and a.tool_calls == 1 and a.timings == {"predicted_n": 5}
+    assert a.finish_reason == "tool_calls" and a.cached_tokens == 480
+    assert a.ttft_ns == 11 and a.ttft_content_ns == 12 and a.content_events == 5
+    assert streamed.text == "Hello" and streamed.saw_done and streamed.model == "m"
+    assert streamed.tool_calls == [{"id": "c0", "type": "function",
+                                    "function": {"name": "read", "arguments": "{\"p\": 1}"}}]
+
+
+def test_a_response_takes_a_stream_or_values_not_both():
+    with pytest.raises(TypeError):
+        ChatResponse(started_ns=1, stream=ChatStream(), text="x")
+    empty = ChatResponse(started_ns=1)
+    assert empty.text == "" and empty.usage is None and not empty.saw_done
+
+
+def test_the_stream_text_read_midway_keeps_what_arrives_after():
+    stream = ChatStream()
+    for now, piece in enumerate(["a", "b", "c"]):
+        stream.feed(b'data: {"id": "x", "choices": [{"delta": {"content": "%s"}}]}\n\n'
+                    % piece.encode(), now)
+    assert stream.text == "abc" and stream.text == "abc"
+    stream.feed(b'data: {"id": "x", "choices": [{"delta": {"content": "d"}}]}\n\n', 9)
+    assert stream.text == "abcd"

@@ -219,8 +219,12 @@ class ChatStream:
 
     @property
     def text(self) -> str:
-        """The generated content so far, in order."""
-        return "".join(self._parts)
+        """The generated content so far, in order (joined once: the parts collapse into
+        the text, so reading it again costs nothing and later parts still append)."""
+        parts = self._parts
+        if len(parts) > 1:
+            parts[:] = ["".join(parts)]  # in place: feed's bound ``append`` stays valid
+        return parts[0] if parts else ""
 
     @property
     def reasoning_text(self) -> str:

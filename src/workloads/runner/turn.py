@@ -87,13 +87,14 @@ def record_from_response(
     """Derive a TurnRecord from a ChatResponse. Pure. With exact output a turn is valid at
     exactly ``output_tokens``, finished by length (or by its tool calls, which vLLM reports
     as finish_reason "tool_calls")."""
-    usage = response.usage
+    figures = response.figures  # the stream's own figures, read once into the record
+    usage = figures.usage
     completion = usage.completion_tokens if usage else None
     ttft = None
-    if response.first_content_ns is not None and response.sent_ns is not None:
-        ttft = response.first_content_ns - response.sent_ns
+    if figures.first_content_ns is not None and response.sent_ns is not None:
+        ttft = figures.first_content_ns - response.sent_ns
     rate = None
-    first, last = response.first_content_ns, response.last_content_ns
+    first, last = figures.first_content_ns, figures.last_content_ns
     if completion is not None and completion > 1 and first is not None and last is not None:
         rate = (completion - 1) / ((last - first) / 1e9) if last > first else None
     status: Status = "ok" if response.ok else "error"
@@ -101,7 +102,7 @@ def record_from_response(
         status = "incomplete"
     valid = status == "ok" and completion is not None
     if exact_output:
-        valid = valid and response.finish_reason in ("length", "tool_calls") \
+        valid = valid and figures.finish_reason in ("length", "tool_calls") \
             and completion == output_tokens
     prompt = usage.prompt_tokens if usage else None
     if shareable_tokens is not None and prompt is not None:
@@ -115,7 +116,7 @@ def record_from_response(
         error_kind=response.error_kind,
         error_message=response.error_message,
         http_status=response.http_status,
-        finish_reason=response.finish_reason,
+        finish_reason=figures.finish_reason,
         valid=valid,
         prompt_tokens=prompt,
         completion_tokens=completion,
@@ -133,15 +134,15 @@ def record_from_response(
         sent_ns=response.sent_ns,
         headers_ns=response.headers_ns,
         retry_after_s=response.retry_after_s,
-        first_content_ns=response.first_content_ns,
-        last_content_ns=response.last_content_ns,
+        first_content_ns=figures.first_content_ns,
+        last_content_ns=figures.last_content_ns,
         done_ns=response.done_ns,
-        content_events=response.content_events,
-        chunk_gaps_us=stats.chunk_gaps_us(response.content_ns),
+        content_events=figures.content_events,
+        chunk_gaps_us=stats.chunk_gaps_us(figures.content_ns),
         resends=response.resends,
-        request_id=response.request_id,
-        system_fingerprint=response.system_fingerprint,
-        timings=response.timings,
+        request_id=figures.request_id,
+        system_fingerprint=figures.system_fingerprint,
+        timings=figures.timings,
         error_ns=response.error_ns,
         retries=response.retries,
         attempts=tuple(response.attempts),
@@ -150,9 +151,9 @@ def record_from_response(
         output_tokens=output_tokens if step is not None else None,
         pause_s=step.pause_s if step is not None else None,
         parent_session=parent_session,
-        tool_calls=len(response.tool_calls or ()) if tools_offered else None,
-        ttft_content_ns=(response.first_text_ns - response.sent_ns
-                         if response.first_text_ns is not None and response.sent_ns is not None
+        tool_calls=len(figures.tool_calls or ()) if tools_offered else None,
+        ttft_content_ns=(figures.first_text_ns - response.sent_ns
+                         if figures.first_text_ns is not None and response.sent_ns is not None
                          else None),
     )
 

@@ -26,13 +26,13 @@ import asyncio
 import json
 import time
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol, TypedDict, Unpack
 
 from yarl import URL
 
 from workloads._version import __version__
-from workloads.core.chat_stream import Usage, parse_chunk
+from workloads.core.chat_stream import ChatStream, Usage, parse_chunk
 from workloads.model.errors import ErrorKind, RequestError
 from workloads.model.records import AttemptRecord
 from workloads.model.scenario import Timeouts
@@ -41,8 +41,8 @@ from workloads.wire.stream import Exchange, Pool
 from workloads.wire.transport import MAX_REDIRECTS, Transport, followed
 
 __all__ = [
-    "AiohttpChatClient", "ChatClient", "ChatResponse", "HttpChatClient", "Usage", "parse_chunk",
-    "partial_response", "retry_kinds",
+    "AiohttpChatClient", "ChatClient", "ChatResponse", "HttpChatClient", "StreamFigures",
+    "Usage", "parse_chunk", "partial_response", "retry_kinds",
 ]
 
 # A request whose pooled connection turns out to be dead before any byte of it was written is
@@ -60,40 +60,169 @@ FIRST_BACKOFF_S = 0.5  # without Retry-After: 0.5, 1, 2, ... s
 _ATTR = "workloads_response"  # where a cancelled request's partial response rides
 
 
-@dataclass(slots=True)
-class ChatResponse:
-    """Everything one streamed request produced, success or not. Times are perf_counter_ns."""
+@dataclass(frozen=True, slots=True)
+class StreamFigures:
+    """What a stream measured, as plain values: a :class:`ChatResponse` built by hand (a
+    fake client, a test) carries these; a streamed one reads its :class:`ChatStream`'s."""
 
-    started_ns: int  # the client began this attempt (before waiting for a connection)
-    sent_ns: int | None = None  # the request was about to be written (TTFT's start)
-    written_ns: int | None = None  # the transport had taken the whole request
-    headers_ns: int | None = None  # response headers arrived
-    first_content_ns: int | None = None  # first chunk with generated content (TTFT's end)
-    first_text_ns: int | None = None  # first chunk with content text (not reasoning or calls)
-    last_content_ns: int | None = None  # last chunk with generated content
-    done_ns: int | None = None  # the stream ended ([DONE] or EOF)
-    http_status: int | None = None
-    text: str = ""  # generated content, in order (what goes back into the history)
-    # The reply's tool calls, assembled from the stream's pieces, in index order, as an
-    # assistant message carries them; None when the reply called no tool.
+    text: str = ""
+    first_content_ns: int | None = None
+    first_text_ns: int | None = None
+    last_content_ns: int | None = None
     tool_calls: list[dict[str, Any]] | None = None
-    content_events: int = 0  # chunks that carried generated content
-    content_ns: Sequence[int] | None = None  # each content chunk's arrival (perf_counter_ns)
+    content_events: int = 0
+    content_ns: Sequence[int] | None = None
     finish_reason: str | None = None
     usage: Usage | None = None
-    timings: dict[str, Any] | None = None  # llama.cpp's per-response timings, when sent
+    timings: dict[str, Any] | None = None
     system_fingerprint: str | None = None
     model: str | None = None
-    request_id: str | None = None  # the chunks' "id", to match server logs
+    request_id: str | None = None
     saw_done: bool = False
-    resends: int = 0  # times re-sent because a pooled connection was dead before any byte
-    error_kind: ErrorKind | None = None
-    error_message: str | None = None
-    retry_after_s: float | None = None
-    error_ns: int | None = None  # when the failure arrived
-    retries: int = 0  # times re-sent by the retry_on policy
-    attempts: list[AttemptRecord] = field(default_factory=list)  # earlier failed attempts
-    location: str | None = None  # a redirect's Location header, as sent
+
+
+class _Figures(TypedDict, total=False):
+    """StreamFigures' fields as keywords of :class:`ChatResponse`."""
+
+    text: str
+    first_content_ns: int | None
+    first_text_ns: int | None
+    last_content_ns: int | None
+    tool_calls: list[dict[str, Any]] | None
+    content_events: int
+    content_ns: Sequence[int] | None
+    finish_reason: str | None
+    usage: Usage | None
+    timings: dict[str, Any] | None
+    system_fingerprint: str | None
+    model: str | None
+    request_id: str | None
+    saw_done: bool
+
+
+_NO_FIGURES = StreamFigures()
+
+
+@dataclass(slots=True, init=False)
+class ChatResponse:
+    """Everything one streamed request produced, success or not. Times are perf_counter_ns.
+
+    The attempt's own fields are stored here; what the stream measured (text, stamps, usage,
+    tool calls...) is read through from ``figures``: the attempt's :class:`ChatStream`, never
+    copied, or :class:`StreamFigures` for a response built from values
+    (``ChatResponse(started_ns=0, text="hi", finish_reason="stop")``).
+    """
+
+    started_ns: int  # the client began this attempt (before waiting for a connection)
+    sent_ns: int | None  # the request was about to be written (TTFT's start)
+    written_ns: int | None  # the transport had taken the whole request
+    headers_ns: int | None  # response headers arrived
+    done_ns: int | None  # the stream ended ([DONE] or EOF)
+    http_status: int | None
+    resends: int  # times re-sent because a pooled connection was dead before any byte
+    error_kind: ErrorKind | None
+    error_message: str | None
+    retry_after_s: float | None
+    error_ns: int | None  # when the failure arrived
+    retries: int  # times re-sent by the retry_on policy
+    attempts: list[AttemptRecord]  # earlier failed attempts
+    location: str | None  # a redirect's Location header, as sent
+    figures: ChatStream | StreamFigures  # what the stream measured
+
+    def __init__(
+        self, started_ns: int, *, sent_ns: int | None = None, written_ns: int | None = None,
+        headers_ns: int | None = None, done_ns: int | None = None,
+        http_status: int | None = None, resends: int = 0, error_kind: ErrorKind | None = None,
+        error_message: str | None = None, retry_after_s: float | None = None,
+        error_ns: int | None = None, retries: int = 0,
+        attempts: list[AttemptRecord] | None = None, location: str | None = None,
+        stream: ChatStream | None = None, **figures: Unpack[_Figures],
+    ) -> None:
+        self.started_ns = started_ns
+        self.sent_ns = sent_ns
+        self.written_ns = written_ns
+        self.headers_ns = headers_ns
+        self.done_ns = done_ns
+        self.http_status = http_status
+        self.resends = resends
+        self.error_kind = error_kind
+        self.error_message = error_message
+        self.retry_after_s = retry_after_s
+        self.error_ns = error_ns
+        self.retries = retries
+        self.attempts = [] if attempts is None else attempts
+        self.location = location
+        if stream is not None and figures:
+            raise TypeError("ChatResponse takes a stream or its figures as values, not both")
+        self.figures = stream if stream is not None else (
+            StreamFigures(**figures) if figures else _NO_FIGURES)
+
+    # The stream's figures, read through (read-only: the stream is the one record of them).
+    @property
+    def text(self) -> str:
+        """Generated content, in order (what goes back into the history)."""
+        return self.figures.text
+
+    @property
+    def first_content_ns(self) -> int | None:
+        """First chunk with generated content (TTFT's end)."""
+        return self.figures.first_content_ns
+
+    @property
+    def first_text_ns(self) -> int | None:
+        """First chunk with content text (not reasoning or calls)."""
+        return self.figures.first_text_ns
+
+    @property
+    def last_content_ns(self) -> int | None:
+        """Last chunk with generated content."""
+        return self.figures.last_content_ns
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]] | None:
+        """The reply's tool calls, assembled from the stream's pieces, in index order, as an
+        assistant message carries them; None when the reply called no tool."""
+        return self.figures.tool_calls
+
+    @property
+    def content_events(self) -> int:
+        """Chunks that carried generated content."""
+        return self.figures.content_events
+
+    @property
+    def content_ns(self) -> Sequence[int] | None:
+        """Each content chunk's arrival (perf_counter_ns)."""
+        return self.figures.content_ns
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.figures.finish_reason
+
+    @property
+    def usage(self) -> Usage | None:
+        return self.figures.usage
+
+    @property
+    def timings(self) -> dict[str, Any] | None:
+        """llama.cpp's per-response timings, when sent."""
+        return self.figures.timings
+
+    @property
+    def system_fingerprint(self) -> str | None:
+        return self.figures.system_fingerprint
+
+    @property
+    def model(self) -> str | None:
+        return self.figures.model
+
+    @property
+    def request_id(self) -> str | None:
+        """The chunks' "id", to match server logs."""
+        return self.figures.request_id
+
+    @property
+    def saw_done(self) -> bool:
+        return self.figures.saw_done
 
     @property
     def ok(self) -> bool:
@@ -351,7 +480,8 @@ class HttpChatClient:
         return conn.start(request, self._timeouts.read_gap_s, reused=reused)
 
     def _fill(self, exchange: Exchange, out: ChatResponse) -> None:
-        """Copy what the exchange measured onto the response; its failure, if any."""
+        """Put what the exchange measured on the response (its stream, by reference); its
+        failure, if any."""
         out.sent_ns = exchange.sent_ns
         out.written_ns = exchange.written_ns
         head = exchange.head
@@ -374,20 +504,7 @@ class HttpChatClient:
         stream = exchange.stream
         if stream is None:
             return
-        out.text = stream.text
-        out.first_content_ns = stream.first_content_ns
-        out.first_text_ns = stream.first_text_ns
-        out.tool_calls = stream.tool_calls
-        out.last_content_ns = stream.last_content_ns
-        out.content_events = stream.content_events
-        out.content_ns = stream.content_ns
-        out.finish_reason = stream.finish_reason
-        out.usage = stream.usage
-        out.timings = stream.timings
-        out.system_fingerprint = stream.system_fingerprint
-        out.model = stream.model
-        out.request_id = stream.request_id
-        out.saw_done = stream.saw_done
+        out.figures = stream  # read through, not copied
         out.done_ns = stream.done_ns if stream.done_ns is not None else (
             out.error_ns if out.error_ns is not None else time.perf_counter_ns()
         )
