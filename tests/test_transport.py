@@ -302,6 +302,19 @@ async def test_run_through_a_proxy_says_so_in_the_environment(
     assert await _carried(log, f"GET {origin}/metrics", 1) >= 1
 
 
+async def test_the_embedded_simulated_server_is_never_reached_through_a_proxy(
+    tiny_scenario, tmp_path, no_proxy_env
+):
+    # A machine behind a corporate proxy has HTTP(S)_PROXY set; the first run (no --target)
+    # talks to the server this process starts on loopback, which no proxy could reach.
+    no_proxy_env.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there
+    no_proxy_env.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    result = await workloads.run_async(tiny_scenario, out_dir=tmp_path / "run")
+    assert result.records and all(r.error_kind is None for r in result.records)
+    assert "proxy" not in result.environment or "127.0.0.1:9" not in str(
+        result.environment["proxy"])
+
+
 def test_https_proxy_and_bad_proxy_urls_are_one_line():
     with pytest.raises(TargetError, match="not http://HOST:PORT"):
         Transport(proxy="https://proxy.example:3128")

@@ -556,8 +556,11 @@ def header_line(result: RunResult) -> str:
 
 def _agent_blocks(result: RunResult) -> list[Block]:
     """An agent's steps: the per-kind table, the cache after compactions, the drawn sizes
-    and what compressed pauses change (none of them for a fixed-shape run)."""
+    and what compressed pauses change (none of them for a fixed-shape run, whose steps are
+    all alike: its records still say which step was the human's)."""
     parts: list[Block] = []
+    if not result.scenario.sizes_vary:
+        return parts
     if (kinds := agents.kind_table(result)) is not None:
         parts.append(kinds)
     if (cliff := agents.cache_cliff_line(result)) is not None:

@@ -127,6 +127,8 @@ def csv_text(result: RunResult) -> str:
         rows += [_turn_row(0, s.users, nominal(s.opening_tokens), t) for t in result.summary.turns]
         kinds += [_kind_row(0, s.users, nominal(s.opening_tokens), k)
                   for k in result.summary.kinds or ()]
+    if not result.scenario.sizes_vary:
+        kinds = []  # a fixed shape: the per-turn rows say it all
     out = io.StringIO()
     if rows or kinds:
         fieldnames = list(rows[0]) if rows else []

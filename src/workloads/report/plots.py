@@ -492,6 +492,8 @@ def _concurrency(result: RunResult, path: Path | IO[bytes]) -> None:
 def _first_repetition(result: RunResult) -> list[TurnRecord]:
     """The measured records of the first measured repetition (of the first cell) whose
     records carry step kinds: the one the context plot draws."""
+    if not result.scenario.sizes_vary:
+        return []  # a fixed shape: every session alike, nothing an agent's plot would show
     measured = [r for r in result.records if not r.warmup and r.step_kind is not None]
     if not measured:
         return []
@@ -590,7 +592,7 @@ def _sizes(result: RunResult, path: Path | IO[bytes]) -> None:
     pauses (think before a human request, tool time before a tool step), as histograms on
     log axes (the sizes are right-skewed)."""
     records = [r for r in result.records if not r.warmup and r.step_kind is not None]
-    if not records:
+    if not records or not result.scenario.sizes_vary:
         return
 
     def of(kinds: tuple[str, ...], field: str) -> list[float]:

@@ -133,6 +133,7 @@ async def run_async(
     async with AsyncExitStack() as stack:
         simulated = target is None or target.simulator_profile is not None
         sim_profile = None if target is None else target.simulator_profile
+        embedded = target is None  # the server this run starts, on this host's loopback
         if target is None:
             sim_target, server = await stack.enter_async_context(_simulated_target(sim))
             target = sim_target
@@ -140,6 +141,8 @@ async def run_async(
         assert target is not None
         chosen = target
         transport = transport_for(chosen)  # bad options: one line, before any request
+        if embedded:  # never through HTTP(S)_PROXY: a proxy elsewhere cannot reach it
+            transport = dataclasses.replace(transport, direct=True)
         model: str
         tokenizer: TargetTokenizer = EstimateTokenizer()
         gate: ChatClient | None = None  # the gate's client; None: the run's own

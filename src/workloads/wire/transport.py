@@ -113,6 +113,9 @@ class Transport:
     ca_bundle: str | None = None  # extra CA certificates (PEM); None: the system store
     insecure: bool = False  # skip certificate verification (loud in the result)
     secrets: tuple[str, ...] = ()  # what redact() takes out of any echoed text
+    # Never through a proxy: the embedded simulated server, which listens on this host's
+    # loopback, where no proxy on another host could reach it.
+    direct: bool = False
     _ssl: ssl.SSLContext | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -142,6 +145,8 @@ class Transport:
     def proxy_for(self, url: str | URL) -> Proxy | None:
         """The proxy ``url`` is reached through, or None (direct): ``--proxy`` or the
         scheme's ``*_PROXY`` variable, unless ``NO_PROXY`` names the host."""
+        if self.direct:
+            return None
         url = URL(url)
         host = url.raw_host or ""
         env = urllib.request.getproxies_environment()  # lower-cased keys, either case read
