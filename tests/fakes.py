@@ -14,6 +14,8 @@ import json
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -224,3 +226,15 @@ class LocalTokenizer:
 
     def count_prompt(self, messages: list[dict[str, Any]]) -> int:
         return len(self.tokenizer.encode(self.tokenizer.template(messages), add_special=True))
+
+
+def post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """POST ``body`` as JSON with the standard library (no client of ours); (status, JSON)."""
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return resp.status, json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")

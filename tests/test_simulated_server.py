@@ -14,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import workloads
+from fakes import post
 from workloads.model.scenario import Timeouts
 from workloads.servers.simulated import PROFILES, SimulatedServer, get_profile
 from workloads.wire.client import AiohttpChatClient
@@ -29,17 +30,6 @@ def get(url: str) -> tuple[int, bytes]:
             return resp.status, resp.read()
     except urllib.error.HTTPError as err:
         return err.code, err.read()
-
-
-def post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as resp:
-            return resp.status, json.loads(resp.read() or b"{}")
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"{}")
 
 
 def scrape(server: SimulatedServer) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import urllib.error
-import urllib.request
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fakes import post
 from workloads.core import tokens
 from workloads.core.chat_stream import ChatStream
 from workloads.core.corpus import load_corpus
@@ -24,17 +23,6 @@ from workloads.wire.client import ChatResponse, HttpChatClient
 
 def root(server: SimulatedServer) -> str:
     return server.base_url[: -len("/v1")]
-
-
-def post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as resp:
-            return resp.status, json.loads(resp.read() or b"{}")
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"{}")
 
 
 TOOLS = [

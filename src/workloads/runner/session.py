@@ -41,6 +41,7 @@ from workloads.runner.turn import (
     build_body,
     identity,
     record_from_response,
+    step_fields,
 )
 from workloads.wire.client import ChatClient, partial_response
 
@@ -251,11 +252,7 @@ class Session:
                     error_kind="cancelled",
                     error_message="the run ended while this turn was in flight",
                     started_ns=started,
-                    step_kind=step.kind,
-                    new_tokens=step.new_tokens,
-                    output_tokens=step.output_tokens,
-                    pause_s=step.pause_s,
-                    parent_session=self.parent,
+                    **step_fields(step, self.parent),
                 )
             )
             raise

@@ -19,7 +19,9 @@ from workloads.model.scenario import Scenario, nominal
 from workloads.model.transcripts import prompt_hash, text_hash
 from workloads.wire.client import ChatResponse
 
-__all__ = ["Exchange", "TokenTrace", "build_body", "identity", "record_from_response"]
+__all__ = [
+    "Exchange", "TokenTrace", "build_body", "identity", "record_from_response", "step_fields",
+]
 
 # What was sent and what came back of one turn, for the transcripts: (its record, the
 # messages sent, the completion text or None when no reply reached us).
@@ -146,16 +148,21 @@ def record_from_response(
         error_ns=response.error_ns,
         retries=response.retries,
         attempts=tuple(response.attempts),
-        step_kind=step.kind if step is not None else None,
-        new_tokens=step.new_tokens if step is not None else None,
-        output_tokens=output_tokens if step is not None else None,
-        pause_s=step.pause_s if step is not None else None,
-        parent_session=parent_session,
+        **step_fields(step, parent_session),
         tool_calls=len(figures.tool_calls or ()) if tools_offered else None,
         ttft_content_ns=(figures.first_text_ns - response.sent_ns
                          if figures.first_text_ns is not None and response.sent_ns is not None
                          else None),
     )
+
+
+def step_fields(step: Step | None, parent_session: int | None) -> dict[str, Any]:
+    """A record's fields about its step of the plan (none without one). Pure."""
+    if step is None:
+        return {"parent_session": parent_session}
+    return {"step_kind": step.kind, "new_tokens": step.new_tokens,
+            "output_tokens": step.output_tokens, "pause_s": step.pause_s,
+            "parent_session": parent_session}
 
 
 @dataclass

@@ -470,9 +470,11 @@ class HttpChatClient:
         """Write the request on a pooled or new connection; None when the pooled one was
         found closed at the moment of writing (nothing was written)."""
         pool = self._pool_for(url)
-        # One pass of the event loop before taking a pooled connection: a server that closes
-        # the connection right after a response (llama.cpp's pattern) has its FIN read by then,
-        # so the pool drops that connection instead of handing it to this request.
+        # One pass of the event loop before taking a pooled connection: the previous
+        # response's last reads (its body's end, a FIN right behind it) are folded in by then,
+        # so the connection is back in the pool with its idle time, and Pool.acquire lets one
+        # that just came back settle (SETTLE_S). Both are needed: without this pass llama.cpp
+        # (closing after every streamed response) still lost requests on a busy CPU.
         await asyncio.sleep(0)
         conn, reused = await pool.acquire()
         if conn.closed or conn.transport.is_closing():  # only a reused one can be: no await
