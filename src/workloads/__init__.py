@@ -20,6 +20,9 @@ from workloads._version import __version__
 if TYPE_CHECKING:
     from workloads.model.errors import (
         IncomparableError,
+        OptionsError,
+        OutputError,
+        OutputExistsError,
         ResultFormatError,
         ScenarioError,
         TargetError,
@@ -39,6 +42,9 @@ if TYPE_CHECKING:
 # rest aiohttp, aiohttp.web and prometheus_client as well.
 _LAZY = {
     "IncomparableError": "workloads.model.errors",
+    "OptionsError": "workloads.model.errors",
+    "OutputError": "workloads.model.errors",
+    "OutputExistsError": "workloads.model.errors",
     "ResultFormatError": "workloads.model.errors",
     "ScenarioError": "workloads.model.errors",
     "TargetError": "workloads.model.errors",
@@ -63,6 +69,9 @@ _LAZY = {
 
 __all__ = [
     "IncomparableError",
+    "OptionsError",
+    "OutputError",
+    "OutputExistsError",
     "ResultFormatError",
     "RunResult",
     "RunSummary",

@@ -11,6 +11,8 @@ Exit codes (scripts can rely on them):
     3    the run finished, but more measured turns failed than --max-error-rate allows
     4    the target cannot be used: unreachable, model not served, not OpenAI-compatible
     5    the run finished but is invalid: its required correctness gate failed
+    6    the results could not be written (disk full, permission); the message names the
+         file, and the records written before the failure are kept
     130  stopped by SIGINT (Ctrl-C), 143 stopped by SIGTERM: the partial result is saved
 """
 
@@ -26,6 +28,7 @@ from workloads.cli.common import (
     EXIT_FAILED_TURNS,
     EXIT_INVALID_RUN,
     EXIT_OK,
+    EXIT_OUTPUT,
     EXIT_TARGET,
     UsageError,
     prog,
@@ -34,10 +37,10 @@ from workloads.cli.common import (
     target_arguments,
 )
 from workloads.cli.run import cmd_run
-from workloads.model.errors import TargetError, WorkloadsError
+from workloads.model.errors import OutputError, OutputExistsError, TargetError, WorkloadsError
 
 __all__ = [
-    "EXIT_BAD_INPUT", "EXIT_FAILED_TURNS", "EXIT_INVALID_RUN", "EXIT_OK", "EXIT_TARGET",
+    "EXIT_BAD_INPUT", "EXIT_FAILED_TURNS", "EXIT_INVALID_RUN", "EXIT_OK", "EXIT_OUTPUT", "EXIT_TARGET",
     "UsageError", "build_parser", "main",
 ]
 
@@ -165,6 +168,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TargetError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_TARGET
+    except OutputExistsError as err:  # a choice of --out: bad input
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OutputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_OUTPUT
     except (WorkloadsError, OSError) as err:  # OSError: --out, --port (one line each)
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -22,6 +22,9 @@ EXIT_TARGET = 4  # the target cannot be used (unreachable, model not served)
 # The run completed but is invalid: its required correctness gate failed (the result is
 # saved and says why).
 EXIT_INVALID_RUN = 5
+# The results could not be written (a full disk, a folder that turned read-only); the
+# message names the file, and the records written before the failure are kept.
+EXIT_OUTPUT = 6
 
 
 class UsageError(WorkloadsError):

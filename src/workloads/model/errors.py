@@ -7,7 +7,11 @@ from :data:`ErrorKind`.
     WorkloadsError
     ├── ScenarioError          a scenario file or override is invalid (names file and field)
     │   └── TraceError         a trace file is invalid (names file, line and field)
+    ├── OptionsError           arguments to a library call that cannot work (also ValueError)
     ├── TargetError            the target cannot be used (unreachable, no such model)
+    ├── OutputError            the output directory cannot be claimed or written (also
+    │   │                      OSError; names the file; ``errno`` 28 when the disk is full)
+    │   └── OutputExistsError  it already holds a result (also FileExistsError)
     ├── ResultFormatError      a result file is unreadable or of an unknown format_version
     └── IncomparableError      two results cannot be compared without forcing
 
@@ -121,6 +125,33 @@ class ScenarioError(WorkloadsError):
 class TraceError(ScenarioError):
     """A trace file (``run --trace``) is invalid: the message names the file, the line and
     the field. A ScenarioError, since the trace is what the run runs (exit 2 in the CLI)."""
+
+
+class OptionsError(WorkloadsError, ValueError):
+    """Arguments to a library call that are out of range or cannot work together. The
+    message speaks of arguments as the library spells them (``workers=``); ``option`` names
+    the argument so that the CLI can word it with its flag."""
+
+    def __init__(self, message: str, *, option: str | None = None) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+class OutputError(WorkloadsError, OSError):
+    """The output directory cannot be claimed or a file in it cannot be written (permission,
+    a full disk: ``errno`` 28). The message and ``path`` name the file; what was written
+    before the failure is kept, and no partial file is left."""
+
+    def __init__(self, message: str, *, path: str | None = None,
+                 errno: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.errno = errno
+
+
+class OutputExistsError(OutputError, FileExistsError):
+    """The output directory already holds a result (pass ``overwrite=True`` to replace it),
+    or is a file."""
 
 
 class TargetError(WorkloadsError):
