@@ -40,7 +40,8 @@ from workloads.cli.run import cmd_run
 from workloads.model.errors import OutputError, OutputExistsError, TargetError, WorkloadsError
 
 __all__ = [
-    "EXIT_BAD_INPUT", "EXIT_FAILED_TURNS", "EXIT_INVALID_RUN", "EXIT_OK", "EXIT_OUTPUT", "EXIT_TARGET",
+    "EXIT_BAD_INPUT", "EXIT_FAILED_TURNS", "EXIT_INVALID_RUN", "EXIT_OK", "EXIT_OUTPUT",
+    "EXIT_TARGET",
     "UsageError", "build_parser", "main",
 ]
 
