@@ -9,6 +9,9 @@ import workloads
 
 EXPECTED = {
     "IncomparableError",
+    "OptionsError",
+    "OutputError",
+    "OutputExistsError",
     "ResultFormatError",
     "RunResult",
     "RunSummary",
