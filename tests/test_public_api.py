@@ -13,6 +13,7 @@ EXPECTED = {
     "OutputError",
     "OutputExistsError",
     "ResultFormatError",
+    "ResultFormatWarning",
     "RunResult",
     "RunSummary",
     "Scenario",
@@ -33,6 +34,7 @@ EXPECTED = {
     "probe_target_async",
     "run",
     "run_async",
+    "summarize",
 }
 
 

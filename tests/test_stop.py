@@ -142,6 +142,10 @@ def test_after_sigkill_show_renders_the_report_from_records_jsonl(tmp_path, caps
     os.kill(process.pid, signal.SIGKILL)
     process.communicate(timeout=60)
     assert not (out / "result.json").exists()
+    killed = workloads.load_result(out)  # rebuilt from records.jsonl, summaries and all
+    assert not killed.complete and len(killed.records) >= 4
+    assert killed.summary.run.records == len(killed.records)  # every one measured (no warm-up)
+    assert killed.summary.run.valid >= 3  # turn 1 of each user finished before the kill
     assert main(["show", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "Per turn" in printed and "rebuilt from records.jsonl" in printed

@@ -18,18 +18,21 @@ from typing import TYPE_CHECKING, Any
 from workloads._version import __version__
 
 if TYPE_CHECKING:
+    from workloads.core.aggregate import summarize
+    from workloads.core.load import load_result
     from workloads.model.errors import (
         IncomparableError,
         OptionsError,
         OutputError,
         OutputExistsError,
         ResultFormatError,
+        ResultFormatWarning,
         ScenarioError,
         TargetError,
         WorkloadsError,
     )
     from workloads.model.records import TurnRecord
-    from workloads.model.results import RunResult, load_result
+    from workloads.model.results import RunResult
     from workloads.model.scenario import Scenario, list_scenarios, load_scenario
     from workloads.model.summary import RunSummary, Summary, TurnSummary
     from workloads.model.target import Target
@@ -46,12 +49,14 @@ _LAZY = {
     "OutputError": "workloads.model.errors",
     "OutputExistsError": "workloads.model.errors",
     "ResultFormatError": "workloads.model.errors",
+    "ResultFormatWarning": "workloads.model.errors",
     "ScenarioError": "workloads.model.errors",
     "TargetError": "workloads.model.errors",
     "WorkloadsError": "workloads.model.errors",
     "TurnRecord": "workloads.model.records",
     "RunResult": "workloads.model.results",
-    "load_result": "workloads.model.results",
+    "load_result": "workloads.core.load",
+    "summarize": "workloads.core.aggregate",
     "Scenario": "workloads.model.scenario",
     "list_scenarios": "workloads.model.scenario",
     "load_scenario": "workloads.model.scenario",
@@ -73,6 +78,7 @@ __all__ = [
     "OutputError",
     "OutputExistsError",
     "ResultFormatError",
+    "ResultFormatWarning",
     "RunResult",
     "RunSummary",
     "Scenario",
@@ -93,6 +99,7 @@ __all__ = [
     "probe_target_async",
     "run",
     "run_async",
+    "summarize",
 ]
 
 

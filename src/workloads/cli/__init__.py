@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
 
 from workloads.cli.commands import cmd_compare, cmd_probe, cmd_scenarios, cmd_serve, cmd_show
@@ -37,7 +38,13 @@ from workloads.cli.common import (
     target_arguments,
 )
 from workloads.cli.run import cmd_run
-from workloads.model.errors import OutputError, OutputExistsError, TargetError, WorkloadsError
+from workloads.model.errors import (
+    OutputError,
+    OutputExistsError,
+    ResultFormatWarning,
+    TargetError,
+    WorkloadsError,
+)
 
 __all__ = [
     "EXIT_BAD_INPUT", "EXIT_FAILED_TURNS", "EXIT_INVALID_RUN", "EXIT_OK", "EXIT_OUTPUT",
@@ -161,6 +168,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    with warnings.catch_warnings():
+        # A result file read with fields this version does not know: one line on stderr,
+        # whatever the interpreter's warning filters say (the report follows).
+        warnings.simplefilter("always", ResultFormatWarning)
+        warnings.showwarning = _warning_line
+        return _main(argv)
+
+
+def _warning_line(message: Warning | str, category: type[Warning], filename: str,
+                  lineno: int, file: object = None, line: str | None = None) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

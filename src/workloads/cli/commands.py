@@ -26,12 +26,11 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from workloads.core.aggregate import summarized
-    from workloads.model.results import load_result
+    from workloads.core.load import load_result
     from workloads.report import console as report
     from workloads.report.export import export
 
-    result = summarized(load_result(args.result))  # the file's summaries are a cache
+    result = load_result(args.result)  # the file's summaries are a cache: from the records
     where = Path(args.result)
     directory = where if where.is_dir() else where.parent
     for note in report.records_notes(result, directory / "records.jsonl"):
@@ -63,11 +62,10 @@ def completions(directory: str) -> Any:
 
 def cmd_compare(args: argparse.Namespace) -> int:
 
-    from workloads.core.aggregate import summarized
-    from workloads.model.results import load_result
+    from workloads.core.load import load_result
     from workloads.report.compare import compare, comparison_table
 
-    a, b = summarized(load_result(args.a)), summarized(load_result(args.b))
+    a, b = load_result(args.a), load_result(args.b)
     result = compare(
         a, b, force=args.force, variable=args.variable, min_effect=args.min_effect / 100,
         completions_a=completions(args.a), completions_b=completions(args.b),

@@ -134,10 +134,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             console.print(f"interrupted: every turn measured so far is in {out}/records.jsonl")
             return 128 + signal.SIGINT
     if result is None:  # a second signal cut the grace short: the saved partial result
-        from workloads.core.aggregate import summarized
-        from workloads.model.results import load_result
+        from workloads.core.load import load_result
 
-        result = summarized(load_result(out))
+        result = load_result(out)
     console.print(report.render(result))
     console.print(f"saved {out / 'result.json'} and {out / 'records.jsonl'}")
     write_plots(result, out / "plots", console, wanted=not args.no_plots)

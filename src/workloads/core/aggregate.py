@@ -323,7 +323,20 @@ def turn_repetitions(
 
 
 def summarize(records: Iterable[TurnRecord], *, users: int) -> Summary:
-    """Summaries of the measured (non-warm-up) records. ``users``: the cell's concurrency."""
+    """The summary of ``records``: per turn, per run and per step kind, computed the one way
+    a run computes what it saves and ``show`` what it prints. Warm-up records are counted
+    (``warmup_records``), never summarized.
+
+        result = workloads.load_result("runs/today")
+        first = [r for r in result.records if r.repetition < 3]  # the first repetitions
+        print(workloads.summarize(first, users=result.scenario.users).run.aggregate_rate)
+
+    ``users`` is the concurrency the records ran at (the scenario's ``users``; in a sweep,
+    the cell's ``concurrency``): a turn's aggregate rate needs that many valid streams.
+    Summarize one cell at a time; records of several cells pool, without aggregate figures.
+    A run's records come from :func:`workloads.load_result` (records.jsonl, also of a
+    killed run) or ``on_record``.
+    """
     everything = list(records)
     measured = [r for r in everything if not r.warmup]
     pooled = len({r.cell for r in measured}) > 1

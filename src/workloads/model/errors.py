@@ -17,6 +17,9 @@ from :data:`ErrorKind`.
 
     RequestError               one request failed (internal to client/session; becomes data)
 
+    ResultFormatWarning        a result loaded without fields this version does not know
+                               (a newer writer's): they were dropped (a UserWarning)
+
 Error kinds (:data:`ErrorKind`), the closed set of ways one request fails, in the order a
 request meets them: connecting (``connect_refused``, ``connect_failed``, ``connect_timeout``,
 ``name_resolution``, ``tls``), the status (``http_429``, ``http_4xx``, ``http_5xx``,
@@ -160,6 +163,13 @@ class TargetError(WorkloadsError):
 
 class ResultFormatError(WorkloadsError):
     """A result file cannot be read: not JSON, or a ``format_version`` this version lacks."""
+
+
+class ResultFormatWarning(UserWarning):
+    """A result file loaded, but it held fields this version of workloads does not know
+    (written by a newer one): they were dropped, and the message names each by its path.
+    Upgrade workloads to read them; silence it with
+    ``warnings.simplefilter("ignore", workloads.ResultFormatWarning)``."""
 
 
 class IncomparableError(WorkloadsError):

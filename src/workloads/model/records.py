@@ -7,8 +7,6 @@ anything, and the report converts them.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Literal, Self
 
@@ -18,11 +16,10 @@ from workloads.model.base import Frozen
 from workloads.model.errors import (
     LEGACY_ERROR_KINDS,
     ErrorKind,
-    ResultFormatError,
     legacy_error_kind,
 )
 
-__all__ = ["AttemptRecord", "RecordWriter", "StepKind", "TurnRecord", "read_records"]
+__all__ = ["AttemptRecord", "RecordWriter", "StepKind", "TurnRecord"]
 
 Status = Literal["ok", "error", "incomplete"]
 # What triggered a step of a coding agent's session (format 4): a human request, a tool
@@ -173,21 +170,3 @@ class RecordWriter(JsonlWriter):
         :mod:`workloads.model.results`), flushed at once."""
         self._append(line)
 
-
-def read_records(path: Path) -> Iterator[TurnRecord]:
-    """TurnRecords from a JSONL file. A torn last line (a crash mid-write) is skipped, and
-    so are the lines that are not TurnRecords (those with a "kind": header, nonces, windows;
-    :func:`workloads.model.results.read_records_file` reads them)."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-            if isinstance(data, dict) and "kind" in data:
-                continue
-            yield TurnRecord.model_validate(data)
-        except (json.JSONDecodeError, ValueError) as err:
-            if number == len(lines):
-                return
-            raise ResultFormatError(f"{path}:{number}: not a TurnRecord: {err}") from err

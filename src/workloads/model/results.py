@@ -4,7 +4,11 @@
 measured window, the summary and warnings; ``DIR/records.jsonl`` beside it holds the raw
 TurnRecords. ``show`` and ``compare`` recompute from those files.
 
-Size: just past 400 lines: the saved models and their loaders per format version belong
+Both carry the format as ``format_version`` (major) and ``format_minor``: a reader loads
+every major up to its own, dropping with one :class:`ResultFormatWarning` the fields a newer
+minor added; the rules and the history are above ``_LOADERS``.
+
+Size: about 570 lines: the saved models and their loaders per format version belong
 together (a schema change and its loader change in one place).
 
 records.jsonl is written as the run goes, so it alone is enough to rebuild a report when the
@@ -25,14 +29,15 @@ import os
 import platform
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
 from workloads._version import __version__
-from workloads.model.base import Frozen
-from workloads.model.errors import ResultFormatError
+from workloads.model.base import Frozen, validate_known
+from workloads.model.errors import ResultFormatError, ResultFormatWarning
 from workloads.model.figures import EnergyFigures, ServerTelemetry
 from workloads.model.gate import GateResult
 from workloads.model.likelihood import Likelihood
@@ -42,6 +47,7 @@ from workloads.model.summary import BandSummary, ConcurrencySummary, RunSummary,
 from workloads.model.whatif import WhatIfTurn
 
 __all__ = [
+    "FORMAT_MINOR",
     "FORMAT_VERSION",
     "CellSummary",
     "ClientHealth",
@@ -50,11 +56,15 @@ __all__ = [
     "RunResult",
     "Sizing",
     "TraceReplay",
-    "load_result",
     "read_records_file",
+    "read_result",
 ]
 
-FORMAT_VERSION = 4  # of result.json and records.jsonl together; history above load_result
+# The format of result.json and records.jsonl together, as major.minor (the rules and the
+# history are above _LOADERS); tests/test_results_format.py fails when a saved model's
+# fields change and these do not.
+FORMAT_VERSION = 5
+FORMAT_MINOR = 0
 RESULT_FILE = "result.json"
 RECORDS_FILE = "records.jsonl"
 
@@ -184,7 +194,8 @@ class TraceReplay(Frozen):
 
 
 class RunResult(Frozen):
-    """Everything a run produced. Save with :meth:`save`, read back with :func:`load_result`.
+    """Everything a run produced. Save with :meth:`save`, read back with
+    :func:`workloads.load_result`.
 
         result = workloads.run("five-user-coding")
         print(result.summary.run.aggregate_rate)
@@ -192,6 +203,7 @@ class RunResult(Frozen):
     """
 
     format_version: int = FORMAT_VERSION
+    format_minor: int = FORMAT_MINOR  # format 5 on; a loaded older file says 0
     workloads_version: str = __version__
     created_unix: float
     complete: bool = True  # False: the run was interrupted; records hold what was measured
@@ -225,8 +237,9 @@ class RunResult(Frozen):
     def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
         """Write ``result.json`` into ``directory`` (and records.jsonl, with its header, if
         not there yet), in the current format (a loaded older file was brought to it)."""
-        if self.format_version != FORMAT_VERSION:
-            current = self.model_copy(update={"format_version": FORMAT_VERSION})
+        if (self.format_version, self.format_minor) != (FORMAT_VERSION, FORMAT_MINOR):
+            current = self.model_copy(update={"format_version": FORMAT_VERSION,
+                                              "format_minor": FORMAT_MINOR})
             return current.save(directory, overwrite=overwrite)
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
@@ -261,6 +274,7 @@ class RunHeader(Frozen):
 
     kind: Literal["header"] = "header"
     format_version: int = FORMAT_VERSION
+    format_minor: int = FORMAT_MINOR
     workloads_version: str = __version__
     created_unix: float = Field(default_factory=time.time)
     label: str | None = None
@@ -301,13 +315,19 @@ class RecordsFile(Frozen):
     records: list[TurnRecord] = Field(default_factory=list)
 
 
-def read_records_file(path: Path) -> RecordsFile:
-    """Read records.jsonl (format 1 or 2). A torn last line (a crash mid-write) is skipped.
+def read_records_file(path: Path, *, unknown: list[str] | None = None) -> RecordsFile:
+    """Read records.jsonl (any format). A torn last line (a crash mid-write) is skipped.
 
-    Raises :class:`ResultFormatError` for a line that is not one of the kinds above, and for
+    What this version does not know (a newer writer's) is dropped: fields, named by their
+    line's kind and path (``record.new_field``, ``header.scenario.new_knob``), and lines of
+    a kind it does not know (``lines of kind "new"``). Their names go to ``unknown``; when
+    it is not given, one :class:`ResultFormatWarning` names them.
+
+    Raises :class:`ResultFormatError` for a line that is none of the kinds above, and for
     a header of a newer format than this version of workloads reads.
     """
     lines = path.read_text(encoding="utf-8").splitlines()
+    dropped: list[str] = [] if unknown is None else unknown
     header: RunHeader | None = None
     nonces: list[RepetitionNonces] = []
     windows: dict[int, Window] = {}
@@ -319,20 +339,24 @@ def read_records_file(path: Path) -> RecordsFile:
             data = json.loads(line)
             kind = data.pop("kind", None) if isinstance(data, dict) else None
             if kind == "header":
-                if _check_version(data.get("format_version"), path) < 3:
-                    _sized_exactly(data)
-                header = RunHeader.model_validate(data)
+                data = _LOADERS[_check_version(data.get("format_version"), path)](data)
+                header = validate_known(RunHeader, data, dropped, at="header")
             elif kind == "nonces":
-                nonces.append(RepetitionNonces.model_validate(data))
+                nonces.append(validate_known(RepetitionNonces, data, dropped, at="nonces"))
             elif kind == "window":
                 cell = int(data.pop("cell"))
-                windows[cell] = Window.model_validate(data)
-            else:
-                records.append(TurnRecord.model_validate(data))
+                windows[cell] = validate_known(Window, data, dropped, at="window")
+            elif kind is None:
+                records.append(validate_known(TurnRecord, data, dropped, at="record"))
+            elif (named := f"lines of kind {json.dumps(kind)}") not in dropped:
+                dropped.append(named)  # kind: a line kind of a newer writer
         except (json.JSONDecodeError, ValueError, KeyError) as err:
             if number == len(lines):
                 break
-            raise ResultFormatError(f"{path}:{number}: not a records.jsonl line: {err}") from err
+            raise ResultFormatError(
+                f"{path}:{number}: not a records.jsonl line: {_one_line(err)}") from err
+    if unknown is None and dropped:
+        _warn_unknown(path, {path.name: dropped}, header, stacklevel=2)
     return RecordsFile(header=header, nonces=nonces, windows=windows, records=records)
 
 
@@ -380,9 +404,25 @@ def _upgrade_3(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _upgrade_4(data: dict[str, Any]) -> dict[str, Any]:
+    """Format 4 → 5: a format-4 file has no format_minor (it is 4.0)."""
+    data.setdefault("format_minor", 0)
+    return _upgrade_5(data)
+
+
+def _upgrade_5(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+# The format of result.json and records.jsonl is FORMAT_VERSION.FORMAT_MINOR, saved as
+# format_version and format_minor (in result.json and in records.jsonl's header). Every change
+# to a saved model's fields bumps one of them (tests/test_results_format.py fails otherwise):
+#   - the minor for a field added with a default that reads as "not known" or as what older
+#     runs did: a reader of the same format_version drops the fields it does not know (a
+#     newer minor's) with one ResultFormatWarning naming them, and loads the rest;
+#   - format_version for anything else (a field removed, renamed, retyped, made required, or
+#     given a new meaning), with a loader below that brings the older files to the current
+#     models. A reader refuses a format_version above its own: "upgrade workloads".
+#
 # format_version history (keep loading every version listed here; one loader each, which
 # brings a file of that version to the current model):
 #   1 — 2026-11-30: first version (later additive, optional: cells, sizing, nonces' cell).
@@ -403,22 +443,38 @@ def _upgrade_4(data: dict[str, Any]) -> dict[str, Any]:
 #       Summary.cache_cliff (optional); per-turn summaries count the users' own sessions
 #       only (recomputed by show). TargetInfo.insecure (TLS not verified, --insecure;
 #       optional, False) and the environment's "proxy" and "tls" entries (no credentials).
-_LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4}
+#   5.0 — 2026-12-01: format_minor (RunResult and RunHeader), and from here on readers drop
+#       the fields of a newer minor instead of refusing the file. A major version: readers
+#       of 1 to 4 refuse every field they do not know, format_minor included; format-4
+#       files read as 4.0.
+_LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4, 5: _upgrade_5}
 
 
-def load_result(path: str | Path) -> RunResult:
-    """Load a RunResult from ``DIR`` or ``DIR/result.json``, with its records.
+def read_result(path: str | Path, *, stacklevel: int = 1) -> RunResult:
+    """A RunResult from ``DIR`` or ``DIR/result.json``, with its records, as the files hold
+    it: the summaries are the saved ones. :func:`workloads.load_result` (what users call)
+    also recomputes them from the records.
 
     A directory whose run was killed before writing result.json (format 2 on) is rebuilt
     from records.jsonl alone: marked incomplete, with a warning saying so; its summaries are
-    empty until :func:`workloads.core.aggregate.summarized` computes them (``show`` does).
+    empty until :func:`workloads.core.aggregate.summarized` computes them.
+
+    Fields this version does not know (a newer minor's) are dropped, and one
+    :class:`ResultFormatWarning` names them by file and path. Raises
+    :class:`ResultFormatError` for a file that cannot be read, a format_version above this
+    version's, and a value its field does not accept. ``stacklevel``: the warning names the
+    line that many calls up from here (1: the caller), as :func:`warnings.warn` counts.
     """
     p = Path(path)
     if p.is_dir():
         p = p / RESULT_FILE
     records_path = p.parent / RECORDS_FILE
+    in_records: list[str] = []
     if not p.exists() and records_path.exists():
-        return _rebuilt(records_path)
+        rebuilt = _rebuilt(records_path, in_records)
+        _warn_unknown(p.parent, {RECORDS_FILE: in_records}, rebuilt,
+                      stacklevel=stacklevel + 1)
+        return rebuilt
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError as err:
@@ -428,16 +484,57 @@ def load_result(path: str | Path) -> RunResult:
     if not isinstance(data, dict):
         raise ResultFormatError(f"{p}: not a result (a JSON object with format_version)")
     data = _LOADERS[_check_version(data.get("format_version"), p)](data)
-    records = read_records_file(records_path).records if records_path.exists() else []
+    records = (read_records_file(records_path, unknown=in_records).records
+               if records_path.exists() else [])
+    in_result: list[str] = []
     try:
-        return RunResult.model_validate({**data, "records": records})
+        result = validate_known(RunResult, {**data, "records": records}, in_result)
     except ValidationError as err:
-        raise ResultFormatError(f"{p}: not a valid result: {err}") from err
+        raise ResultFormatError(f"{p}: not a valid result: {_one_line(err)}") from err
+    _warn_unknown(p.parent, {RESULT_FILE: in_result, RECORDS_FILE: in_records}, result,
+                  stacklevel=stacklevel + 1)
+    return result
 
 
-def _rebuilt(records_path: Path) -> RunResult:
-    """A RunResult from records.jsonl alone (no summaries: ``summarized`` computes them)."""
-    found = read_records_file(records_path)
+def _one_line(err: Exception) -> str:
+    """A validation error as one line: the first bad field's path and what is wrong."""
+    if not isinstance(err, ValidationError):
+        return str(err)
+    first = err.errors()[0]
+    more = err.error_count() - 1
+    field = ".".join(str(step) for step in first["loc"]) or "the line"
+    return f"{field}: {first['msg']}" + (f" (and {more} more)" if more else "")
+
+
+# Unknown fields named in the warning; the rest are counted (a newer writer's field inside
+# a list is named once, with its indices as [], so this bounds only truly many new fields).
+_NAMED = 12
+
+
+def _warn_unknown(where: Path, unknown: dict[str, list[str]],
+                  writer: RunResult | RunHeader | None, *, stacklevel: int) -> None:
+    """One :class:`ResultFormatWarning` naming the fields dropped from each file of
+    ``where`` (none: no warning); ``writer`` is what the file says wrote it."""
+    named = [f"{name}: {', '.join(paths[:_NAMED])}"
+             + (f" and {len(paths) - _NAMED} more" if len(paths) > _NAMED else "")
+             for name, paths in unknown.items() if paths]
+    if not named:
+        return
+    by = ("an unknown writer" if writer is None else
+          f"workloads {writer.workloads_version} (format "
+          f"{writer.format_version}.{writer.format_minor})")
+    warnings.warn(
+        f"{where}: written by {by}, with fields this version of workloads ({__version__}, "
+        f"format {FORMAT_VERSION}.{FORMAT_MINOR}) does not know; they were dropped: "
+        f"{'; '.join(named)}. Upgrade workloads to read them",
+        ResultFormatWarning, stacklevel=stacklevel + 1,
+    )
+
+
+def _rebuilt(records_path: Path, unknown: list[str]) -> RunResult:
+    """A RunResult from records.jsonl alone (no summaries: ``summarized`` computes them);
+    the fields it does not know go to ``unknown``."""
+    found = read_records_file(records_path, unknown=unknown)
     header = found.header
     if header is None:
         raise ResultFormatError(

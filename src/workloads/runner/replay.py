@@ -18,7 +18,7 @@ from workloads.core.corpus import Corpus
 from workloads.core.tokens import Message
 from workloads.model.errors import ScenarioError
 from workloads.model.records import TurnRecord
-from workloads.model.results import RepetitionNonces, RunResult, load_result
+from workloads.model.results import RepetitionNonces, RunResult, read_result
 from workloads.model.scenario import Scenario
 from workloads.model.transcripts import TRANSCRIPTS_FILE, Transcript, read_transcripts
 from workloads.runner.repetition import Repetition
@@ -89,7 +89,7 @@ def load_recording(directory: str | Path) -> Recording:
     where = Path(directory)
     if not where.is_dir():
         where = where.parent
-    return Recording(load_result(where), read_transcripts(where / TRANSCRIPTS_FILE), where)
+    return Recording(read_result(where), read_transcripts(where / TRANSCRIPTS_FILE), where)
 
 
 def replay_sessions(
