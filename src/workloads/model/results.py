@@ -20,6 +20,8 @@ Format 1 files hold TurnRecord lines only.
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
 import os
 import platform
@@ -32,7 +34,7 @@ from pydantic import Field, ValidationError
 
 from workloads._version import __version__
 from workloads.model.base import Frozen
-from workloads.model.errors import ResultFormatError
+from workloads.model.errors import OutputError, OutputExistsError, ResultFormatError
 from workloads.model.figures import EnergyFigures, ServerTelemetry
 from workloads.model.gate import GateResult
 from workloads.model.likelihood import Likelihood
@@ -224,28 +226,40 @@ class RunResult(Frozen):
 
     def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
         """Write ``result.json`` into ``directory`` (and records.jsonl, with its header, if
-        not there yet), in the current format (a loaded older file was brought to it)."""
+        not there yet), in the current format (a loaded older file was brought to it).
+
+        Raises :class:`OutputExistsError` when result.json exists and not ``overwrite``, and
+        :class:`OutputError` naming the file that could not be written (a full disk): no
+        partial file is left, and a result.json already there stays as it was."""
         if self.format_version != FORMAT_VERSION:
             current = self.model_copy(update={"format_version": FORMAT_VERSION})
             return current.save(directory, overwrite=overwrite)
         out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise OutputError.writing(out, err) from err
         path = out / RESULT_FILE
         if path.exists() and not overwrite:
-            raise FileExistsError(
-                f"{path} exists; pass overwrite=True (--overwrite) or choose another --out"
+            raise OutputExistsError(
+                f"{path} exists; pass overwrite=True (--overwrite) or choose another --out",
+                path=str(path),
             )
         records_path = out / RECORDS_FILE
         if not records_path.exists():
-            with records_path.open("w", encoding="utf-8") as f:
-                f.write(header_line(self.header()) + "\n")
-                for nonces in self.nonces:
-                    f.write(meta_line("nonces", nonces.model_dump(mode="json")) + "\n")
-                for record in self.records:
-                    f.write(record.model_dump_json() + "\n")
+            _write_new(records_path, "".join(
+                [header_line(self.header()) + "\n"]
+                + [meta_line("nonces", n.model_dump(mode="json")) + "\n" for n in self.nonces]
+                + [r.model_dump_json() + "\n" for r in self.records]
+            ))
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise OutputError.writing(path, err) from err
         return path
 
     def header(self) -> RunHeader:
@@ -282,6 +296,24 @@ def meta_line(kind: Literal["nonces", "window"], data: dict[str, Any]) -> str:
     return json.dumps({"kind": kind, **data}, separators=(",", ":"))
 
 
+def _write_new(path: Path, text: str) -> None:
+    """Create ``path`` holding ``text``; on failure remove what was made of it (no partial
+    file) and raise :class:`OutputError` naming it."""
+    try:
+        file = path.open("x", encoding="utf-8")
+    except FileExistsError:
+        return  # written meanwhile by the run that made it: its own lines stay
+    except OSError as err:
+        raise OutputError.writing(path, err) from err
+    try:
+        with file:
+            file.write(text)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+        raise OutputError.writing(path, err) from err
+
+
 def environment() -> dict[str, str]:
     return {
         "python": sys.version.split()[0],
@@ -312,6 +344,7 @@ def read_records_file(path: Path) -> RecordsFile:
     nonces: list[RepetitionNonces] = []
     windows: dict[int, Window] = {}
     records: list[TurnRecord] = []
+    header_at = 0  # the header's line
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -319,6 +352,10 @@ def read_records_file(path: Path) -> RecordsFile:
             data = json.loads(line)
             kind = data.pop("kind", None) if isinstance(data, dict) else None
             if kind == "header":
+                if header is not None:
+                    raise _two_runs(path, (header_at, header.created_unix),
+                                    (number, data.get("created_unix")))
+                header_at = number
                 if _check_version(data.get("format_version"), path) < 3:
                     _sized_exactly(data)
                 header = RunHeader.model_validate(data)
@@ -334,6 +371,24 @@ def read_records_file(path: Path) -> RecordsFile:
                 break
             raise ResultFormatError(f"{path}:{number}: not a records.jsonl line: {err}") from err
     return RecordsFile(header=header, nonces=nonces, windows=windows, records=records)
+
+
+def _two_runs(path: Path, *headers: tuple[int, object]) -> ResultFormatError:
+    """Two run headers in one records.jsonl: two runs appended to one file (runs started
+    at once into one directory, before each claimed its own). Their records cannot be told
+    apart, so no report is made of them."""
+
+    def run(line: int, started: object) -> str:
+        if not isinstance(started, (int, float)):
+            return f"line {line}"
+        stamp = datetime.datetime.fromtimestamp(started, datetime.UTC)
+        return f"line {line} (started {stamp.isoformat(sep=' ', timespec='milliseconds')})"
+
+    return ResultFormatError(
+        f"{path}: holds two runs, whose headers are at {run(*headers[0])} and "
+        f"{run(*headers[1])}: their records cannot be told apart, so no report is made of "
+        "them; run each into its own --out"
+    )
 
 
 def _check_version(version: object, path: Path) -> int:
