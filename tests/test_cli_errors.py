@@ -98,7 +98,7 @@ def test_out_that_cannot_be_written_is_one_line(tmp_path, capsys):
     blocker = tmp_path / "blocker"
     blocker.write_text("")
     assert main(["run", "five-user-coding", "--out", str(blocker / "sub"), *TINY]) == 2
-    assert "cannot write to --out" in one_line(capsys)
+    assert f"is inside {blocker}, a file, not a directory" in one_line(capsys)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
@@ -107,7 +107,7 @@ def test_out_in_a_read_only_directory_is_one_line(tmp_path, capsys):
     locked.mkdir()
     locked.chmod(0o500)
     try:
-        assert main(["run", "five-user-coding", "--out", str(locked / "r"), *TINY]) == 2
+        assert main(["run", "five-user-coding", "--out", str(locked / "r"), *TINY]) == 6
         assert "cannot write to --out" in one_line(capsys)
     finally:
         locked.chmod(0o700)

@@ -23,7 +23,7 @@ from workloads.cli.common import (
     workers_count,
     write_plots,
 )
-from workloads.model.errors import ScenarioError
+from workloads.model.errors import OutputError, ScenarioError
 from workloads.wire.loop import run_loop
 
 
@@ -55,7 +55,6 @@ def run_scenario(args: argparse.Namespace) -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     import workloads
-    from workloads.report import console as report
 
     console = make_console()
     scenario = run_scenario(args)
@@ -78,6 +77,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.target and args.launch:
         raise ScenarioError("give --target (a running server) or --launch (start one), not both")
     check_run_flags(args)
+    if sim:  # every field checked now, before any folder or server exists: one line
+        from workloads.servers.simulated.profiles import sim_profile
+
+        sim_profile(sim)
     if args.target:
         target = workloads.Target(
             args.target, args.model, api_key_env=args.api_key_env,
@@ -86,17 +89,34 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     elif args.model:
         console.print("--model is only used with --target; ignoring it")
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    name = trace.path.stem if trace is not None else scenario.name
-    out = Path(args.out) if args.out else Path("runs") / f"{name}-{stamp}"
-    from workloads.live import LiveProgress
-    from workloads.runner.run import claim_out_dir
-
-    claim_out_dir(out, overwrite=args.overwrite)  # before starting anything: one clear line
     workers = workers_count(args.workers, max(c.concurrency for c in scenario.cells()),
                             ray=args.ray is not None)
     if (args.replay or args.trace) and args.workers == "auto":
         workers = 1  # replay and trace replay send from one process
+    from workloads.runner.outdir import check_out_dir, new_run_dir
+
+    fresh = None
+    if args.out:
+        out = Path(args.out)
+        check_out_dir(out, overwrite=args.overwrite)  # before starting anything: one line
+    else:  # a folder of its own, even for runs started in the same second
+        name = trace.path.stem if trace is not None else scenario.name
+        fresh = new_run_dir(Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        out = fresh.path
+    try:
+        return run_into(out, args, console=console, scenario=scenario, target=target,
+                        sim=sim, telemetry=telemetry, workers=workers, trace=trace)
+    finally:
+        if fresh is not None:
+            fresh.discard()  # only if still empty: the run never started
+
+
+def run_into(out: Path, args: argparse.Namespace, *, console: Any, scenario: Any,
+             target: Any, sim: dict[str, Any], telemetry: Any, workers: int,
+             trace: Any) -> int:
+    """The run itself, into ``out`` (checked or made), then its report; the exit code."""
+    from workloads.live import LiveProgress
+    from workloads.report import console as report
 
     with LiveProgress(scenario, console, quiet=args.quiet) as live:
         on_record = live.on_record
@@ -131,7 +151,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                     console=console,
                 ))
         except KeyboardInterrupt:  # Ctrl-C before the run's own handlers were in place
-            console.print(f"interrupted: every turn measured so far is in {out}/records.jsonl")
+            if (out / "records.jsonl").exists():
+                console.print(f"interrupted: every turn measured so far is in "
+                              f"{out}/records.jsonl")
+            else:
+                console.print("interrupted before the run started: nothing was written")
             return 128 + signal.SIGINT
     if result is None:  # a second signal cut the grace short: the saved partial result
         from workloads.core.load import load_result
@@ -139,8 +163,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = load_result(out)
     console.print(report.render(result))
     console.print(f"saved {out / 'result.json'} and {out / 'records.jsonl'}")
-    write_plots(result, out / "plots", console, wanted=not args.no_plots)
-    write_html(result, out, console, with_plots=not args.no_plots)
+    try:
+        write_plots(result, out / "plots", console, wanted=not args.no_plots)
+        write_html(result, out, console, with_plots=not args.no_plots)
+    except OSError as err:  # a full disk after the run: name what failed, keep the rest
+        raise OutputError.writing(err.filename or out, err,
+                                  name=None if err.filename else f"the report into {out}",
+                                  then="; the result and records are saved") from err
     return run_exit_code(result, signum, args.max_error_rate, console)
 
 

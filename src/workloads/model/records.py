@@ -7,8 +7,12 @@ anything, and the report converts them.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, Literal, Self
+from typing import Any, Literal, Self
 
 from pydantic import model_validator
 
@@ -16,6 +20,7 @@ from workloads.model.base import Frozen
 from workloads.model.errors import (
     LEGACY_ERROR_KINDS,
     ErrorKind,
+    OutputError,
     legacy_error_kind,
 )
 
@@ -136,34 +141,88 @@ class TurnRecord(Frozen):
 
 class JsonlWriter:
     """An append-only JSON-lines file, opened by ``with``: what a killed run leaves on disk is
-    every line written so far (records, transcripts)."""
+    every line written so far (records, transcripts).
+
+    A write that fails (a full disk, a folder turned read-only) leaves the file cut back to
+    its last whole line (a torn line would be a record half-written) and raises
+    :class:`OutputError` naming the file; with ``on_error`` set, the error goes to it
+    instead (the run stops itself: :class:`workloads.runner.cells.Run`). Either way the
+    writer then writes nothing more, so the file keeps exactly what was written before.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file: IO[str] | None = None
+        self.on_error: Callable[[OutputError], None] | None = None
+        self.failure: OutputError | None = None  # the write that failed; then no more writes
+        self._fd: int | None = None
+        self._end = 0  # the file ends with a whole line here (bytes)
+        self._pending: list[bytes] = []  # lines not flushed yet (transcripts' messages)
 
     def __enter__(self) -> Self:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a", encoding="utf-8")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # Unbuffered, so that a failed write leaves nothing queued to be retried at close
+            # and the offset of the last whole line is known exactly.
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+            self._end = os.fstat(self._fd).st_size
+        except OSError as err:
+            raise OutputError.writing(self.path, err) from err
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._close()
 
-    def _append(self, line: str, *, flush: bool = True) -> None:
-        assert self._file is not None, f"use 'with {type(self).__name__}(path) as writer'"
-        self._file.write(line + "\n")
-        if flush:
-            self._file.flush()
+    def _close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _append(self, line: str, *, flush: bool = True) -> bool:
+        """Append ``line``; with ``flush``, write out every line appended so far. False when
+        the file has failed (now or before): nothing more is written."""
+        if self.failure is not None:
+            return False
+        assert self._fd is not None, f"use 'with {type(self).__name__}(path) as writer'"
+        self._pending.append(line.encode() + b"\n")
+        if not flush:
+            return True
+        data = b"".join(self._pending)
+        self._pending.clear()
+        try:
+            view = memoryview(data)
+            while view:  # a short write (the disk filling up) leaves a rest; bounded: each
+                # pass writes at least a byte or raises
+                written = os.write(self._fd, view)
+                if written <= 0:
+                    raise OSError(errno.EIO, "the write wrote nothing")
+                view = view[written:]
+        except OSError as err:
+            self._fail(err)
+            return False
+        self._end += len(data)
+        return True
+
+    def _fail(self, err: OSError) -> None:
+        assert self._fd is not None
+        with contextlib.suppress(OSError):  # a device (/dev/full) cannot be cut; a file can
+            os.ftruncate(self._fd, self._end)
+        self._close()
+        self.failure = OutputError.writing(self.path, err)
+        if self.on_error is None:
+            raise self.failure
+        self.on_error(self.failure)
 
 
 class RecordWriter(JsonlWriter):
     """Appends TurnRecords to a JSONL file, flushing after each one."""
 
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.records = 0  # TurnRecords this writer put in the file (whole lines)
+
     def write(self, record: TurnRecord) -> None:
-        self._append(record.model_dump_json())
+        if self._append(record.model_dump_json()):
+            self.records += 1
 
     def write_line(self, line: str) -> None:
         """Append one JSON line that is not a TurnRecord (the header, nonces, windows: see

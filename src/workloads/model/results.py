@@ -24,6 +24,8 @@ Format 1 files hold TurnRecord lines only.
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
 import os
 import platform
@@ -37,7 +39,12 @@ from pydantic import Field, ValidationError
 
 from workloads._version import __version__
 from workloads.model.base import Frozen, validate_known
-from workloads.model.errors import ResultFormatError, ResultFormatWarning
+from workloads.model.errors import (
+    OutputError,
+    OutputExistsError,
+    ResultFormatError,
+    ResultFormatWarning,
+)
 from workloads.model.figures import EnergyFigures, ServerTelemetry
 from workloads.model.gate import GateResult
 from workloads.model.likelihood import Likelihood
@@ -236,29 +243,41 @@ class RunResult(Frozen):
 
     def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
         """Write ``result.json`` into ``directory`` (and records.jsonl, with its header, if
-        not there yet), in the current format (a loaded older file was brought to it)."""
+        not there yet), in the current format (a loaded older file was brought to it).
+
+        Raises :class:`OutputExistsError` when result.json exists and not ``overwrite``, and
+        :class:`OutputError` naming the file that could not be written (a full disk): no
+        partial file is left, and a result.json already there stays as it was."""
         if (self.format_version, self.format_minor) != (FORMAT_VERSION, FORMAT_MINOR):
             current = self.model_copy(update={"format_version": FORMAT_VERSION,
                                               "format_minor": FORMAT_MINOR})
             return current.save(directory, overwrite=overwrite)
         out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise OutputError.writing(out, err) from err
         path = out / RESULT_FILE
         if path.exists() and not overwrite:
-            raise FileExistsError(
-                f"{path} exists; pass overwrite=True (--overwrite) or choose another --out"
+            raise OutputExistsError(
+                f"{path} exists; pass overwrite=True (--overwrite) or choose another --out",
+                path=str(path),
             )
         records_path = out / RECORDS_FILE
         if not records_path.exists():
-            with records_path.open("w", encoding="utf-8") as f:
-                f.write(header_line(self.header()) + "\n")
-                for nonces in self.nonces:
-                    f.write(meta_line("nonces", nonces.model_dump(mode="json")) + "\n")
-                for record in self.records:
-                    f.write(record.model_dump_json() + "\n")
+            _write_new(records_path, "".join(
+                [header_line(self.header()) + "\n"]
+                + [meta_line("nonces", n.model_dump(mode="json")) + "\n" for n in self.nonces]
+                + [r.model_dump_json() + "\n" for r in self.records]
+            ))
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise OutputError.writing(path, err) from err
         return path
 
     def header(self) -> RunHeader:
@@ -294,6 +313,24 @@ def header_line(header: RunHeader) -> str:
 def meta_line(kind: Literal["nonces", "window"], data: dict[str, Any]) -> str:
     """A records.jsonl line that is not a TurnRecord: ``{"kind": kind, **data}``."""
     return json.dumps({"kind": kind, **data}, separators=(",", ":"))
+
+
+def _write_new(path: Path, text: str) -> None:
+    """Create ``path`` holding ``text``; on failure remove what was made of it (no partial
+    file) and raise :class:`OutputError` naming it."""
+    try:
+        file = path.open("x", encoding="utf-8")
+    except FileExistsError:
+        return  # written meanwhile by the run that made it: its own lines stay
+    except OSError as err:
+        raise OutputError.writing(path, err) from err
+    try:
+        with file:
+            file.write(text)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+        raise OutputError.writing(path, err) from err
 
 
 def environment() -> dict[str, str]:
@@ -332,6 +369,7 @@ def read_records_file(path: Path, *, unknown: list[str] | None = None) -> Record
     nonces: list[RepetitionNonces] = []
     windows: dict[int, Window] = {}
     records: list[TurnRecord] = []
+    header_at = 0  # the header's line
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -339,6 +377,10 @@ def read_records_file(path: Path, *, unknown: list[str] | None = None) -> Record
             data = json.loads(line)
             kind = data.pop("kind", None) if isinstance(data, dict) else None
             if kind == "header":
+                if header is not None:
+                    raise _two_runs(path, (header_at, header.created_unix),
+                                    (number, data.get("created_unix")))
+                header_at = number
                 data = _LOADERS[_check_version(data.get("format_version"), path)](data)
                 header = validate_known(RunHeader, data, dropped, at="header")
             elif kind == "nonces":
@@ -358,6 +400,24 @@ def read_records_file(path: Path, *, unknown: list[str] | None = None) -> Record
     if unknown is None and dropped:
         _warn_unknown(path, {path.name: dropped}, header, stacklevel=2)
     return RecordsFile(header=header, nonces=nonces, windows=windows, records=records)
+
+
+def _two_runs(path: Path, *headers: tuple[int, object]) -> ResultFormatError:
+    """Two run headers in one records.jsonl: two runs appended to one file (runs started
+    at once into one directory, before each claimed its own). Their records cannot be told
+    apart, so no report is made of them."""
+
+    def run(line: int, started: object) -> str:
+        if not isinstance(started, (int, float)):
+            return f"line {line}"
+        stamp = datetime.datetime.fromtimestamp(started, datetime.UTC)
+        return f"line {line} (started {stamp.isoformat(sep=' ', timespec='milliseconds')})"
+
+    return ResultFormatError(
+        f"{path}: holds two runs, whose headers are at {run(*headers[0])} and "
+        f"{run(*headers[1])}: their records cannot be told apart, so no report is made of "
+        "them; run each into its own --out"
+    )
 
 
 def _check_version(version: object, path: Path) -> int:

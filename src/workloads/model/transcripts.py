@@ -76,7 +76,9 @@ class Transcript:
 
 
 class TranscriptWriter(JsonlWriter):
-    """Appends turns to a transcripts file, each distinct message once, flushing per turn."""
+    """Appends turns to a transcripts file, each distinct message once, flushing per turn. A
+    turn and the new messages it names go out in one write, so a failed write (a full disk)
+    leaves the file ending with the previous whole turn."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)

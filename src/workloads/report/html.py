@@ -167,5 +167,10 @@ def write_html(result: RunResult, path: str | Path, *, with_plots: bool = True) 
     out = Path(path)
     if out.is_dir():
         out = out / REPORT_FILE
-    out.write_text(html_report(result, with_plots=with_plots), encoding="utf-8")
+    text = html_report(result, with_plots=with_plots)
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError:
+        out.unlink(missing_ok=True)  # a full disk: no half report left behind
+        raise
     return out

@@ -10,6 +10,9 @@ so it alone rebuilds the report of a run killed before result.json was written.
 Stopping: when the caller's ``stop`` event is set (the CLI sets it on SIGINT or SIGTERM), no
 new turn starts; turns in flight get ``grace_s`` to finish, then are cancelled and recorded
 ``cancelled`` with what they measured; the open window is closed and the partial result saved.
+A file of the run directory that cannot be written (a full disk) stops the run the same way:
+the records file keeps every whole line written before, result.json is saved only beside a
+whole records.jsonl, and the run raises :class:`OutputError` naming the file and what was kept.
 
 The window of a cell opens after its first measured repetition is sized (no ``/tokenize``
 call in it), right before its first request is sent, and closes after its last response.
@@ -25,9 +28,12 @@ from pathlib import Path
 
 from workloads.core.corpus import load_corpus
 from workloads.core.tokens import TargetTokenizer
+from workloads.model.errors import OutputError
 from workloads.model.likelihood import Likelihood
 from workloads.model.records import RecordWriter, TurnRecord
 from workloads.model.results import (
+    RECORDS_FILE,
+    RESULT_FILE,
     ClientHealth,
     RunHeader,
     RunResult,
@@ -94,6 +100,13 @@ class Run:
         self.stop = stop if stop is not None else asyncio.Event()  # never set: runs to the end
         self.grace_s = grace_s  # in-flight turns' time to finish once stop is set
         self.stopped = False  # a turn or repetition was left out because of stop
+        # The first write to the run directory that failed (a full disk): the run stops
+        # as ``stop`` stops it, keeps what was written, and raises it at the end.
+        self.output_error: OutputError | None = None
+        self.stop_write = False  # a failed write set ``stop``
+        for file in (writer, transcripts):
+            if file is not None:
+                file.on_error = self._cannot_write
         self.entropy = secrets.token_bytes(16)  # this run's freshness: every nonce derives from it
         cells = scenario.cells()
         self.measured = Measured(
@@ -125,6 +138,14 @@ class Run:
         if self.callback is not None:
             self.callback(record)
 
+    def _cannot_write(self, err: OutputError) -> None:
+        """A file of the run directory cannot be written: stop the run (no new turn; turns
+        in flight get the grace, their records kept in memory only)."""
+        if self.output_error is None:
+            self.output_error = err
+        self.stop_write = True
+        self.stop.set()
+
     def exchange(self, record: TurnRecord, messages: list[dict[str, str]],
                   reply: str | None) -> None:
         """Keep a turn's messages and completion in the transcripts (when kept)."""
@@ -145,9 +166,12 @@ class Run:
         # where the run ran, and which event loop stamped its chunks (uvloop or asyncio)
         self.measured.environment = (environment() | {"event_loop": self.players.event_loop()}
                                      | self.connection)
+        if self.writer is not None:  # a failure here is a failed start: nothing is saved
+            self.writer.write_line(header_line(self._header()))
+            if (err := self.output_error) is not None:
+                raise OutputError(f"{err}; the run did not start", path=err.path,
+                                  errno=err.errno)
         try:
-            if self.writer is not None:
-                self.writer.write_line(header_line(self._header()))
             if gate != "off":  # outside the monitor and every window: not measured traffic
                 self.measured.gate_outputs += await send_gate(
                     self.gate_client, self.model, self.measured.scenario, "before")
@@ -167,10 +191,41 @@ class Run:
             m.client = merged_health(monitor.health(m.records), workers)
             m.telemetry_warnings = list(self.telemetry.warnings)
             result = build_result(m, complete=complete)
-            if self.out is not None:
-                # run_async refused an existing result.json, so this one is ours.
-                result.save(self.out, overwrite=True)
+            saved = self.out is not None and self._save(result)
+        if self.output_error is not None:
+            raise self._stopped_by(self.output_error, saved=saved)
         return result
+
+    def _save(self, result: RunResult) -> bool:
+        """Save ``result`` unless records.jsonl failed (a result.json beside records.jsonl
+        summarises the records in it; ``show`` rebuilds the report from records.jsonl)."""
+        assert self.out is not None
+        if self.writer is not None and self.writer.failure is not None:
+            return False
+        try:
+            # run_async refused an existing result.json, so this one is ours.
+            result.save(self.out, overwrite=True)
+        except OutputError as err:  # raised after the finally, not over another exception
+            if self.output_error is None:
+                self.output_error = err
+            return False
+        return True
+
+    def _stopped_by(self, err: OutputError, *, saved: bool) -> OutputError:
+        """``err`` with what the run kept: the records written before it, and the result."""
+        out = self.out if self.out is not None else Path(".")
+        records = out / RECORDS_FILE
+        written = self.writer.records if self.writer is not None else 0
+        whole = self.writer is None or self.writer.failure is None
+        stopped = "the run stopped there; " if self.stop_write else ""
+        if saved:
+            kept = (f"its {written} turn records are in {records}, its result in "
+                    f"{out / RESULT_FILE}")
+        else:
+            which = (f"its {written} turn records" if whole
+                     else f"the {written} turn records written before")
+            kept = f"{which} are kept in {records} (show {out} rebuilds the report from them)"
+        return OutputError(f"{err}; {stopped}{kept}", path=err.path, errno=err.errno)
 
     def _header(self) -> RunHeader:
         m = self.measured

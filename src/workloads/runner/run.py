@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -25,12 +24,13 @@ from workloads.core import tokens
 from workloads.core.tokens import EstimateTokenizer, TargetTokenizer
 from workloads.core.traces import MooncakeTrace
 from workloads.model.records import RecordWriter, TurnRecord
-from workloads.model.results import RECORDS_FILE, RESULT_FILE, RunResult, ServerIdentity, TargetInfo
+from workloads.model.results import RECORDS_FILE, RunResult, ServerIdentity, TargetInfo
 from workloads.model.scenario import Scenario, load_scenario
 from workloads.model.target import Target
 from workloads.model.transcripts import TRANSCRIPTS_FILE, TranscriptWriter
 from workloads.runner.cells import Run
 from workloads.runner.gate import gate_client
+from workloads.runner.outdir import claim_out_dir
 from workloads.runner.players import Players
 from workloads.runner.replay import load_recording
 from workloads.runner.trace import TracePlayers, read_trace, trace_info, trace_scenario
@@ -43,7 +43,7 @@ from workloads.wire.loop import run_loop
 from workloads.wire.tokenize import probe_tokenizer
 from workloads.wire.transport import transport_for
 
-__all__ = ["claim_out_dir", "run", "run_async"]
+__all__ = ["run", "run_async"]
 
 
 @asynccontextmanager
@@ -128,9 +128,9 @@ async def run_async(
     # loop now, not on it in the middle of the first sessions' sizing.
     await asyncio.to_thread(tokens.encoding)
     out = Path(out_dir) if out_dir is not None else None
-    if out is not None:
-        claim_out_dir(out, overwrite=overwrite)
     async with AsyncExitStack() as stack:
+        if out is not None:  # removed again if the run fails to start (runner/outdir.py)
+            stack.enter_context(claim_out_dir(out, overwrite=overwrite))
         simulated = target is None or target.simulator_profile is not None
         sim_profile = None if target is None else target.simulator_profile
         embedded = target is None  # the server this run starts, on this host's loopback
@@ -263,35 +263,6 @@ def _trace_players(trace: MooncakeTrace, tokenizer: TargetTokenizer, run: Run) -
         on_record=run.record, on_exchange=run.exchange, stop=run.stop, grace_s=run.grace_s,
         monitor=run.monitor,
     )
-
-
-def claim_out_dir(out: Path, *, overwrite: bool = False) -> None:
-    """Check before anything runs that ``out`` can take a new result: a directory (made if
-    missing) that is writable and holds no result, unless ``overwrite`` (whose old result
-    files are then removed). Raises FileExistsError or OSError with a one-line message."""
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"--out {out} is a file, not a directory; choose a directory")
-    present = [
-        out / name
-        for name in (RESULT_FILE, RECORDS_FILE, TRANSCRIPTS_FILE)
-        if (out / name).exists()
-    ]
-    if present and not overwrite:
-        # records.jsonl alone is what a killed run leaves: appending to it would mix runs.
-        raise FileExistsError(
-            f"{present[0]} exists; choose another --out directory, or pass --overwrite "
-            "(overwrite=True) to replace it"
-        )
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as err:
-        reason = err.strerror or type(err).__name__
-        raise OSError(f"cannot write to --out {out}: {reason}; choose a writable "
-                      "directory") from err
-    for path in present:
-        path.unlink()
 
 
 def _window_telemetry(

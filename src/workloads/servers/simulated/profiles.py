@@ -62,6 +62,7 @@ Profiles
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
@@ -228,19 +229,20 @@ PROFILES: dict[str, Profile] = {
 }
 
 
-def _set(data: dict[str, Any], dotted: str, value: object) -> None:
+def _set(data: dict[str, Any], dotted: str, value: object, full: str = "") -> None:
+    full = full or dotted  # the field as the user wrote it, for the message
     head, _, rest = dotted.partition(".")
     if head not in data:
-        raise ScenarioError(f"--sim {dotted}: no such profile field; fields: {', '.join(data)}")
+        raise ScenarioError(f"--sim {full}: no such profile field; fields: {', '.join(data)}")
     if rest:
         inner = data[head]
         if not isinstance(inner, dict):
-            raise ScenarioError(f"--sim {dotted}: {head} has no fields")
-        _set(inner, rest, value)
+            raise ScenarioError(f"--sim {full}: {head} has no fields")
+        _set(inner, rest, value, full)
     else:
         if isinstance(data[head], dict):
             raise ScenarioError(
-                f"--sim {dotted}: set one of its fields, e.g. --sim {head}."
+                f"--sim {full}: set one of its fields, e.g. --sim {full}."
                 f"{next(iter(data[head]))}=..."
             )
         data[head] = value
@@ -265,3 +267,16 @@ def get_profile(name: str | Profile, overrides: dict[str, object] | None = None)
         first = err.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
         raise ScenarioError(f"--sim {field}: {first['msg']}") from err
+
+
+def sim_profile(sim: Mapping[str, object] | None, default: str | Profile = "fast") -> Profile:
+    """The profile that ``--sim`` overrides make of ``default``, validated: ``profile=NAME``
+    among them picks the named profile (``--sim profile=arc-b70-27b``), the others set its
+    fields. Raises :class:`ScenarioError` naming the first field that is not one, or not
+    valid; the CLI calls it before anything starts.
+
+        sim_profile({"profile": "h200-8b", "spec_tokens": 2})
+    """
+    overrides = dict(sim or {})
+    base = overrides.pop("profile", None)
+    return get_profile(str(base) if base is not None else default, overrides)

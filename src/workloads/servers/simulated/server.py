@@ -16,7 +16,7 @@ from aiohttp import web
 from workloads.model.target import Target
 from workloads.servers.simulated.app import build_app
 from workloads.servers.simulated.engine import Engine, RequestTruth
-from workloads.servers.simulated.profiles import Profile, get_profile
+from workloads.servers.simulated.profiles import Profile, sim_profile
 
 __all__ = ["SimulatedServer"]
 
@@ -43,11 +43,9 @@ class SimulatedServer:
         corpus: str = "stdlib",
         debug: bool = False,
     ) -> None:
-        overrides = dict(sim or {})
         # "profile" in the overrides picks the named profile, so a run's --sim can choose it
         # (python -m workloads run five-user-coding --sim profile=arc-b70-27b).
-        base = overrides.pop("profile", None)
-        self.profile = get_profile(str(base) if base is not None else profile, overrides)
+        self.profile = sim_profile(sim, profile)
         self.host = host
         self.port = port
         self._corpus = corpus
