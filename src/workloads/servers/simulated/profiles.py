@@ -231,23 +231,25 @@ PROFILES: dict[str, Profile] = {
 def _set(data: dict[str, Any], dotted: str, value: object) -> None:
     head, _, rest = dotted.partition(".")
     if head not in data:
-        raise ScenarioError(f"--sim {dotted}: no such profile field; fields: {', '.join(data)}")
+        raise ScenarioError(f"simulator override {dotted!r}: no such profile field; fields: "
+                            f"{', '.join(data)}")
     if rest:
         inner = data[head]
         if not isinstance(inner, dict):
-            raise ScenarioError(f"--sim {dotted}: {head} has no fields")
+            raise ScenarioError(f"simulator override {dotted!r}: {head} has no fields")
         _set(inner, rest, value)
     else:
         if isinstance(data[head], dict):
             raise ScenarioError(
-                f"--sim {dotted}: set one of its fields, e.g. --sim {head}."
-                f"{next(iter(data[head]))}=..."
+                f"simulator override {dotted!r}: set one of its fields, e.g. "
+                f"'{head}.{next(iter(data[head]))}'"
             )
         data[head] = value
 
 
 def get_profile(name: str | Profile, overrides: dict[str, object] | None = None) -> Profile:
-    """A named profile (or a given one) with ``--sim`` overrides applied and validated.
+    """A named profile (or a given one) with overrides (``sim=``, ``--sim``) applied and
+    validated.
 
         get_profile("arc-b70-27b", {"spec_tokens": 4, "faults.rate_429": 0.1})
     """
@@ -264,4 +266,4 @@ def get_profile(name: str | Profile, overrides: dict[str, object] | None = None)
     except ValidationError as err:
         first = err.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
-        raise ScenarioError(f"--sim {field}: {first['msg']}") from err
+        raise ScenarioError(f"simulator override {field!r}: {first['msg']}") from err
