@@ -157,6 +157,8 @@ class NVMLError(Exception):
 class FakeNvml:
     """The five pynvml functions the reader calls, with per-GPU mJ counters."""
 
+    NVMLError = NVMLError  # what the reader catches: pynvml.NVMLError
+
     def __init__(self, names, energy_mj, unsupported=()):
         self.names, self.energy_mj, self.unsupported = names, energy_mj, set(unsupported)
         self.shut = False

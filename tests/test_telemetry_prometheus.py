@@ -115,6 +115,18 @@ def test_text_that_is_not_exposition_format_raises_value_error():
         parse_metrics("<html>404 Not Found {</html>\n")
 
 
+@pytest.mark.parametrize("text", [
+    '# TYPE h histogram\nh_bucket{le="1"} 2\na{b="c"} 1oa{b="c"} 1\n# EOF\n',  # KeyError
+    ' {b="c"} 1\n# TYPE a counter\na_total 1\n# EOF\n',  # IndexError
+])
+def test_malformed_openmetrics_the_parser_trips_on_is_a_value_error_too(text):
+    """prometheus_client's OpenMetrics parser raises KeyError or IndexError on these (found
+    by fuzzing): the window counts ValueError as "not Prometheus text", and any other
+    exception as a bug of ours."""
+    with pytest.raises(ValueError, match="malformed exposition text"):
+        parse_metrics(text, openmetrics=True)
+
+
 @pytest.mark.parametrize(
     ("text", "server"),
     [(VLLM, "vLLM"), (LLAMACPP, "llama.cpp"), (SGLANG, "SGLang"), (TGI, "TGI")],

@@ -239,7 +239,7 @@ async def test_tls_fails_without_the_ca_and_works_with_ca_bundle_or_insecure(
 
 
 def test_missing_ca_bundle_is_one_line(tmp_path: Path):
-    with pytest.raises(TargetError, match=r"--ca-bundle .*no such file"):
+    with pytest.raises(TargetError, match=r"^Target\.ca_bundle .*no such file"):
         transport_for(Target("https://127.0.0.1:1/v1", ca_bundle=str(tmp_path / "none.pem")))
 
 

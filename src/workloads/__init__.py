@@ -8,14 +8,26 @@ Everything public is importable from here; other modules are internal. Importing
 package loads nothing but its version: every name loads its module on first use (the data
 models on pydantic; the run, the simulated server, telemetry and the plain HTTP reads on aiohttp),
 so the pytest plugin costs nothing in a test run that does not use it.
+
+Every error the library raises on purpose is a :class:`WorkloadsError` (the tree is in
+:mod:`workloads.model.errors`); a failed request is never raised, it is a record. The
+library never prints: it logs to the ``workloads`` logger, which is silent until the
+application configures logging (``logging.basicConfig(level=logging.INFO)`` shows a run's
+start, cells and end).
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 from workloads._version import __version__
+
+# Silent by default: without a handler here, Python's last-resort handler would print the
+# library's warnings on stderr. An application's handlers (on the root logger or on
+# "workloads") still get every record.
+logging.getLogger("workloads").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
     from workloads.core.aggregate import summarize

@@ -32,6 +32,7 @@ from workloads.cli.common import (
     EXIT_OUTPUT,
     EXIT_TARGET,
     UsageError,
+    flag_words,
     prog,
     run_safety_arguments,
     scale_arguments,
@@ -188,14 +189,17 @@ def _main(argv: Sequence[str] | None) -> int:
         code: int = args.func(args)
         return code
     except TargetError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {flag_words(str(err))}", file=sys.stderr)
         return EXIT_TARGET
     except OutputExistsError as err:  # a choice of --out: bad input
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {flag_words(str(err))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OutputError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {flag_words(str(err))}", file=sys.stderr)
         return EXIT_OUTPUT
-    except (WorkloadsError, OSError) as err:  # OSError: --out, --port (one line each)
+    except WorkloadsError as err:  # worded for a library caller: the CLI names its flags
+        print(f"error: {flag_words(str(err))}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as err:  # --out, --port (one line each)
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -29,6 +30,48 @@ EXIT_OUTPUT = 6
 
 class UsageError(WorkloadsError):
     """A command line that cannot work (exit 2); the message names the flags."""
+
+
+# The library words its errors for a caller of the library: arguments as Python spells them
+# (workers=3, overwrite=True), Target fields, scenario and simulator overrides. The CLI's
+# messages name the flags that set the same things.
+_PHRASES = {
+    "scenario overrides": "--set",
+    "scenario override": "--set",
+    "simulator override": "--sim",
+    "overwrite=True": "--overwrite",
+    "transcripts=False": "--no-transcripts",
+    "Target.model": "--model",
+    "Target.proxy": "--proxy",
+    "Target.ca_bundle": "--ca-bundle",
+    "Target.insecure": "--insecure",
+}
+_VALUED = {  # NAME=VALUE → --flag VALUE
+    "workers": "--workers", "ray": "--ray", "replay": "--replay", "trace": "--trace",
+    "out_dir": "--out", "stop_grace_s": "--grace",
+}
+_LIBRARY_WORDS = re.compile(
+    r"(?<![\w.])(?:(?P<phrase>"
+    + "|".join(re.escape(p) for p in sorted(_PHRASES, key=len, reverse=True))
+    + r")(?!\w)|(?P<name>" + "|".join(_VALUED)
+    + r")=(?P<value>'[^']*'|\"[^\"]*\"|[^\s,;:()'\"]*))"
+)
+
+
+def flag_words(message: str) -> str:
+    """A library error's ``message`` as the CLI says it: ``workers=3`` → ``--workers 3``,
+    ``replay='runs/a'`` → ``--replay runs/a``, ``overwrite=True`` → ``--overwrite``,
+    ``scenario override 'users=x'`` → ``--set 'users=x'``."""
+
+    def flag(match: re.Match[str]) -> str:
+        if match["phrase"]:
+            return _PHRASES[match["phrase"]]
+        value = match["value"]
+        if value[:1] in ("'", '"'):
+            value = value[1:-1]
+        return f"{_VALUED[match['name']]} {value}" if value else _VALUED[match["name"]]
+
+    return _LIBRARY_WORDS.sub(flag, message)
 
 
 def parse_assignments(items: Sequence[str], flag: str) -> dict[str, Any]:

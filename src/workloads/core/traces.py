@@ -79,14 +79,14 @@ def _lines(path: Path, max_bytes: int) -> Iterator[tuple[int, dict[str, Any]]]:
     try:
         size = path.stat().st_size
     except OSError as err:
-        raise TraceError(f"--trace {path}: cannot read it ({err.strerror or err})") from err
+        raise TraceError(f"{path}: cannot read it ({err.strerror or err})") from err
     if size > max_bytes:
         raise TraceError(
-            f"--trace {path}: {size:,} bytes, over the limit of {max_bytes:,} bytes; cut "
+            f"{path}: {size:,} bytes, over the limit of {max_bytes:,} bytes; cut "
             "the file (e.g. head -n 100000) before replaying it"
         )
     if size == 0:
-        raise TraceError(f"--trace {path}: the file is empty (one JSON object per line)")
+        raise TraceError(f"{path}: the file is empty (one JSON object per line)")
     seen = False
     with path.open("rb") as f:
         for number, raw in enumerate(f, 1):
@@ -101,7 +101,7 @@ def _lines(path: Path, max_bytes: int) -> Iterator[tuple[int, dict[str, Any]]]:
             seen = True
             yield number, data
     if not seen:
-        raise TraceError(f"--trace {path}: no request in it (only blank lines)")
+        raise TraceError(f"{path}: no request in it (only blank lines)")
 
 
 def _int(data: dict[str, Any], name: str, where: str, *, low: int = 0) -> int:

@@ -595,17 +595,19 @@ def apply_overrides(scenario: Scenario, assignments: Iterable[str]) -> Scenario:
         field, sep, value = assignment.partition("=")
         field = field.strip()
         if not sep or not field:
-            raise ScenarioError(f"--set {assignment!r}: expected FIELD=VALUE")
+            raise ScenarioError(f"scenario override {assignment!r}: expected FIELD=VALUE")
         node: dict[str, Any] = data
         parts = field.split(".")
         for part in parts[:-1]:
             child = node.get(part)
             if not isinstance(child, dict):
-                raise ScenarioError(f"--set {assignment!r}: {part!r} is not a group of fields")
+                raise ScenarioError(
+                    f"scenario override {assignment!r}: {part!r} is not a group of fields")
             node = child
         if parts[-1] not in node and node is not data.get("extra_body"):
             raise ScenarioError(
-                f"--set {assignment!r}: no field {field!r}; fields here: {', '.join(sorted(node))}"
+                f"scenario override {assignment!r}: no field {field!r}; fields here: "
+                f"{', '.join(sorted(node))}"
             )
         node[parts[-1]] = parse_value(value.strip())
-    return _validate(data, "--set")
+    return _validate(data, "scenario overrides")

@@ -115,7 +115,7 @@ def read_transcripts(path: Path) -> dict[TurnKey, Transcript]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError as err:
         raise ResultFormatError(
-            f"{path}: no transcripts (was the run made with --no-transcripts, or before "
+            f"{path}: no transcripts (was the run made with transcripts=False, or before "
             "workloads wrote them?)"
         ) from err
     store: dict[str, dict[str, Any]] = {}

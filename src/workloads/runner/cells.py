@@ -21,9 +21,10 @@ call in it), right before its first request is sent, and closes after its last r
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from workloads.core.corpus import load_corpus
@@ -57,6 +58,8 @@ from workloads.wire.client import ChatClient
 
 __all__ = ["Run"]
 
+log = logging.getLogger(__name__)
+
 
 class Run:
     """One run of a scenario with a client, a tokenizer and window telemetry already set up
@@ -86,6 +89,7 @@ class Run:
         gate_client: ChatClient | None = None,  # the gate's (runner.gate.gate_client); None:
         # the gate goes through ``client``
         connection: Mapping[str, str] | None = None,  # proxy and TLS, for the environment
+        warnings: Sequence[str] = (),  # the setup's, for the result (run_async's client=)
     ) -> None:
         self.connection = dict(connection or {})
         self.client = client
@@ -120,6 +124,7 @@ class Run:
             note=note,
             likelihood=likelihood,
             trace=trace,
+            setup_warnings=list(warnings),
         )
         self.monitor = ClientMonitor()  # the client watches itself: loop lag, CPU share
         self.players: Players = LocalPlayers(
@@ -237,6 +242,9 @@ class Run:
     async def _cell(self, cell: Cell) -> None:
         m = self.measured
         s = m.scenario.repetitions
+        log.info("cell %d of %d: %d concurrent sessions, %d warm-up and %d measured "
+                 "repetitions", cell.index + 1, len(m.cells), cell.concurrency, s.warmup,
+                 s.measured)
         opened: float | None = None
         for index in range(s.warmup + s.measured):
             if self.stop.is_set():
@@ -251,6 +259,7 @@ class Run:
                 self.stopped = True
                 break
             if not repetition.warmup and opened is None:
+                log.debug("cell %d: the measured window opens", cell.index + 1)
                 await self.telemetry.start()  # the window opens: sized, nothing sent yet
                 opened = time.time()
                 if m.window_start is None:
@@ -263,6 +272,8 @@ class Run:
         if opened is None:
             return  # stopped before the cell's first measured request: no window
         m.window_end = time.time()  # every measured response of the cell has ended
+        log.debug("cell %d: the measured window closed after %.1f s", cell.index + 1,
+                  m.window_end - opened)
         here = [r for r in m.records if not r.warmup and r.cell == cell.index]
         server, energy = await self.telemetry.finish(here)
         m.windows[cell.index] = window(opened, m.window_end, server, energy)

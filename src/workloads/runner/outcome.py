@@ -63,6 +63,7 @@ class Measured:
     fingerprint: str | None = None  # the last system_fingerprint the server sent
     traces: dict[int, list[TokenTrace]] = field(default_factory=dict)  # per cell, measured
     telemetry_warnings: list[str] = field(default_factory=list)
+    setup_warnings: list[str] = field(default_factory=list)  # run_async's (client=)
     client: ClientHealth | None = None  # the client's own health over the run
     gate_outputs: list[GateOutput] = field(default_factory=list)  # the correctness gate
     likelihood: Likelihood | None = None  # the likelihood probe, before the first window
@@ -177,7 +178,8 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
         client=m.client,
         concurrency=concurrency(m.records),
     )
-    warnings = [*_warnings(result.summary, complete), *m.telemetry_warnings]
+    warnings = [*m.setup_warnings, *_warnings(result.summary, complete),
+                *m.telemetry_warnings]
     if m.target.insecure:
         warnings.insert(0, "TLS certificates were not verified (--insecure): the server "
                         "answering may not be the one named; use --ca-bundle FILE for a "

@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 import ray
+from ray.exceptions import RayError
 
 from workloads.runner.worker import serve
 from workloads.runner.workers import Process, WorkerPool
@@ -42,14 +43,14 @@ class _RayProcess:
             return None
         try:
             return f"exit status {ray.get(self.done)}"
-        except Exception as err:  # the actor died: Ray says why
+        except RayError as err:  # the actor died or its run() raised: Ray says why
             return f"{type(err).__name__}: {str(err).strip().splitlines()[-1:]}"
 
     async def wait(self, timeout_s: float) -> None:
         try:
             await asyncio.wait_for(asyncio.wrap_future(self.done.future()), timeout_s)
-        except Exception:  # timed out or died: make sure it is gone
-            with contextlib.suppress(Exception):
+        except (TimeoutError, RayError):  # timed out or died: make sure it is gone
+            with contextlib.suppress(RayError):
                 ray.kill(self.actor)
 
 

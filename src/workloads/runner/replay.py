@@ -16,7 +16,7 @@ from pathlib import Path
 from workloads.core.conversation import Conversation
 from workloads.core.corpus import Corpus
 from workloads.core.tokens import Message
-from workloads.model.errors import ScenarioError
+from workloads.model.errors import OptionsError, ScenarioError
 from workloads.model.records import TurnRecord
 from workloads.model.results import RepetitionNonces, RunResult, read_result
 from workloads.model.scenario import Scenario
@@ -50,8 +50,9 @@ class Recording:
         differ = [k for k in mine if mine[k] != theirs.get(k)]
         if differ:
             raise ScenarioError(
-                f"--replay {self.where}: the scenario differs from the recorded one in "
-                f"{', '.join(differ)}; replay runs the recorded scenario (drop --set)"
+                f"replay={str(self.where)!r}: the scenario differs from the recorded one in "
+                f"{', '.join(differ)}; a replay runs the recorded scenario "
+                "(workloads.load_result(DIR).scenario)"
             )
         s = scenario.repetitions
         recorded: dict[tuple[int, int, int], int] = {}  # turns per (cell, rep, session)
@@ -71,9 +72,9 @@ class Recording:
         if missing:
             c, r, u, t = missing[0]
             raise ScenarioError(
-                f"--replay {self.where}: its transcripts lack {len(missing)} turns (first: cell "
-                f"{c}, repetition {r}, session {u}, turn {t}); replay needs a complete run "
-                "made with transcripts"
+                f"replay={str(self.where)!r}: its transcripts lack {len(missing)} turns "
+                f"(first: cell {c}, repetition {r}, session {u}, turn {t}); a replay needs a "
+                "complete run made with transcripts"
             )
 
     def nonces(self, cell: int, repetition: int) -> RepetitionNonces | None:
@@ -87,6 +88,8 @@ class Recording:
 def load_recording(directory: str | Path) -> Recording:
     """The run in ``directory`` (its result.json and transcripts.jsonl), ready to replay."""
     where = Path(directory)
+    if not where.exists():
+        raise OptionsError(f"replay={str(directory)!r}: no such run directory", option="replay")
     if not where.is_dir():
         where = where.parent
     return Recording(read_result(where), read_transcripts(where / TRANSCRIPTS_FILE), where)

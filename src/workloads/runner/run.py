@@ -8,6 +8,10 @@ axes). Each cell runs its own warm-up and measured repetitions and has its own w
     result = workloads.run("five-user-coding")                       # simulated server
     result = workloads.run("five-user-coding", target=Target("http://gpu:8000/v1", "m"))
     result = await workloads.run_async(scenario, target=target)     # inside an event loop
+
+Arguments that cannot work together raise :class:`~workloads.OptionsError` before anything
+starts. The run logs its start, each cell and its end to the ``workloads`` logger (silent
+unless the application configures logging).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -23,6 +28,7 @@ from typing import Any
 from workloads.core import tokens
 from workloads.core.tokens import EstimateTokenizer, TargetTokenizer
 from workloads.core.traces import MooncakeTrace
+from workloads.model.errors import OptionsError
 from workloads.model.records import RecordWriter, TurnRecord
 from workloads.model.results import RECORDS_FILE, RunResult, ServerIdentity, TargetInfo
 from workloads.model.scenario import Scenario, load_scenario
@@ -44,6 +50,8 @@ from workloads.wire.tokenize import probe_tokenizer
 from workloads.wire.transport import transport_for
 
 __all__ = ["run", "run_async"]
+
+log = logging.getLogger(__name__)
 
 
 @asynccontextmanager
@@ -78,10 +86,14 @@ async def run_async(
 
     ``out_dir`` receives ``records.jsonl`` (appended as turns finish) and ``result.json``.
     ``on_record`` is called with every TurnRecord as it is made (for progress displays).
-    ``client`` replaces the HTTP client (tests use a function-backed fake): prompts are then
-    sized by tiktoken estimate, as no target tokenizer is asked, telemetry is off unless
-    ``telemetry`` asks for it, and the correctness gate is not sent unless the scenario
-    requires it (a scripted client answers no questions; the result then says gate "off").
+    ``client`` replaces the HTTP client (tests use a function-backed fake), and with it what
+    only a real server answers: the target is not asked for its models (the model is
+    ``target.model`` or "fake") or tokenizer (prompts are sized by tiktoken's estimate),
+    telemetry is off unless ``telemetry`` asks for it, the likelihood probe is not sent
+    (unless the client is an AiohttpChatClient), and the correctness gate is not sent unless
+    the scenario requires it (a scripted client answers no questions: the result's scenario
+    then says gate "off"). A warning of the result lists what was turned off, and the
+    ``workloads`` logger says it at WARNING.
     ``telemetry`` says what to read over each measured window: the server's /metrics and
     this machine's energy (:class:`TelemetryOptions`).
     ``transcripts`` (with ``out_dir``) writes every turn's messages and completion to
@@ -101,21 +113,20 @@ async def run_async(
     handler), no new turn starts, turns in flight get ``stop_grace_s`` seconds to finish and
     are then recorded ``cancelled``, and the partial result is saved and returned
     (``complete`` False). ``overwrite``: replace the results already in ``out_dir`` (else
-    they are never overwritten: :class:`FileExistsError`).
+    they are never overwritten: :class:`~workloads.OutputExistsError`).
+
+    Raises :class:`~workloads.OptionsError` for arguments that cannot work together,
+    :class:`~workloads.ScenarioError` for a bad scenario or trace,
+    :class:`~workloads.TargetError` when the target cannot be used and
+    :class:`~workloads.OutputError` when ``out_dir`` cannot be claimed or written (the
+    first three before any request is sent). A failed request is never raised: it is a
+    record with its error kind.
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
+    _check_options(workers=workers, ray=ray, client=client, replay=replay, trace=trace,
+                   stop_grace_s=stop_grace_s)
     sharded = workers > 1 or ray is not None
-    if workers < 1:
-        raise ValueError(f"workers must be at least 1, not {workers}")
-    if sharded and client is not None:
-        raise ValueError("workers send with their own HTTP clients: a client= replacement "
-                         "runs in one process (workers=1)")
-    if sharded and replay is not None:
-        raise ValueError("--replay runs in one process: drop --workers/--ray")
-    if trace is not None and (sharded or replay is not None):
-        raise ValueError("--trace runs in one process and is not a --replay: drop "
-                         "--workers/--ray/--replay")
     if trace is not None and not isinstance(trace, MooncakeTrace):
         trace = read_trace(trace, scenario.trace)  # bad input: one line, before --out exists
     if trace is not None:
@@ -145,6 +156,8 @@ async def run_async(
             transport = dataclasses.replace(transport, direct=True)
         model: str
         tokenizer: TargetTokenizer = EstimateTokenizer()
+        energy_note: str | None = None  # why energy is off, when this run decides so
+        setup_warnings: list[str] = []  # for the result: what the setup changed, and why
         gate: ChatClient | None = None  # the gate's client; None: the run's own
         if client is None:
             model, identity = await identify(chosen, scenario.timeouts.connect_s + 20,
@@ -171,10 +184,21 @@ async def run_async(
                     tokenizer = await stack.enter_async_context(found)
         else:
             model, identity = chosen.model or "fake", ServerIdentity()
+            # Nothing is asked of the target: the result says what that turned off.
+            off = [f"the target was not asked for its models (model {model!r}) or its "
+                   "tokenizer (prompts sized by tiktoken's estimate)"]
             if scenario.gate == "report":
                 scenario = scenario.model_copy(update={"gate": "off"})
+                off.append("the correctness gate was not sent (gate 'report' became 'off')")
             if telemetry is None:
                 telemetry = TelemetryOptions(metrics=False, energy="off")
+                energy_note = "client= replaced the HTTP client"
+                off.append("server metrics and energy were not read")
+            if not isinstance(client, AiohttpChatClient):
+                off.append("the likelihood probe was not sent")
+            replaced = "client= replaced the HTTP client: " + "; ".join(off)
+            log.warning("%s", replaced)
+            setup_warnings.append(replaced)
         likelihood = None
         if isinstance(client, AiohttpChatClient):  # a real target (not a test's fake client)
             # One request, before any window opens: the server's counters never see it.
@@ -182,8 +206,8 @@ async def run_async(
                 chosen.base_url, model, transport=transport,
                 timeout_s=scenario.timeouts.turn_s,
             )
-        window_telemetry = await stack.enter_async_context(_window_telemetry(chosen, telemetry,
-                                                                            simulated))
+        window_telemetry = await stack.enter_async_context(
+            _window_telemetry(chosen, telemetry, simulated, energy_note))
         players: Callable[[Run], Players] | None = None
         replayed = None
         if trace is not None:
@@ -200,7 +224,13 @@ async def run_async(
         transcript_writer = None
         if out is not None and transcripts:
             transcript_writer = stack.enter_context(TranscriptWriter(out / TRANSCRIPTS_FILE))
-        return await Run(
+        log.info("run of %s: %d cells × %d repetitions against %s (model %s)%s",
+                 scenario.name, len(scenario.cells()),
+                 scenario.repetitions.warmup + scenario.repetitions.measured,
+                 "the embedded simulated server" if embedded
+                 else transport.redact(chosen.base_url), model,
+                 f", {workers} worker processes" if sharded else "")
+        result = await Run(
             scenario=scenario,
             client=client,
             gate_client=gate,
@@ -230,17 +260,84 @@ async def run_async(
             likelihood=likelihood,
             players=players,
             trace=replayed,
+            warnings=setup_warnings,
         ).execute()
+        log.info("run of %s finished: %s, %d records%s", scenario.name,
+                 "complete" if result.complete else "stopped early", len(result.records),
+                 f", saved in {out}" if out is not None else "")
+        return result
     raise AssertionError("unreachable")  # pragma: no cover
 
 
 def run(
     scenario: Scenario | str | Path,
     target: Target | None = None,
-    **options: Any,
+    *,
+    out_dir: str | Path | None = None,
+    label: str | None = None,
+    note: str | None = None,
+    sim: dict[str, Any] | None = None,
+    on_record: Callable[[TurnRecord], None] | None = None,
+    client: ChatClient | None = None,
+    telemetry: TelemetryOptions | None = None,
+    stop: asyncio.Event | None = None,
+    stop_grace_s: float = 30.0,
+    overwrite: bool = False,
+    transcripts: bool = True,
+    replay: str | Path | None = None,
+    workers: int = 1,
+    ray: str | None = None,
+    trace: str | Path | MooncakeTrace | None = None,
 ) -> RunResult:
-    """Synchronous :func:`run_async` (starts its own event loop). Same arguments."""
-    return run_loop(run_async(scenario, target, **options))
+    """:func:`run_async` for code without an event loop: the same arguments, the same result.
+
+        result = workloads.run("five-user-coding", out_dir="runs/a")
+        print(result.summary.run.aggregate_rate)
+
+    It starts an event loop of its own. Where one is already running in this thread
+    (Jupyter, an async harness), the run gets a loop in a thread of its own and this call
+    waits for it (your loop is blocked meanwhile); ``on_record`` is then called in that
+    thread, and may set ``stop``. Ctrl-C, or a cancellation of the task that called, cancels
+    the run: its turns in flight are recorded ``cancelled`` and the partial result is saved
+    before the interruption propagates. Inside an event loop ``await run_async(...)`` keeps
+    the loop running and takes objects bound to it (a ``client``, a ``stop`` event).
+    """
+    return run_loop(run_async(
+        scenario, target, out_dir=out_dir, label=label, note=note, sim=sim,
+        on_record=on_record, client=client, telemetry=telemetry, stop=stop,
+        stop_grace_s=stop_grace_s, overwrite=overwrite, transcripts=transcripts,
+        replay=replay, workers=workers, ray=ray, trace=trace,
+    ))
+
+
+def _check_options(*, workers: int, ray: str | None, client: ChatClient | None,
+                   replay: str | Path | None, trace: str | Path | MooncakeTrace | None,
+                   stop_grace_s: float) -> None:
+    """Arguments of :func:`run_async` out of range or that cannot work together, refused
+    before anything starts; worded as a caller writes them (the CLI rewords them with its
+    flags)."""
+    if workers < 1:
+        raise OptionsError(f"workers={workers}: give 1 or more processes", option="workers")
+    if not stop_grace_s >= 0:  # NaN too
+        raise OptionsError(f"stop_grace_s={stop_grace_s}: give seconds, 0 or more",
+                           option="stop_grace_s")
+    sharding = ", ".join([*([f"workers={workers}"] if workers > 1 else []),
+                          *([f"ray={ray!r}"] if ray is not None else [])])
+    if sharding and client is not None:
+        raise OptionsError(
+            f"client= cannot be combined with {sharding}: worker processes send with HTTP "
+            "clients of their own; a client= replacement sends from this process "
+            "(workers=1)", option="client")
+    if sharding and replay is not None:
+        raise OptionsError(
+            f"replay={str(replay)!r} cannot be combined with {sharding}: a replay sends from "
+            "this process (workers=1)", option="replay")
+    if trace is not None and (sharding or replay is not None):
+        shown = trace.path if isinstance(trace, MooncakeTrace) else trace
+        raise OptionsError(
+            f"trace={str(shown)!r} cannot be combined with "
+            f"{sharding or f'replay={str(replay)!r}'}: a trace replay sends from this "
+            "process (workers=1) and plays the trace, not a recorded run", option="trace")
 
 
 async def _worker_pool(workers: int, ray: str | None) -> WorkerPool:
@@ -266,7 +363,8 @@ def _trace_players(trace: MooncakeTrace, tokenizer: TargetTokenizer, run: Run) -
 
 
 def _window_telemetry(
-    target: Target, options: TelemetryOptions | None, simulated: bool
+    target: Target, options: TelemetryOptions | None, simulated: bool,
+    energy_note: str | None = None,
 ) -> WindowTelemetry:
     options = options or TelemetryOptions()
     energy, note = energy_for_target(options.energy, base_url=target.base_url,
@@ -275,5 +373,5 @@ def _window_telemetry(
         dataclasses.replace(options, energy=energy),
         metrics_url=options.metrics_url or target.root_url + "/metrics",
         transport=transport_for(target),
-        energy_note=note,
+        energy_note=energy_note or note,
     )

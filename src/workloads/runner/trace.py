@@ -68,8 +68,8 @@ def find_trace(name: str | Path) -> Path:
         found = directory / f"{stem}.jsonl"
         if found.is_file():
             return found
-    raise TraceError(f"--trace {name}: no such file (packaged traces: "
-                     f"{', '.join(sorted(_packaged())) or 'none'})")
+    raise TraceError(f"no trace file or packaged trace named {str(name)!r}; packaged "
+                     f"traces: {', '.join(sorted(_packaged())) or 'none'}")
 
 
 def _trace_dirs() -> list[Path]:

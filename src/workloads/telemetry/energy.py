@@ -42,17 +42,22 @@ __all__ = [
 EnergyChoice = Literal["auto", "nvml", "hwmon", "rapl", "off"]
 Kind = Literal["nvml", "hwmon", "rapl"]
 
+# What reading a sysfs counter raises when it cannot: the file (OSError) or its text
+# (ValueError). NVML sources add pynvml's NVMLError; anything else is a bug and propagates.
+READ_ERRORS: tuple[type[Exception], ...] = (OSError, ValueError)
+
 
 @dataclass
 class EnergySource:
-    """One cumulative energy counter. ``read`` returns raw counts (raises OSError or the
-    driver's error when it cannot); ``joules_per_count`` converts; ``wrap`` is the raw value
-    at which the counter starts again from 0, when it has one."""
+    """One cumulative energy counter. ``read`` returns raw counts (raises one of ``errors``
+    when it cannot: the counter is then unknown); ``joules_per_count`` converts; ``wrap`` is
+    the raw value at which the counter starts again from 0, when it has one."""
 
     device: str
     read: Callable[[], int]
     joules_per_count: float
     wrap: int | None = None
+    errors: tuple[type[Exception], ...] = READ_ERRORS
 
 
 @dataclass
@@ -101,7 +106,7 @@ class EnergyMeter:
                 continue
             try:
                 raw = track.source.read()
-            except Exception as err:  # OSError, NVMLError, ValueError: any means unknown
+            except track.source.errors as err:  # the counter is unknown from now on
                 track.failure = f"{track.source.device} became unreadable: {err}"
                 continue
             if track.last is not None:
@@ -171,7 +176,7 @@ def _check(sources: list[EnergySource]) -> tuple[list[EnergySource], list[str]]:
         except PermissionError:
             bad.append(f"{s.device}: permission denied (RAPL energy_uj is root-only since Linux "
                        "5.10)" if "rapl" in s.device else f"{s.device}: permission denied")
-        except Exception as err:
+        except s.errors as err:
             bad.append(f"{s.device}: {err}")
         else:
             good.append(s)
@@ -260,9 +265,10 @@ def find_nvml(nvml: Any = None) -> tuple[list[EnergySource], str | None, Callabl
     nvml = nvml if nvml is not None else _import_nvml()
     if nvml is None:
         return [], "nvidia-ml-py is not installed (pip install 'workloads[nvidia]')", _noop
+    errors = (nvml.NVMLError, *READ_ERRORS)  # every NVML failure is an NVMLError subclass
     try:
         nvml.nvmlInit()
-    except Exception as err:
+    except errors as err:
         return [], f"NVML unavailable: {err}", _noop
     sources = []
     try:
@@ -276,9 +282,10 @@ def find_nvml(nvml: Any = None) -> tuple[list[EnergySource], str | None, Callabl
                     device=f"{name} (GPU {index})",
                     read=partial(_nvml_energy, nvml, handle),
                     joules_per_count=1e-3,
+                    errors=errors,
                 )
             )
-    except Exception as err:
+    except errors as err:
         _shutdown(nvml)
         return [], f"NVML: {err}", _noop
     if not sources:
@@ -300,7 +307,7 @@ def _noop() -> None:
 
 
 def _shutdown(nvml: Any) -> None:
-    with contextlib.suppress(Exception):  # best effort for a library that failed half-way
+    with contextlib.suppress(nvml.NVMLError):  # best effort after a failure half-way
         nvml.nvmlShutdown()
 
 

@@ -102,11 +102,16 @@ def parse_metrics(
     parse = openmetrics_families if openmetrics else text_string_to_metric_families
     samples: dict[str, list[tuple[Labels, float]]] = defaultdict(list)
     types: dict[str, str] = {}
-    for family in parse(text):
-        for sample in family.samples:
-            labels = tuple(sorted(sample.labels.items()))
-            samples[sample.name].append((labels, float(sample.value)))
-            types[sample.name] = family.type
+    try:
+        for family in parse(text):
+            for sample in family.samples:
+                labels = tuple(sorted(sample.labels.items()))
+                samples[sample.name].append((labels, float(sample.value)))
+                types[sample.name] = family.type
+    except (KeyError, IndexError) as err:
+        # prometheus_client's OpenMetrics parser fails so on some malformed lines (a
+        # histogram without its count, a line that starts with a space): found by fuzzing.
+        raise ValueError(f"malformed exposition text ({type(err).__name__}: {err})") from err
     # The text parser renames a counter sample without "_total" (TGI's tgi_request_count) to
     # "<name>_total". Index it under its exported name as well, so tables can use the names
     # servers actually print.

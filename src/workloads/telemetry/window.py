@@ -8,8 +8,10 @@ them, and turn it all into :class:`ServerTelemetry` and :class:`EnergyFigures`.
         server, energy = await telemetry.finish(records)   # after the last measured reply
         result_warnings = telemetry.warnings
 
-Telemetry never breaks a run: a scrape that fails is a warning and the figures it would have
-given are "not reported".
+What the outside world does never breaks a run: a scrape that fails (unreachable, an HTTP
+error, a timeout, text that is not Prometheus) or an energy counter that cannot be read is a
+warning, and the figures it would have given are "not reported". A bug in this package is
+not the outside world: it propagates (the run still saves what it measured).
 """
 
 from __future__ import annotations
@@ -140,31 +142,25 @@ class WindowTelemetry:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._stop_sampler()
-        if self._http is not None:
-            await self._http.close()
-            self._http = None
-        if self._meter is not None:
-            self._meter.close()
+        try:
+            await self._stop_sampler()
+        finally:
+            if self._http is not None:
+                await self._http.close()
+                self._http = None
+            if self._meter is not None:
+                self._meter.close()
 
     # --- window edges -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the window: scrape, read energy, start sampling. Never raises for telemetry.
-        May be called again after :meth:`finish` for the next window (one per sweep cell)."""
+        """Open the window: scrape, read energy, start sampling. What the server or a counter
+        does is a warning, never raised. May be called again after :meth:`finish` for the
+        next window (one per sweep cell)."""
         self._samples = []
         self._scrapes = self._failed = 0
         self._sample_errors = []
         self._start = self._names = None  # never compare against an earlier window's start
-        try:
-            await self._open()
-        except Exception as err:  # odd metrics or a bug here: lose figures, not the run
-            self.warnings.append(f"telemetry not read: opening the window failed ({err!r})")
-            if self._meter is not None:
-                self._meter.close()
-            self._names = self._start = self._meter = None
-
-    async def _open(self) -> None:
         if self.metrics_url is not None:
             try:
                 self._start = await self._scrape()
@@ -179,12 +175,8 @@ class WindowTelemetry:
                         f"{self.metrics_url} exports no vLLM, SGLang, llama.cpp or TGI "
                         "metrics; server figures not reported"
                     )
-        if self._meter is not None:
-            try:
-                await asyncio.to_thread(self._meter.start)
-            except Exception as err:  # a reader that fails at start: no energy, no crash
-                self.warnings.append(f"energy not available: {err}")
-                self._meter = None
+        if self._meter is not None:  # a counter that cannot be read is left out by the meter
+            await asyncio.to_thread(self._meter.start)
         if (self._names is not None and self._names.gauges) or self._meter is not None:
             self._task = asyncio.create_task(self._sample_loop(), name="workloads-telemetry")
 
@@ -194,22 +186,8 @@ class WindowTelemetry:
         """Close the window: read energy, scrape, compute the figures against ``records``."""
         await self._stop_sampler()
         usage = UsageSums.of(records)
-        # A server's odd metrics, or a bug here, must cost figures, never the run's result.
-        try:
-            energy: EnergyFigures | None = await self._finish_energy(usage.completion)
-        except Exception as err:
-            self.warnings.append(f"energy not available: reading it failed ({err!r})")
-            energy = EnergyFigures(source=None, not_available=f"reading failed: {err!r}")
-        try:
-            server = await self._finish_server(usage)
-        except Exception as err:
-            self.warnings.append(
-                f"server metrics not reported: computing the window figures failed ({err!r})"
-            )
-            server = None if self.metrics_url is None else ServerTelemetry(
-                server=None, metrics_url=self.metrics_url, scrapes=self._scrapes,
-                failed_scrapes=self._failed,
-            )
+        energy = await self._finish_energy(usage.completion)
+        server = await self._finish_server(usage)
         if self._sample_errors:
             self.warnings.append(
                 f"{len(self._sample_errors)} gauge samples of {self.metrics_url} failed "
@@ -355,7 +333,7 @@ class WindowTelemetry:
         # wait(), not "await task": a cancellation of *our* caller must still propagate.
         await asyncio.wait({task})
         if not task.cancelled() and (err := task.exception()) is not None:
-            self.warnings.append(f"telemetry sampling stopped early: {err!r}")
+            raise err  # scrapes and energy reads fail into warnings: this is a bug
 
 
 def _next(deadline: float, interval: float, now: float) -> float:

@@ -71,7 +71,7 @@ class Proxy:
 
     url: URL  # scheme, host and port only: no credentials
     authorization: str | None  # the Proxy-Authorization value, from the proxy URL's userinfo
-    source: str  # where it came from: "--proxy" or the environment variable's name
+    source: str  # where it came from: "Target.proxy" or the environment variable's name
 
     @property
     def host(self) -> str:
@@ -122,10 +122,10 @@ class Transport:
         for name, value in self.headers.items():
             check_header(name, value)
         if self.proxy is not None:
-            _proxy(self.proxy, "--proxy")  # a bad one fails now, in one line
+            _proxy(self.proxy, "Target.proxy")  # a bad one fails now, in one line
         if self.ca_bundle is not None and not os.path.isfile(self.ca_bundle):
-            raise TargetError(f"--ca-bundle {self.ca_bundle}: no such file; give a PEM file "
-                              "of the CA certificates that signed the target's")
+            raise TargetError(f"Target.ca_bundle {self.ca_bundle}: no such file; give a PEM "
+                              "file of the CA certificates that signed the target's")
 
     def ssl_context(self) -> ssl.SSLContext:
         """The context every https connection uses (made once)."""
@@ -133,7 +133,7 @@ class Transport:
             try:
                 ctx = ssl.create_default_context(cafile=self.ca_bundle)
             except (ssl.SSLError, OSError) as err:
-                raise TargetError(f"--ca-bundle {self.ca_bundle}: not a PEM file of CA "
+                raise TargetError(f"Target.ca_bundle {self.ca_bundle}: not a PEM file of CA "
                                   f"certificates ({type(err).__name__}: {err})") from err
             if self.insecure:
                 ctx.check_hostname = False
@@ -156,7 +156,7 @@ class Transport:
         ):
             return None
         if self.proxy is not None:
-            return _proxy(self.proxy, "--proxy")
+            return _proxy(self.proxy, "Target.proxy")
         value = env.get(url.scheme)
         if not value:
             return None

@@ -233,23 +233,25 @@ def _set(data: dict[str, Any], dotted: str, value: object, full: str = "") -> No
     full = full or dotted  # the field as the user wrote it, for the message
     head, _, rest = dotted.partition(".")
     if head not in data:
-        raise ScenarioError(f"--sim {full}: no such profile field; fields: {', '.join(data)}")
+        raise ScenarioError(f"simulator override {full!r}: no such profile field; fields: "
+                            f"{', '.join(data)}")
     if rest:
         inner = data[head]
         if not isinstance(inner, dict):
-            raise ScenarioError(f"--sim {full}: {head} has no fields")
+            raise ScenarioError(f"simulator override {full!r}: {head} has no fields")
         _set(inner, rest, value, full)
     else:
         if isinstance(data[head], dict):
             raise ScenarioError(
-                f"--sim {full}: set one of its fields, e.g. --sim {full}."
-                f"{next(iter(data[head]))}=..."
+                f"simulator override {full!r}: set one of its fields, e.g. "
+                f"'{full}.{next(iter(data[head]))}'"
             )
         data[head] = value
 
 
 def get_profile(name: str | Profile, overrides: dict[str, object] | None = None) -> Profile:
-    """A named profile (or a given one) with ``--sim`` overrides applied and validated.
+    """A named profile (or a given one) with overrides (``sim=``, ``--sim``) applied and
+    validated.
 
         get_profile("arc-b70-27b", {"spec_tokens": 4, "faults.rate_429": 0.1})
     """
@@ -266,11 +268,11 @@ def get_profile(name: str | Profile, overrides: dict[str, object] | None = None)
     except ValidationError as err:
         first = err.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
-        raise ScenarioError(f"--sim {field}: {first['msg']}") from err
+        raise ScenarioError(f"simulator override {field!r}: {first['msg']}") from err
 
 
 def sim_profile(sim: Mapping[str, object] | None, default: str | Profile = "fast") -> Profile:
-    """The profile that ``--sim`` overrides make of ``default``, validated: ``profile=NAME``
+    """The profile that simulator overrides make of ``default``, validated: ``profile=NAME``
     among them picks the named profile (``--sim profile=arc-b70-27b``), the others set its
     fields. Raises :class:`ScenarioError` naming the first field that is not one, or not
     valid; the CLI calls it before anything starts.
