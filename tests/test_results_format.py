@@ -125,3 +125,21 @@ def test_runs_from_before_quiet_sizing_read_as_sized_exactly_inside_their_window
         assert workloads.load_result(DATA / name).scenario.sizing_during_window == expected
     found = read_records_file(DATA / "v2-small" / "records.jsonl")
     assert found.header is not None and found.header.scenario.sizing_during_window == "exact"
+
+
+def test_a_format_4_free_pacing_sum_of_streams_loads_as_streams_sum_not_aggregate():
+    # Format 5: with free or arrivals pacing the Σ of the streams' rates is no aggregate.
+    written = json.loads((DATA / "v4-agents" / "result.json").read_text())
+    assert written["scenario"]["pacing"]["mode"] == "free"
+    loaded = workloads.load_result(DATA / "v4-agents")  # the file's summaries, not recomputed
+    for turn, old in zip(loaded.summary.turns, written["summary"]["turns"], strict=True):
+        assert turn.aggregate_rate is None
+        assert turn.streams_sum_rate is not None
+        assert turn.streams_sum_rate.model_dump() == old["aggregate_rate"]
+    assert loaded.summary.run.aggregate_rate is None
+    assert loaded.summary.run.turn_aggregate_rate is None
+    assert loaded.summary == summarized(loaded).summary  # as format 5 computes it
+    lockstep = workloads.load_result(DATA / "v3-workers")  # lock-step: as written
+    assert lockstep.summary.run.aggregate_rate is not None
+    assert all(t.aggregate_rate is not None and t.streams_sum_rate is None
+               for t in lockstep.summary.turns)

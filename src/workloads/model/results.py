@@ -54,7 +54,7 @@ __all__ = [
     "read_records_file",
 ]
 
-FORMAT_VERSION = 4  # of result.json and records.jsonl together; history above load_result
+FORMAT_VERSION = 5  # of result.json and records.jsonl together; history above load_result
 RESULT_FILE = "result.json"
 RECORDS_FILE = "records.jsonl"
 
@@ -364,7 +364,7 @@ def _upgrade_2(data: dict[str, Any]) -> dict[str, Any]:
     """Format 2 → 3: what 3 added is optional, but a run before quiet sizing sized every
     turn with the target's tokenizer, also inside its windows."""
     _sized_exactly(data)
-    return data
+    return _upgrade_3(data)
 
 
 def _sized_exactly(data: dict[str, Any]) -> None:
@@ -380,6 +380,28 @@ def _upgrade_3(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _upgrade_4(data: dict[str, Any]) -> dict[str, Any]:
+    """Format 4 → 5: with free or arrivals pacing the per-turn Σ of the streams' rates is
+    ``streams_sum_rate``, not the aggregate (streams need not overlap): moved, and the run's
+    aggregate figures dropped (None), as 5 computes them."""
+    scenario = data.get("scenario")
+    pacing = scenario.get("pacing") if isinstance(scenario, dict) else None
+    if isinstance(pacing, dict) and pacing.get("mode", "lockstep") != "lockstep":
+        cells = data.get("cells") or []
+        for summary in [data.get("summary"), *(c.get("summary") for c in cells
+                                                if isinstance(c, dict))]:
+            if not isinstance(summary, dict):
+                continue
+            for turn in summary.get("turns") or []:
+                if isinstance(turn, dict) and "aggregate_rate" in turn:
+                    turn["streams_sum_rate"] = turn.pop("aggregate_rate")
+                    turn["aggregate_rate"] = None
+            run = summary.get("run")
+            if isinstance(run, dict):
+                run.update(aggregate_rate=None, turn_aggregate_rate=None)
+    return _upgrade_5(data)
+
+
+def _upgrade_5(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
@@ -403,7 +425,10 @@ def _upgrade_4(data: dict[str, Any]) -> dict[str, Any]:
 #       Summary.cache_cliff (optional); per-turn summaries count the users' own sessions
 #       only (recomputed by show). TargetInfo.insecure (TLS not verified, --insecure;
 #       optional, False) and the environment's "proxy" and "tls" entries (no credentials).
-_LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4}
+#   5 — 2026-12-01: with free or arrivals pacing the per-turn Σ of the streams' rates is
+#       TurnSummary.streams_sum_rate ("Σ streams tok/s †"), never the aggregate: the turns'
+#       and the run's aggregate figures are None there (older files' moved on load).
+_LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4, 5: _upgrade_5}
 
 
 def load_result(path: str | Path) -> RunResult:
