@@ -105,12 +105,13 @@ def test_a_repetition_with_a_missing_stream_is_marked_and_left_out():
     assert "1 repetition of 3 summed fewer valid streams than the 2 users (1–2 streams" in flat
 
 
-def test_free_pacing_run_line_gives_wall_aggregate_not_users_times_per_user():
+def test_free_pacing_run_line_leads_with_wall_throughput_not_an_aggregate():
     result = small()
-    free = result.model_copy(update={"scenario": result.scenario.with_overrides(
-        ["pacing.mode=free"])})
+    free = summarized(result.model_copy(update={"scenario": result.scenario.with_overrides(
+        ["pacing.mode=free"])}))
     line = report.run_line(free)
-    assert line.startswith("per-user median") and "wall throughput" in line and "×" not in line
+    assert line.startswith("wall throughput") and "per-user median" in line
+    assert "aggregate" not in line and "×" not in line
     assert "Σ streams tok/s" in rendered(free)
     lockstep = report.run_line(result)
     assert lockstep.startswith("aggregate ") and "wall throughput" in lockstep

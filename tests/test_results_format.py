@@ -393,3 +393,21 @@ if __name__ == "__main__":  # record the current format's schema (never rewrite 
     recorded[version] = current_entry()
     SCHEMAS.write_text(json.dumps(recorded, indent=1) + "\n")
     print(f"recorded format {version} in {SCHEMAS}")
+
+
+def test_a_format_4_free_pacing_sum_of_streams_loads_as_streams_sum_not_aggregate():
+    # Format 5: with free or arrivals pacing the Σ of the streams' rates is no aggregate.
+    written = json.loads((DATA / "v4-agents" / "result.json").read_text())
+    assert written["scenario"]["pacing"]["mode"] == "free"
+    loaded = workloads.load_result(DATA / "v4-agents")  # the file's summaries, not recomputed
+    for turn, old in zip(loaded.summary.turns, written["summary"]["turns"], strict=True):
+        assert turn.aggregate_rate is None
+        assert turn.streams_sum_rate is not None
+        assert turn.streams_sum_rate.model_dump() == old["aggregate_rate"]
+    assert loaded.summary.run.aggregate_rate is None
+    assert loaded.summary.run.turn_aggregate_rate is None
+    assert loaded.summary == summarized(loaded).summary  # as format 5 computes it
+    lockstep = workloads.load_result(DATA / "v3-workers")  # lock-step: as written
+    assert lockstep.summary.run.aggregate_rate is not None
+    assert all(t.aggregate_rate is not None and t.streams_sum_rate is None
+               for t in lockstep.summary.turns)

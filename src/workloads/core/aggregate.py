@@ -37,6 +37,11 @@ Records are grouped by (cell, repetition): every cell of a sweep numbers its rep
 aggregate or wall aggregate figures (None): a Σ over streams of different concurrencies means
 nothing; read each cell's summary instead.
 
+Free and arrivals pacing (``lockstep=False``): a turn's streams need not overlap in time, so
+the Σ of their rates overstates throughput. It is no aggregate there: the per-turn Σ is
+``streams_sum_rate`` ("Σ streams tok/s †" in the report) and every aggregate field is None;
+the wall throughput is the figure to lead with.
+
 Sub-agents: the per-turn summaries, the aggregate (its "all ``users`` streams valid" rule),
 the streams counts and the per-user median count the users' own sessions only (records with
 ``parent_session`` None); a sub-agent's steps have turn numbers of its own session, which are
@@ -194,7 +199,7 @@ def generation_rate(records: Iterable[TurnRecord]) -> BandSummary | None:
 
 
 def _turn_summary(
-    turn: int, records: Sequence[TurnRecord], *, users: int, pooled: bool
+    turn: int, records: Sequence[TurnRecord], *, users: int, pooled: bool, lockstep: bool
 ) -> TurnSummary:
     valid = [r for r in records if r.valid]
     finished = [r for r in records if r.status == "ok"]
@@ -242,7 +247,8 @@ def _turn_summary(
         valid=len(valid),
         invalid=len(finished) - len(valid),
         errors=len(records) - len(finished),
-        aggregate_rate=stats.band(aggregate),
+        aggregate_rate=stats.band(aggregate) if lockstep else None,
+        streams_sum_rate=None if lockstep else stats.band(aggregate),
         wall_aggregate_rate=stats.band(wall),
         per_user_rate=stats.band(per_user),
         ttft_s=stats.band(_ttft_s(r) for r in valid),
@@ -322,7 +328,7 @@ def turn_repetitions(
     return out
 
 
-def summarize(records: Iterable[TurnRecord], *, users: int) -> Summary:
+def summarize(records: Iterable[TurnRecord], *, users: int, lockstep: bool = True) -> Summary:
     """The summary of ``records``: per turn, per run and per step kind, computed the one way
     a run computes what it saves and ``show`` what it prints. Warm-up records are counted
     (``warmup_records``), never summarized.
@@ -333,6 +339,7 @@ def summarize(records: Iterable[TurnRecord], *, users: int) -> Summary:
 
     ``users`` is the concurrency the records ran at (the scenario's ``users``; in a sweep,
     the cell's ``concurrency``): a turn's aggregate rate needs that many valid streams.
+    ``lockstep``: False under free or arrivals pacing (no aggregate: see the module's doc).
     Summarize one cell at a time; records of several cells pool, without aggregate figures.
     A run's records come from :func:`workloads.load_result` (records.jsonl, also of a
     killed run) or ``on_record``.
@@ -343,7 +350,8 @@ def summarize(records: Iterable[TurnRecord], *, users: int) -> Summary:
     by_turn: dict[int, list[TurnRecord]] = defaultdict(list)
     for r in users_own(measured):
         by_turn[r.turn].append(r)
-    turns = [_turn_summary(t, by_turn[t], users=users, pooled=pooled) for t in sorted(by_turn)]
+    turns = [_turn_summary(t, by_turn[t], users=users, pooled=pooled, lockstep=lockstep)
+             for t in sorted(by_turn)]
     valid = [r for r in measured if r.valid]
     finished = [r for r in measured if r.status == "ok"]
     per_user = stats.median(r.decode_tokens_per_s for r in users_own(valid))
@@ -360,7 +368,7 @@ def summarize(records: Iterable[TurnRecord], *, users: int) -> Summary:
         errors=len(measured) - len(finished),
         warmup_records=len(everything) - len(measured),
         per_user_rate=per_user,
-        aggregate_rate=None if pooled else stats.median(
+        aggregate_rate=None if pooled or not lockstep else stats.median(
             t.aggregate_rate for t in by_rep_turn
         ),
         turn_aggregate_rate=stats.band(
@@ -442,10 +450,13 @@ def cache_cliff(records: Iterable[TurnRecord]) -> CacheCliff | None:
     )
 
 
-def cell_figures(records: Sequence[TurnRecord], *, users: int) -> dict[str, object]:
+def cell_figures(
+    records: Sequence[TurnRecord], *, users: int, lockstep: bool = True
+) -> dict[str, object]:
     """One sweep cell's computed figures: its summary and its generation-rate band (the
     fields of :class:`~workloads.model.results.CellSummary` that come from records)."""
-    return {"summary": summarize(records, users=users), "generation_rate": generation_rate(records)}
+    return {"summary": summarize(records, users=users, lockstep=lockstep),
+            "generation_rate": generation_rate(records)}
 
 
 def summarized(result: RunResult) -> RunResult:
@@ -454,13 +465,17 @@ def summarized(result: RunResult) -> RunResult:
     one (a file's summaries are a cache). Unchanged when it has no records."""
     if not result.records:
         return result
-    update: dict[str, object] = {"summary": summarize(result.records, users=result.scenario.users)}
+    lockstep = result.scenario.pacing.mode == "lockstep"
+    update: dict[str, object] = {
+        "summary": summarize(result.records, users=result.scenario.users, lockstep=lockstep)
+    }
     if result.gate is not None:
         update["gate"] = rejudged(result.gate)
     if result.cells is not None:
         update["cells"] = [
             cell.model_copy(update=cell_figures(
-                [r for r in result.records if r.cell == cell.cell], users=cell.concurrency
+                [r for r in result.records if r.cell == cell.cell], users=cell.concurrency,
+                lockstep=lockstep,
             ))
             for cell in result.cells
         ]

@@ -448,7 +448,7 @@ def _upgrade_2(data: dict[str, Any]) -> dict[str, Any]:
     """Format 2 → 3: what 3 added is optional, but a run before quiet sizing sized every
     turn with the target's tokenizer, also inside its windows."""
     _sized_exactly(data)
-    return data
+    return _upgrade_3(data)
 
 
 def _sized_exactly(data: dict[str, Any]) -> None:
@@ -464,8 +464,26 @@ def _upgrade_3(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _upgrade_4(data: dict[str, Any]) -> dict[str, Any]:
-    """Format 4 → 5: a format-4 file has no format_minor (it is 4.0)."""
+    """Format 4 → 5: a format-4 file has no format_minor (it is 4.0); with free or arrivals
+    pacing the per-turn Σ of the streams' rates is ``streams_sum_rate``, not the aggregate
+    (streams need not overlap): moved, and the run's aggregate figures dropped (None), as 5
+    computes them."""
     data.setdefault("format_minor", 0)
+    scenario = data.get("scenario")
+    pacing = scenario.get("pacing") if isinstance(scenario, dict) else None
+    if isinstance(pacing, dict) and pacing.get("mode", "lockstep") != "lockstep":
+        cells = data.get("cells") or []
+        for summary in [data.get("summary"), *(c.get("summary") for c in cells
+                                                if isinstance(c, dict))]:
+            if not isinstance(summary, dict):
+                continue
+            for turn in summary.get("turns") or []:
+                if isinstance(turn, dict) and "aggregate_rate" in turn:
+                    turn["streams_sum_rate"] = turn.pop("aggregate_rate")
+                    turn["aggregate_rate"] = None
+            run = summary.get("run")
+            if isinstance(run, dict):
+                run.update(aggregate_rate=None, turn_aggregate_rate=None)
     return _upgrade_5(data)
 
 
@@ -507,6 +525,9 @@ def _upgrade_5(data: dict[str, Any]) -> dict[str, Any]:
 #       the fields of a newer minor instead of refusing the file. A major version: readers
 #       of 1 to 4 refuse every field they do not know, format_minor included; format-4
 #       files read as 4.0.
+#       With free or arrivals pacing the per-turn Σ of the streams' rates is
+#       TurnSummary.streams_sum_rate ("Σ streams tok/s †"), never the aggregate: the turns'
+#       and the run's aggregate figures are None there (older files' moved on load).
 _LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4, 5: _upgrade_5}
 
 

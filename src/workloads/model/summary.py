@@ -43,8 +43,10 @@ class TurnSummary(Frozen):
     valid: int
     invalid: int  # finished but not valid (wrong length or finish reason)
     errors: int  # status error or incomplete
-    aggregate_rate: BandSummary | None  # tok/s, Σ per-stream post-first rates, over full reps
-    wall_aggregate_rate: BandSummary | None
+    # tok/s, Σ per-stream post-first rates, over full reps; lock-step only (format 5 on):
+    # with free or arrivals pacing the Σ is in streams_sum_rate and this is None
+    aggregate_rate: BandSummary | None
+    wall_aggregate_rate: BandSummary | None  # tok/s, Σ tokens / the turn's span, over full reps
     per_user_rate: BandSummary | None  # tok/s, median over sessions, banded over reps
     ttft_s: BandSummary | None  # over every valid record of the turn (requests, not reps)
     prefill_rate: BandSummary | None  # prompt tokens / TTFT, over requests
@@ -64,12 +66,16 @@ class TurnSummary(Frozen):
     ttft_percentiles: Percentiles | None = None  # sent → first content chunk
     itl_percentiles: Percentiles | None = None  # every gap between content chunks
     e2e_percentiles: Percentiles | None = None  # sent → end of stream
+    # Format 5 (optional): with free or arrivals pacing, the Σ of aggregate_rate's definition
+    # over streams that need not overlap: it overstates throughput, so it is never called
+    # the aggregate ("Σ streams tok/s †"). None in lock-step.
+    streams_sum_rate: BandSummary | None = None
 
 
 class RunSummary(Frozen):
     """The run's headline: the aggregate (median over every (repetition, turn) whose streams
-    were all valid of the Σ of their post-first rates — the one meaning of "aggregate"), the
-    per-user median rate over every valid measured turn, and the wall aggregate."""
+    were all valid of the Σ of their post-first rates — the one meaning of "aggregate"; lock-step
+    only), the per-user median rate over every valid measured turn, and the wall throughput."""
 
     users: int
     measured_repetitions: int  # per cell (the most any cell measured)
@@ -80,7 +86,8 @@ class RunSummary(Frozen):
     warmup_records: int
     per_user_rate: float | None  # median over every valid measured record
     # Median of per-turn Σ over (repetition, turn)s with every stream valid; None when there
-    # is none, or when pooled over cells. (Before 2026-12-01: users × per-user median.)
+    # is none, when pooled over cells, or (format 5 on) with free or arrivals pacing: no
+    # aggregate where streams need not overlap. (Before 2026-12-01: users × per-user median.)
     aggregate_rate: float | None
     turn_aggregate_rate: BandSummary | None  # the per-turn aggregate medians, banded
     ttft_s: BandSummary | None  # over every valid measured request

@@ -19,7 +19,7 @@ from workloads.core.traces import observed_hit_rate
 from workloads.model.results import RunResult
 from workloads.model.scenario import Scenario, describe
 from workloads.model.summary import Percentiles, TurnSummary
-from workloads.report import agents
+from workloads.report import agents, rates
 from workloads.report.table import Block, Line, ReportTable
 from workloads.report.text import (
     NO_VALID,
@@ -63,30 +63,26 @@ def _effectiveness(t: TurnSummary) -> str:
     return f"{mark}{t.cache_effectiveness:.0%}"
 
 
-
-def _free(result: RunResult) -> bool:
-    return result.scenario.pacing.mode != "lockstep"  # free or arrivals: streams need not overlap
-
-
 def turn_table(result: RunResult) -> ReportTable:
     """Per-turn rates and latency. Rates: medians over measured repetitions (min–max); TTFT
     and prefill: medians over the measured requests (min–max)."""
-    free = _free(result)
+    figures = rates.turn_rates(result)  # the aggregate, or wall throughput first and a Σ †
+    summed_name = rates.STREAMS_SUM.label if rates.free_pacing(result) else "aggregate"
     users = result.summary.run.users
     table = ReportTable(
         "Per turn — rates: median over measured repetitions (min–max); TTFT and prefill: "
         "median over requests (min–max)",
-        ["turn", "Σ streams tok/s †" if free else "aggregate tok/s", "wall tok/s",
-         "per-user tok/s", "TTFT s", "prefill tok/s", "uncached tok/s", "valid"],
+        ["turn", *(f.label for f in figures), "TTFT s", "prefill tok/s", "uncached tok/s",
+         "valid"],
         name="turns",
     )
     notes = []
     partial = []
     for t in result.summary.turns:
         missing = NO_VALID if not t.valid else "—"
-        summed = format_band(t.aggregate_rate, missing=missing)
+        cells = [format_band(f.read(t), missing=missing) for f in figures]
         if t.partial_repetitions:
-            summed += " *"
+            cells = [c + " *" if f.summed else c for f, c in zip(figures, cells, strict=True)]
             partial.append(t)
             notes.append(
                 f"turn {t.turn}: {plural(t.partial_repetitions, 'repetition')} of "
@@ -95,21 +91,14 @@ def turn_table(result: RunResult) -> ReportTable:
             )
         table.add_row(
             str(t.turn),
-            summed,
-            format_band(t.wall_aggregate_rate, missing=missing),
-            format_band(t.per_user_rate, missing=missing),
+            *cells,
             format_band(t.ttft_s, missing=missing),
             format_band(t.prefill_rate, 0, missing=missing, compact=True),
             format_band(t.uncached_prefill_rate, 0, compact=True,
                         missing=missing if not t.valid else NOT_REPORTED),
             f"{t.valid}/{t.records}",
         )
-    captions = []
-    if free:
-        captions.append(
-            f"† {result.scenario.pacing.mode} pacing: a turn's streams need not overlap in "
-            "time, so their Σ overstates throughput; wall tok/s = Σ tokens / the turn's span"
-        )
+    captions = [note] if (note := rates.dagger_note(result)) else []
     if len(notes) > 3:  # one line, not one clause per turn
         low = min(t.streams.low for t in partial if t.streams) if partial else 0
         why = " (sessions that played fewer steps, or failed turns)" \
@@ -120,7 +109,7 @@ def turn_table(result: RunResult) -> ReportTable:
         ]
     if notes:
         captions.append(
-            "* left out of aggregate and wall tok/s (a Σ over fewer streams is not the same "
+            f"* left out of {summed_name} and wall tok/s (a Σ over fewer streams is not the same "
             "figure): " + "; ".join(notes)
         )
     table.notes.extend(captions)
@@ -213,7 +202,7 @@ def run_line(result: RunResult) -> str:
     streams' post-first rates), the per-user median and the wall throughput. No headline from
     repetitions whose streams were not all valid: it says why instead (survivors decode
     faster, so such a figure reads high). With free pacing the streams need not overlap, so
-    the per-user median and the wall throughput."""
+    no aggregate: the wall throughput, then the per-user median."""
     r = result.summary.run
     if r.per_user_rate is None:
         return f"no valid measured turns ({r.errors} failed, {r.invalid} invalid)"
@@ -226,7 +215,9 @@ def run_line(result: RunResult) -> str:
             f"valid ({plural(r.partial_turns, 'partial turn')}; a figure from the survivors "
             f"would read high) · {valid}"
         )
-    if _free(result) or r.aggregate_rate is None:
+    if rates.free_pacing(result):  # no aggregate: the wall throughput leads
+        head = f"{wall} · per-user median {num(r.per_user_rate)} tok/s"
+    elif r.aggregate_rate is None:
         head = f"per-user median {num(r.per_user_rate)} tok/s; {wall}"
     else:
         left_out = f", {r.partial_turns} partial left out" if r.partial_turns else ""
@@ -249,7 +240,9 @@ def sweep_table(result: RunResult) -> ReportTable:
     concurrent = any(c.concurrency > 1 for c in cells)
     names = ["C", "prior target", "configured prompt", "actual prompt", "median tok/s",
              "range"]
-    names += ["aggregate tok/s"] if concurrent else []
+    # No aggregate where streams need not overlap: the wall throughput (per repetition).
+    free = rates.free_pacing(result)
+    names += [(rates.WALL if free else rates.AGGREGATE).label] if concurrent else []
     names += ["TTFT s", "requests/s", "valid"]
     table = ReportTable(
         "Per cell — turn-1 prompt tokens; generation rate over valid measured turns",
@@ -267,7 +260,8 @@ def sweep_table(result: RunResult) -> ReportTable:
             num(rate.median if rate else None),
             f"{num(rate.low)}–{num(rate.high)}" if rate else "—",
         ]
-        row += [num(run.aggregate_rate)] if concurrent else []
+        wall = run.wall_aggregate_rate.median if run.wall_aggregate_rate else None
+        row += [num(wall if free else run.aggregate_rate)] if concurrent else []
         row += [num(run.ttft_s.median if run.ttft_s else None, 2),
                 num(run.request_rate.median if run.request_rate else None),
                 f"{run.valid}/{run.records}"]

@@ -1,7 +1,12 @@
 """The report in other forms, for ``show DIR --format text|md|json|csv|html``: the same
 blocks the console draws (:func:`workloads.report.console.blocks`), as plain text, GitHub
 Markdown, the result's JSON, one CSV row per (cell, turn) of raw figures, or the
-self-contained HTML page (:mod:`workloads.report.html`). Pure: strings out."""
+self-contained HTML page (:mod:`workloads.report.html`). Pure: strings out.
+
+The CSV's throughput columns are the console's, in its order and under its names
+(:mod:`workloads.report.rates`): ``aggregate_tok_s``, ``wall_tok_s``, ``per_user_tok_s`` in
+lock-step; ``wall_tok_s``, ``streams_sum_tok_s`` (the console's "Σ streams tok/s †"),
+``per_user_tok_s`` with free or arrivals pacing, which has no aggregate."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from workloads.model.results import RunResult
 from workloads.model.scenario import nominal
 from workloads.model.summary import BandSummary, KindSummary, Percentiles, TurnSummary
 from workloads.report import console as report
+from workloads.report import rates
 from workloads.report.table import Line, Pairs, ReportTable, markdown
 
 __all__ = ["FORMATS", "csv_text", "export", "markdown_text", "plain_text"]
@@ -69,14 +75,17 @@ def _pct(prefix: str, p: Percentiles | None) -> dict[str, float | None]:
     }
 
 
-def _turn_row(cell: int, concurrency: int, prior: int, t: TurnSummary) -> dict[str, object]:
+def _turn_row(
+    cell: int, concurrency: int, prior: int, t: TurnSummary, figures: list[rates.Rate]
+) -> dict[str, object]:
+    throughput: dict[str, float | None] = {}
+    for f in figures:
+        throughput.update(_band(f.key, f.read(t)))
     return {
         "cell": cell, "concurrency": concurrency, "prior_tokens": prior, "turn": t.turn,
         "configured_prompt_tokens": t.configured_prompt_tokens,
         "records": t.records, "valid": t.valid, "invalid": t.invalid, "errors": t.errors,
-        **_band("aggregate_tok_s", t.aggregate_rate),
-        **_band("wall_aggregate_tok_s", t.wall_aggregate_rate),
-        **_band("per_user_tok_s", t.per_user_rate),
+        **throughput,
         **_band("ttft_s", t.ttft_s),
         **_pct("ttft_s", t.ttft_percentiles),
         **_pct("itl_s", t.itl_percentiles),
@@ -113,18 +122,21 @@ def _kind_row(cell: int, concurrency: int, prior: int, k: KindSummary) -> dict[s
 def csv_text(result: RunResult) -> str:
     """One row per (cell, turn) of raw, unrounded figures: seconds, tokens, tok/s; with step
     kinds, then one row per (cell, step kind) (``turn`` empty, ``step_kind`` set). An empty
-    field is a figure that is not known (not reported, no valid turns), never 0."""
+    field is a figure that is not known (not reported, no valid turns), never 0. The
+    throughput columns follow the console's (see the module's doc)."""
+    figures = rates.turn_rates(result)
     rows: list[dict[str, object]] = []
     kinds: list[dict[str, object]] = []
     if result.cells is not None:
         for c in result.cells:
-            rows += [_turn_row(c.cell, c.concurrency, c.prior_tokens, t)
+            rows += [_turn_row(c.cell, c.concurrency, c.prior_tokens, t, figures)
                      for t in c.summary.turns]
             kinds += [_kind_row(c.cell, c.concurrency, c.prior_tokens, k)
                       for k in c.summary.kinds or ()]
     else:
         s = result.scenario
-        rows += [_turn_row(0, s.users, nominal(s.opening_tokens), t) for t in result.summary.turns]
+        rows += [_turn_row(0, s.users, nominal(s.opening_tokens), t, figures)
+                 for t in result.summary.turns]
         kinds += [_kind_row(0, s.users, nominal(s.opening_tokens), k)
                   for k in result.summary.kinds or ()]
     if not result.scenario.sizes_vary:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from workloads.model.results import RunResult
 from workloads.report import console as report
+from workloads.report import rates
 from workloads.report.table import Line, Pairs, ReportTable
 
 __all__ = ["REPORT_FILE", "html_report", "write_html"]
@@ -48,7 +49,6 @@ figcaption { color: #4a5263; font-size: 0.92em; }
 """
 
 _CAPTIONS = {
-    "rates.png": "Generation rates: median with min–max bars.",
     "ttft.png": "Time to first token of every measured request (jittered), with the median.",
     "timeline.png": "Every measured request from send to first token to last token, one row "
                     "per session.",
@@ -120,6 +120,16 @@ def _provenance(result: RunResult) -> str:
     return f'<dl class="provenance">{rows}</dl>'
 
 
+def _rates_caption(result: RunResult) -> str:
+    """rates.png's caption, naming its panels as the per-turn table does."""
+    if result.cells is not None:
+        return "Generation rates per cell: median with min–max bars."
+    names = ", ".join(f.label for f in rates.turn_rates(result))
+    note = rates.dagger_note(result)
+    return (f"Per-turn rates, the table's columns ({names}): median with min–max bars."
+            + (f" {note}." if note else ""))
+
+
 def _figures(result: RunResult) -> str:
     from workloads.report import plots
 
@@ -129,7 +139,7 @@ def _figures(result: RunResult) -> str:
     out = ['<h2 id="plots">Plots</h2>']
     for name, png in plots.figures(result):
         data = base64.b64encode(png).decode("ascii")
-        caption = _CAPTIONS.get(name, name)
+        caption = _rates_caption(result) if name == "rates.png" else _CAPTIONS.get(name, name)
         out.append(f'<figure><img alt="{_e(name)}" src="data:image/png;base64,{data}">'
                    f"<figcaption>{_e(caption)}</figcaption></figure>")
     return "".join(out)

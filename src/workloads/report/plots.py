@@ -4,11 +4,14 @@ library writes them where asked and returns their paths; it never shows a window
 Size: past 400 lines: one function per figure below, each short; they share the axis,
 band and jitter helpers, and change together when the report's figures do.
 
-* ``rates.png`` — per turn: aggregate rate and per-user rate, median with min–max bands; for
-  a sweep, per cell instead (never pooled over cells), to scale: depth on a log2 axis of
-  prompt tokens, concurrency on a linear one: the aggregate (per repetition, the median over
-  its turns of the Σ of every stream's post-first rate; left out when every cell is C1, where
-  it equals the per-stream rate) and the post-first rate of every valid turn;
+* ``rates.png`` — per turn: the console's rate columns, one panel each, under its names
+  (:mod:`workloads.report.rates`): aggregate, wall and per-user in lock-step; wall, the
+  Σ streams † (with its footnote) and per-user with free or arrivals pacing; median with
+  min–max bands. For a sweep, per cell instead (never pooled over cells), to scale: depth on
+  a log2 axis of prompt tokens, concurrency on a linear one: the aggregate (per repetition,
+  the median over its turns of the Σ of every stream's post-first rate; with free or
+  arrivals pacing the wall throughput instead, Σ tokens / the repetition's span; left out
+  when every cell is C1) and the post-first rate of every valid turn;
 * ``ttft.png`` — per turn (per cell for a sweep): every valid measured request's TTFT,
   jittered, with the median;
 * ``prefill.png`` — prefill rate (prompt / TTFT, and uncached) of every valid measured
@@ -41,6 +44,7 @@ from workloads.core import aggregate, stats
 from workloads.model.records import TurnRecord
 from workloads.model.results import CellSummary, RunResult
 from workloads.model.summary import BandSummary
+from workloads.report import rates
 
 __all__ = ["TimelineBar", "available", "figures", "timeline_bars", "write_plots"]
 
@@ -160,13 +164,17 @@ _COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:
 _SESSION_COLORS = [*_COLORS, "tab:pink", "tab:gray", "tab:olive", "tab:cyan"]
 
 
-def _sweep_rates(result: RunResult, path: Path | IO[bytes]) -> None:
+def _sweep_rates(result: RunResult) -> Any:
     plt = _pyplot()
     cells = result.cells or []
     axis = _Axis(result)
     concurrent = any(c.concurrency > 1 for c in cells)
+    # As the sweep table: no aggregate where streams need not overlap, the wall throughput.
     # At C1 the aggregate is the per-stream rate: one panel, not the same one twice.
-    panels = [("aggregate", "aggregate tok/s (Σ of the streams' rates, per repetition)")]
+    free = rates.free_pacing(result)
+    panels = [("wall", f"{rates.WALL.label} (Σ tokens / span, per repetition)") if free
+              else ("aggregate", f"{rates.AGGREGATE.label} (Σ of the streams' rates, per "
+                                 "repetition)")]
     panels = (panels if concurrent else []) + [
         ("stream", "per-stream tok/s (every valid measured turn)")]
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels) + 0.5, 4.2),
@@ -181,6 +189,8 @@ def _sweep_rates(result: RunResult, path: Path | IO[bytes]) -> None:
                 if kind == "aggregate":
                     reps = aggregate.repetitions(mine, users=c.concurrency)
                     bands.append(stats.band(f.aggregate_rate for f in reps))
+                elif kind == "wall":
+                    bands.append(c.summary.run.wall_aggregate_rate)
                 else:
                     bands.append(aggregate.generation_rate(mine) if mine else c.generation_rate)
             order = sorted(range(len(xs)), key=xs.__getitem__)
@@ -192,31 +202,38 @@ def _sweep_rates(result: RunResult, path: Path | IO[bytes]) -> None:
             ax.legend(fontsize=8, loc="lower left")
     fig.suptitle(_title(result) + "\nper cell: median, band and whiskers = min–max",
                  fontsize=10)
-    fig.savefig(path, dpi=110, format="png")
-    plt.close(fig)
+    return fig
 
 
-def _rates(result: RunResult, path: Path | IO[bytes]) -> None:
+def _rates_figure(result: RunResult) -> Any:
+    """rates.png's matplotlib figure (the caller saves and closes it)."""
     if result.cells is not None:
-        _sweep_rates(result, path)
-        return
+        return _sweep_rates(result)
     plt = _pyplot()
     turns = result.summary.turns
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
-    for ax, attr, label in (
-        (axes[0], "aggregate_rate", "aggregate tok/s (Σ per-stream rates)"),
-        (axes[1], "per_user_rate", "per-user tok/s (median over sessions)"),
-    ):
+    figures = rates.turn_rates(result)  # the console's columns, in its order
+    fig, axes = plt.subplots(1, len(figures), figsize=(4.6 * len(figures) + 0.5, 4),
+                             constrained_layout=True, squeeze=False)
+    for ax, f in zip(axes[0], figures, strict=True):
         xs = [t.turn for t in turns]
-        _bands(ax, [float(x) for x in xs], [getattr(t, attr) for t in turns], label)
+        ax.set_ylabel(f.label)  # also on a panel with nothing to draw
+        _bands(ax, [float(x) for x in xs], [f.read(t) for t in turns], f.label)
+        ax.set_title(f.meaning, fontsize=9)
         ax.set_xlabel("turn")
         ax.set_xticks(xs)
         if xs:
             ax.set_xlim(xs[0] - 0.5, xs[-1] + 0.5)
     fig.suptitle(_title(result) + "\nmedian over measured repetitions, band and whiskers = "
                  "min–max", fontsize=10)
+    if (note := rates.dagger_note(result)) is not None:
+        fig.supxlabel(note, fontsize=8)  # the † figure's footnote, as under the console table
+    return fig
+
+
+def _rates(result: RunResult, path: Path | IO[bytes]) -> None:
+    fig = _rates_figure(result)
     fig.savefig(path, dpi=110, format="png")
-    plt.close(fig)
+    _pyplot().close(fig)
 
 
 def _jitter(n: int, spread: float) -> list[float]:

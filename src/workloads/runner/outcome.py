@@ -145,6 +145,7 @@ def _sizing(m: Measured) -> Sizing:
 def build_result(m: Measured, *, complete: bool) -> RunResult:
     """The RunResult of what ``m`` holds; ``complete`` False marks an interrupted run."""
     s = m.scenario
+    lockstep = s.pacing.mode == "lockstep"  # else no aggregate: streams need not overlap
     cells = None
     if s.swept:
         cells = [
@@ -152,7 +153,7 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
                 **cell_coordinates(s, cell),
                 window=m.windows.get(cell.index, Window()),
                 cache_what_if=_what_if(m, cell.index),
-                **aggregate.cell_figures(mine, users=cell.concurrency),
+                **aggregate.cell_figures(mine, users=cell.concurrency, lockstep=lockstep),
             )
             for cell in m.cells
             if (mine := [r for r in m.records if r.cell == cell.index])
@@ -169,7 +170,7 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
         nonces=m.nonces,
         window=m.windows.get(0, Window()) if not s.swept else window(m.window_start,
                                                                        m.window_end),
-        summary=aggregate.summarize(m.records, users=s.users),
+        summary=aggregate.summarize(m.records, users=s.users, lockstep=lockstep),
         cells=cells,
         cache_what_if=None if s.swept else _what_if(m, 0),
         sizing=_sizing(m),
