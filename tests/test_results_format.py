@@ -125,3 +125,24 @@ def test_runs_from_before_quiet_sizing_read_as_sized_exactly_inside_their_window
         assert workloads.load_result(DATA / name).scenario.sizing_during_window == expected
     found = read_records_file(DATA / "v2-small" / "records.jsonl")
     assert found.header is not None and found.header.scenario.sizing_during_window == "exact"
+
+
+def test_a_format_5_replay_keeps_its_cache_state_and_older_results_have_none(tmp_path,
+                                                                            capsys):
+    replay = workloads.load_result(DATA / "v5-replay").replay
+    assert replay is not None and replay.recorded == "runs/a" and replay.cache == "warm"
+    assert replay.turn1 is not None and replay.recorded_turn1 is not None
+    assert replay.turn1.prompt_tokens == replay.recorded_turn1.prompt_tokens
+    assert all(workloads.load_result(DATA / name).replay is None for name in STORED
+               if json.loads((DATA / name / "result.json").read_text())["format_version"] < 5)
+    # A replay killed before result.json: its header names the recorded run, and the cache
+    # state is judged again from the records.
+    killed = tmp_path / "killed"
+    shutil.copytree(DATA / "v5-replay", killed)
+    (killed / "result.json").unlink()
+    rebuilt = workloads.load_result(killed)
+    assert rebuilt.replay is not None and rebuilt.replay.turn1 is None
+    capsys.readouterr()
+    assert main(["show", str(killed)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "replay of runs/a [recorded] on a WARM CACHE: turn 1 cached 672 of 700" in out

@@ -37,6 +37,7 @@ from workloads.model.figures import EnergyFigures, ServerTelemetry
 from workloads.model.gate import GateResult
 from workloads.model.likelihood import Likelihood
 from workloads.model.records import TurnRecord
+from workloads.model.replay import Replay
 from workloads.model.scenario import Cell, Scenario
 from workloads.model.summary import BandSummary, ConcurrencySummary, RunSummary, Summary
 from workloads.model.whatif import WhatIfTurn
@@ -54,7 +55,7 @@ __all__ = [
     "read_records_file",
 ]
 
-FORMAT_VERSION = 4  # of result.json and records.jsonl together; history above load_result
+FORMAT_VERSION = 5  # of result.json and records.jsonl together; history above load_result
 RESULT_FILE = "result.json"
 RECORDS_FILE = "records.jsonl"
 
@@ -221,6 +222,7 @@ class RunResult(Frozen):
     invalid_reason: str | None = None
     likelihood: Likelihood | None = None  # the likelihood probe (None: not run)
     trace: TraceReplay | None = None  # run --trace: the trace replayed (format 4, optional)
+    replay: Replay | None = None  # run --replay: the run re-sent, its cache (format 5)
 
     def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
         """Write ``result.json`` into ``directory`` (and records.jsonl, with its header, if
@@ -270,6 +272,7 @@ class RunHeader(Frozen):
     corpus: dict[str, str]
     environment: dict[str, str] = Field(default_factory=dict)
     trace: TraceReplay | None = None  # run --trace (its observed hit rate is not known yet)
+    replay: Replay | None = None  # run --replay (this run's turn 1 is not known yet)
 
 
 def header_line(header: RunHeader) -> str:
@@ -380,6 +383,11 @@ def _upgrade_3(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _upgrade_4(data: dict[str, Any]) -> dict[str, Any]:
+    """Format 4 → 5: RunResult.replay is optional (an older replay does not say so)."""
+    return _upgrade_5(data)
+
+
+def _upgrade_5(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
@@ -403,7 +411,11 @@ def _upgrade_4(data: dict[str, Any]) -> dict[str, Any]:
 #       Summary.cache_cliff (optional); per-turn summaries count the users' own sessions
 #       only (recomputed by show). TargetInfo.insecure (TLS not verified, --insecure;
 #       optional, False) and the environment's "proxy" and "tls" entries (no credentials).
-_LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4}
+#   5 — 2026-12-02: RunResult.replay and RunHeader.replay (run --replay: the recorded run,
+#       turn 1's cached tokens in both runs, the cache state "warm" or "cold"; optional); a
+#       replay's records count the whole prompt as shareable (shareable_tokens =
+#       prompt_tokens: the recorded run sent it), so its cache effectiveness is ≤ 100 %.
+_LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4, 5: _upgrade_5}
 
 
 def load_result(path: str | Path) -> RunResult:

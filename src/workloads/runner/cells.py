@@ -107,6 +107,7 @@ class Run:
             note=note,
             likelihood=likelihood,
             trace=trace,
+            replay=replay.replay() if replay is not None else None,
         )
         self.monitor = ClientMonitor()  # the client watches itself: loop lag, CPU share
         self.players: Players = LocalPlayers(
@@ -177,6 +178,7 @@ class Run:
         return RunHeader(
             label=m.label, note=m.note, scenario=m.scenario, target=m.target,
             corpus=corpus_info(m.corpus), environment=m.environment, trace=m.trace,
+            replay=m.replay,
         )
 
     async def _cell(self, cell: Cell) -> None:
