@@ -165,7 +165,7 @@ def test_turns_are_paired_by_number_not_position():
     result = compare(a, b, force=True)
     turns = {m.name: m for m in result.metrics if m.name.startswith("turn ")}
     assert turns["turn 1 aggregate"].b is None
-    assert turns["turn 1 aggregate"].verdict == "not reported by B, n = 3/0"
+    assert turns["turn 1 aggregate"].verdict == "no value from B, n = 3/0"
     assert turns["turn 2 aggregate"].outcome == "not significant"
 
 

@@ -183,3 +183,19 @@ def test_a_replay_on_the_target_that_recorded_it_says_its_cache_is_warm(tmp_path
     out = " ".join(capsys.readouterr().out.split())
     assert "A = recorded, B = warm · matched prompts, warm cache · byte-identical" in out
     assert "warm cache: B is a replay on a warm cache: turn 1 cached" in out
+
+
+def test_a_cold_sampled_replay_is_not_said_to_lose_its_replies_to_retokenizing(tmp_path):
+    # Its whole prompts are shareable, and a fresh target has seen none of the recorded
+    # replies: shareable − cached is a reply and more per turn, which is not the re-tokenized
+    # sampled reply the sizing warning is about.
+    sampled = [x for x in SMALL if x not in ("--set", "sampling.temperature=0")]
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(sampled)
+    assert scenario.sampling.temperature
+    workloads.run(scenario, out_dir=tmp_path / "a")
+    cold = workloads.run(scenario, out_dir=tmp_path / "cold", replay=tmp_path / "a")
+    assert cold.replay is not None and cold.replay.cache == "cold"
+    gaps = [(r.shareable_tokens or 0) - (r.cached_tokens or 0) for r in cold.records
+            if r.valid and r.turn > 1 and not r.warmup]
+    assert gaps and min(gaps) > 24  # more than a reply went uncached, every turn
+    assert not any("reads low by about one reply" in w for w in cold.warnings)

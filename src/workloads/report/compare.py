@@ -145,7 +145,8 @@ class MetricComparison:
     @property
     def outcome(self) -> Outcome:
         """The verdict alone: "better", "worse", "not significant", "too few repetitions",
-        "not reported" or "no verdict" (an invalid or incomplete arm, not forced)."""
+        "not reported" (an arm has no value) or "no verdict" (an invalid or incomplete arm,
+        not forced)."""
         if self.a is None or self.b is None:
             return "not reported"
         if self.withheld:
@@ -164,11 +165,11 @@ class MetricComparison:
         significant, n = 3/3" (a ratio of medians, without interval, under 3 a side)."""
         n = "n = {}/{}".format(*self.n)
         outcome = self.outcome
-        if outcome == "not reported":
+        if outcome == "not reported":  # no valid turn, nothing shareable, no counter
             where = "A" if self.a is None else "B"
             if self.a is None and self.b is None:
                 where = "either arm"
-            return f"not reported by {where}, {n}"
+            return f"no value from {where}, {n}"
         t = self.test
         ratio = self.ratio
         figure = (f"{t.ratio:.2f}x [{t.low:.2f}-{t.high:.2f}]" if t is not None

@@ -187,7 +187,8 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
                         "private CA")
     warnings += health_warnings(m.client)
     if m.trace is None:  # a trace's prompts are its blocks, not sized depths
-        warnings += sizing_warnings(m.records, result.sizing or _sizing(m), s)
+        warnings += sizing_warnings(m.records, result.sizing or _sizing(m), s,
+                                    replayed=m.replay is not None)
     gate, invalid = _gate(m)
     warnings += _degenerate_warning(m.records)
     hosts = {r.host for r in m.records if r.host is not None}
