@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import workloads
-from workloads.cli import main
+from workloads.cli import EXIT_INVALID_RUN, main
 from workloads.core.aggregate import repetitions, summarize, turn_repetitions
-from workloads.report.compare import compare
+from workloads.report.compare import compare, comparison_lines, comparison_table
 
 DATA = Path(__file__).parent / "data"
 
@@ -44,7 +44,7 @@ def test_byte_identical_prompts_are_matched_and_an_arm_is_not_significant_agains
     result = compare(a, a)
     assert result.match == "matched" and result.prompt_delta_tokens == 0
     assert result.hashed_prompts == 2 * 2 * 3
-    assert result.metrics and all(m.verdict == "not significant" for m in result.metrics)
+    assert result.metrics and all(m.outcome == "not significant" for m in result.metrics)
     assert not any(m.significant for m in result.metrics)
 
 
@@ -114,7 +114,8 @@ def test_one_repetition_a_side_is_never_significant():
     result = compare(one, faster)
     per_user = next(m for m in result.metrics if m.name == "per-user median")
     assert per_user.ratio == pytest.approx(2.0)
-    assert not per_user.significant and per_user.verdict == "too few repetitions (n=1)"
+    assert not per_user.significant and per_user.outcome == "too few repetitions"
+    assert per_user.verdict == "2.00x, too few repetitions, n = 1/1"  # a ratio of medians
 
 
 def test_a_difference_below_the_minimum_effect_is_not_significant():
@@ -122,11 +123,11 @@ def test_a_difference_below_the_minimum_effect_is_not_significant():
     slightly = edit(a, lambda r: {"decode_tokens_per_s": (r.decode_tokens_per_s or 0) * 1.01})
     rows = [m for m in compare(a, slightly).metrics if "TTFT" not in m.name
             and "prefill" not in m.name and "cache" not in m.name]
-    assert rows and all(m.verdict == "not significant" for m in rows)
+    assert rows and all(m.outcome == "not significant" for m in rows)
     faster = edit(a, lambda r: {"decode_tokens_per_s": (r.decode_tokens_per_s or 0) * 1.5})
     aggregate = next(m for m in compare(a, faster).metrics if m.name == "aggregate")
     assert aggregate.significant and aggregate.verdict.startswith("1.50x [")
-    assert aggregate.verdict.endswith("(+50.0%) better")
+    assert aggregate.verdict.endswith("(+50.0%) better, n = 3/3")
 
 
 def test_opposite_per_turn_prompt_differences_do_not_cancel():
@@ -164,8 +165,8 @@ def test_turns_are_paired_by_number_not_position():
     result = compare(a, b, force=True)
     turns = {m.name: m for m in result.metrics if m.name.startswith("turn ")}
     assert turns["turn 1 aggregate"].b is None
-    assert turns["turn 1 aggregate"].verdict == "not reported"
-    assert turns["turn 2 aggregate"].verdict == "not significant"
+    assert turns["turn 1 aggregate"].verdict == "no value from B, n = 3/0"
+    assert turns["turn 2 aggregate"].outcome == "not significant"
 
 
 def test_compare_uses_the_reports_aggregate_the_median_turn_sum_of_each_repetition():
@@ -217,8 +218,8 @@ def test_stored_sweep_cells_are_summarized_apart():
     assert c1.n == c2.n == 2
 
 
-def test_two_same_configuration_simulator_runs_are_not_significant_on_every_row(tmp_path,
-                                                                                capsys):
+def test_two_same_configuration_simulator_runs_are_not_significant_on_every_row(
+        tmp_path, capsys, monkeypatch):
     # Two runs of one configuration, 3 repetitions each, must differ only by chance, which
     # the test must call "not significant". With the fast profile (2.5 ms steps) this shared
     # 2-core machine's load shifts a whole run by up to 8 % (seen: per-user 307 vs 326 tok/s
@@ -231,6 +232,7 @@ def test_two_same_configuration_simulator_runs_are_not_significant_on_every_row(
     for arm in ("a", "b"):
         assert main(["run", "five-user-coding", "--out", str(tmp_path / arm), *args]) == 0
     capsys.readouterr()
+    monkeypatch.setenv("COLUMNS", "200")  # one block: every row with its verdict
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
@@ -238,6 +240,7 @@ def test_two_same_configuration_simulator_runs_are_not_significant_on_every_row(
     rows = [line for line in lines[rule + 1:] if line.strip()]
     assert len(rows) >= 10
     assert all("not significant" in row for row in rows), out
+    assert all(row.endswith(", n = 3/3") for row in rows), out
 
 
 def test_the_declared_variable_under_test_may_differ_and_nothing_else(capsys):
@@ -286,3 +289,131 @@ def test_identity_and_correctness_are_judged_against_the_baseline():
     assert measured.compared == 12 and measured.identical == 6
     assert result.correctness == ("correctness: A 2/3, B 2/3 · B FAILS where A passed: "
                                   "arithmetic · B passes where A failed: recall")
+
+
+def test_an_incomplete_arm_is_named_and_gets_no_verdict_unless_forced(tmp_path, capsys):
+    # A run killed before it wrote result.json is rebuilt from records.jsonl: complete false,
+    # as a run stopped by SIGTERM saves it.
+    killed = tmp_path / "killed"
+    shutil.copytree(DATA / "v2-small", killed)
+    (killed / "result.json").unlink()
+    assert main(["compare", str(DATA / "v2-small"), str(killed)]) == EXIT_INVALID_RUN
+    out = capsys.readouterr().out
+    first = " ".join(out.splitlines()[0:3])
+    assert first.startswith("A = v2-small, B = v2-small · B is INCOMPLETE")
+    assert "no verdicts (B incomplete)" in out
+    assert "no verdict (B incomplete)" in out and "better" not in out and "worse" not in out
+    assert main(["compare", str(DATA / "v2-small"), str(killed), "--force"]) == 0
+    assert "forced: verdicts given although B is INCOMPLETE" in capsys.readouterr().out
+
+    a = load("v1-small-a")
+    faster = edit(a, lambda r: {"decode_tokens_per_s": (r.decode_tokens_per_s or 0) * 1.5})
+    stopped = faster.model_copy(update={"complete": False})
+    withheld = compare(a, stopped)
+    assert withheld.withheld and withheld.arms[0].startswith("B is INCOMPLETE")
+    aggregate = next(m for m in withheld.metrics if m.name == "aggregate")
+    assert aggregate.outcome == "no verdict" and not aggregate.verdict.endswith("better")
+    assert aggregate.verdict.startswith("1.50x [") and aggregate.verdict.endswith(
+        ", no verdict (B incomplete), n = 3/3")
+    forced = compare(a, stopped, force=True)
+    assert not forced.withheld
+    assert next(m for m in forced.metrics if m.name == "aggregate").outcome == "better"
+
+
+def test_a_sweep_with_a_declared_variable_pairs_its_cells_by_position():
+    sweep = load("v1-sweep")
+    deeper = sweep.model_copy(update={
+        "scenario": sweep.scenario.with_overrides(["opening_tokens=400"])})
+    with pytest.raises(workloads.IncomparableError, match="different cells"):
+        compare(sweep, deeper)  # by (concurrency, prior tokens): nothing in common
+    result = compare(sweep, deeper, variable="opening_tokens")
+    assert not result.forced_over and result.variable_values == ("300", "400")
+    names = [m.name for m in result.metrics]
+    assert "C1 · prior 300 vs prior 400 · aggregate" in names
+    assert "C2 · prior 300 vs prior 400 · turn 2 aggregate" in names
+    wider = sweep.model_copy(update={
+        "scenario": sweep.scenario.with_overrides(["concurrency=[1, 2, 4]"])})
+    with pytest.raises(workloads.IncomparableError, match="B only: C4 · prior 300"):
+        compare(sweep, wider, variable="concurrency")
+
+
+def test_free_paced_arms_lead_with_wall_throughput():
+    a = load("v1-small-a")
+    free = a.model_copy(update={"scenario": a.scenario.with_overrides(["pacing.mode=free"])})
+    result = compare(free, free)
+    names = [m.name for m in result.metrics]
+    assert names[:4] == ["wall throughput", "per-user median", "Σ streams †", "TTFT median"]
+    assert "turn 1 Σ streams †" in names and "aggregate" not in names
+    table = comparison_table(result)
+    assert any(note.startswith("† free or arrivals pacing") for note in table.notes)
+    lockstep = [m.name for m in compare(a, a).metrics]
+    assert lockstep[:3] == ["aggregate", "per-user median", "wall throughput"]
+
+
+def test_differing_server_fingerprints_and_simulator_profiles_are_listed():
+    a = load("v2-small")
+    assert a.target.simulator_profile is not None
+    profile = {**a.target.simulator_profile, "step_fixed_s": 0.02, "seed": 9}
+    server = a.target.server.model_copy(update={"system_fingerprint": "fp-other"})
+    b = a.model_copy(update={"target": a.target.model_copy(
+        update={"simulator_profile": profile, "server": server})})
+    result = compare(a, b)
+    assert result.targets == [
+        "server system_fingerprint: A 'workloads-sim-0.1.0-fast-d0b8787e' · B 'fp-other'",
+        f"simulator profiles differ: seed {a.target.simulator_profile['seed']!r} vs 9; "
+        f"step_fixed_s {a.target.simulator_profile['step_fixed_s']!r} vs 0.02",
+    ]
+    lines = [line.text for line in comparison_lines(result, "a", "b")]
+    assert any(line.startswith("targets differ: simulator profiles differ") for line in lines)
+    assert compare(a, a).targets == []
+
+
+SHORT_RUN = ["--set", "users=2", "--set", "turns=2", "--set", "opening_tokens=300",
+             "--set", "turn_tokens=50", "--set", "output_tokens=32",
+             "--set", "repetitions.measured=3", "--quiet", "--no-plots"]
+
+
+def test_an_invalid_arm_is_named_first_and_gets_no_speed_verdict_unless_forced(
+        tmp_path, capsys):
+    assert main(["run", "five-user-coding", "--out", str(tmp_path / "a"), *SHORT_RUN]) == 0
+    # B: the simulator corrupts every output, so its required gate fails (exit 5).
+    assert main(["run", "five-user-coding", "--out", str(tmp_path / "b"), *SHORT_RUN,
+                 "--gate", "required", "--sim", "faults.rate_corrupt=1"]) == EXIT_INVALID_RUN
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == EXIT_INVALID_RUN
+    out = capsys.readouterr().out
+    first = " ".join(out.split()).split(" · ", 2)
+    assert first[1].startswith("B is INVALID (the required correctness gate failed: arithmetic")
+    assert "no verdicts (B invalid)" in " ".join(out.split())
+    assert "simulator profiles differ: faults.rate_corrupt 0.0 vs 1.0" in " ".join(out.split())
+    table = out[out.index("B vs A [interval]"):]
+    assert "no verdict (B invalid)" in table
+    assert " better" not in table and " worse" not in table and "not significant" not in table
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--force"]) == 0
+    forced = " ".join(capsys.readouterr().out.split())
+    assert "forced: verdicts given although B is INVALID" in forced
+    assert "no verdict" not in forced
+
+
+def test_users_and_opening_tokens_can_be_the_variable_under_test(tmp_path, capsys):
+    for arm, extra in (("a", []), ("users", ["--set", "users=3"]),
+                       ("opening", ["--set", "opening_tokens=600"])):
+        assert main(["run", "five-user-coding", "--out", str(tmp_path / arm), *SHORT_RUN,
+                     "--gate", "off", *extra]) == 0
+    a, users, opening = (workloads.load_result(tmp_path / arm)
+                         for arm in ("a", "users", "opening"))
+    with pytest.raises(workloads.IncomparableError, match="users"):
+        compare(a, users)
+    result = compare(a, users, variable="users")
+    assert not result.forced_over and result.variable_values == ("2", "3")
+    assert result.match == "matched_with_tokenizer_delta"  # the same prompt sizes per turn
+    assert all(m.n == (3, 3) for m in result.metrics)  # every row tested, 3 a side
+    deeper = compare(a, opening, variable="opening_tokens")
+    assert deeper.match == "unmatched" and deeper.prompts_excused and not deeper.forced_over
+    assert deeper.prompt_delta_fraction > 0.5
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "opening"),
+                 "--variable", "opening_tokens"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "the prompts differ with the variable under test" in out
+    assert "variable under test: opening_tokens: A 300 · B 600" in out

@@ -18,6 +18,7 @@ from pydantic.json_schema import models_json_schema
 
 import workloads
 from workloads.cli import main
+from workloads.core.aggregate import summarized
 from workloads.model import records, results, summary
 from workloads.model.results import FORMAT_MINOR, FORMAT_VERSION, read_records_file
 
@@ -411,3 +412,24 @@ def test_a_format_4_free_pacing_sum_of_streams_loads_as_streams_sum_not_aggregat
     assert lockstep.summary.run.aggregate_rate is not None
     assert all(t.aggregate_rate is not None and t.streams_sum_rate is None
                for t in lockstep.summary.turns)
+
+
+def test_a_format_5_replay_keeps_its_cache_state_and_older_results_have_none(tmp_path,
+                                                                            capsys):
+    replay = workloads.load_result(DATA / "v5-replay").replay
+    assert replay is not None and replay.recorded == "runs/a" and replay.cache == "warm"
+    assert replay.turn1 is not None and replay.recorded_turn1 is not None
+    assert replay.turn1.prompt_tokens == replay.recorded_turn1.prompt_tokens
+    assert all(workloads.load_result(DATA / name).replay is None for name in STORED
+               if json.loads((DATA / name / "result.json").read_text())["format_version"] < 5)
+    # A replay killed before result.json: its header names the recorded run, and the cache
+    # state is judged again from the records.
+    killed = tmp_path / "killed"
+    shutil.copytree(DATA / "v5-replay", killed)
+    (killed / "result.json").unlink()
+    rebuilt = workloads.load_result(killed)
+    assert rebuilt.replay is not None and rebuilt.replay.turn1 is None
+    capsys.readouterr()
+    assert main(["show", str(killed)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "replay of runs/a [recorded] on a WARM CACHE: turn 1 cached 672 of 700" in out

@@ -34,7 +34,7 @@ def test_fewer_than_three_repetitions_a_side_give_no_test():
     assert ratio_test([1.0, None, 2.0, 0.0], [3.0, 4.0, 5.0]) is None  # unknown, non-positive
     row = MetricComparison("x", "", stats.band([1.0, 2.0]), stats.band([3.0, 4.0]), True,
                            (1.0, 2.0), (3.0, 4.0))
-    assert row.verdict == "too few repetitions (n=2)" and not row.significant
+    assert row.verdict == "2.33x, too few repetitions, n = 2/2" and not row.significant
 
 
 def test_identical_values_are_not_significant_and_exact_differences_are():
@@ -62,7 +62,7 @@ def test_same_configuration_rows_are_not_significant_at_least_95_percent_of_the_
     # conservative: 3.3 % here). The old rule, disjoint min-max ranges, erred 10 % at n = 3.
     rng = random.Random(20261201)
     rows = [_row(rng, n=3, cv=0.03, effect=1.0) for _ in range(4000)]
-    quiet = sum(m.verdict == "not significant" for m in rows) / len(rows)
+    quiet = sum(m.outcome == "not significant" for m in rows) / len(rows)
     assert quiet >= 0.95
 
 
@@ -71,7 +71,7 @@ def test_same_configuration_compares_are_quiet_on_every_row_at_least_95_percent_
     rng = random.Random(7)
     for n in (3, 5):
         compares = [_compare(rng, rows=16, n=n, cv=0.03) for _ in range(1000)]
-        quiet = sum(all(m.verdict == "not significant" for m in c) for c in compares)
+        quiet = sum(all(m.outcome == "not significant" for m in c) for c in compares)
         assert quiet / len(compares) >= 0.95
 
 
@@ -80,7 +80,7 @@ def test_a_real_20_percent_difference_is_found():
     # One row, 3 repetitions a side, 3 % noise: found nearly always.
     one = [_row(rng, n=3, cv=0.03, effect=1.2) for _ in range(1000)]
     assert sum(m.significant for m in one) / len(one) >= 0.95
-    assert all(m.verdict.endswith("better") for m in one if m.significant)
+    assert all(m.outcome == "better" for m in one if m.significant)
     # In a compare of 16 rows (4 of them differ) with 5 a side, as seed 001 ran.
     compares = [_compare(rng, rows=16, n=5, cv=0.03, effect=1.2, effect_rows=4)
                 for _ in range(500)]
@@ -91,6 +91,26 @@ def test_a_significant_verdict_prints_the_ratio_and_its_interval():
     row = MetricComparison("aggregate", "tok/s", stats.band([50.0, 52.6, 51.0]),
                            stats.band([71.9, 73.4, 72.6]), True, (50.0, 52.6, 51.0),
                            (71.9, 73.4, 72.6))
-    assert row.verdict == "1.42x [1.34-1.50] (+41.9%) better"
+    assert row.verdict == "1.42x [1.34-1.50] (+41.9%) better, n = 3/3"
     slower = MetricComparison("TTFT", "s", row.a, row.b, False, row.a_values, row.b_values)
-    assert slower.verdict.endswith("worse")
+    assert slower.verdict == "1.42x [1.34-1.50] (+41.9%) worse, n = 3/3"
+
+
+def test_a_row_that_is_not_significant_still_prints_its_ratio_interval_and_n():
+    # No effect and too little data must not read the same.
+    flat = MetricComparison("aggregate", "tok/s", stats.band([50.0, 52.0, 51.0]),
+                            stats.band([51.0, 50.0, 52.5]), True, (50.0, 52.0, 51.0),
+                            (51.0, 50.0, 52.5))
+    test = flat.test
+    assert test is not None and not flat.significant
+    assert flat.verdict == (f"{test.ratio:.2f}x [{test.low:.2f}-{test.high:.2f}], "
+                            "not significant, n = 3/3")
+    # The test calls it, the minimum effect does not: said so.
+    close = MetricComparison("aggregate", "tok/s", stats.band([100.0] * 3),
+                             stats.band([101.0] * 3), True, (100.0,) * 3, (101.0,) * 3)
+    assert close.verdict == "1.01x [1.01-1.01], not significant (under 2% apart), n = 3/3"
+    withheld = MetricComparison("aggregate", "tok/s", stats.band([50.0] * 3),
+                                stats.band([75.0] * 3), True, (50.0,) * 3, (75.0,) * 3,
+                                withheld="B invalid")
+    assert withheld.outcome == "no verdict" and withheld.significant
+    assert withheld.verdict == "1.50x [1.50-1.50], no verdict (B invalid), n = 3/3"

@@ -1,12 +1,16 @@
 """Transcripts beside records.jsonl: content-addressed, one line per turn, hashes in records;
-and run --replay, which re-sends them so compare can say matched."""
+and run --replay, which re-sends them so compare can say matched, and says whether the target
+still held the recorded prompts (a warm cache)."""
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 import workloads
 from workloads.cli import main
@@ -18,7 +22,10 @@ from workloads.model.transcripts import (
     read_transcripts,
     text_hash,
 )
+from workloads.report import console as report
 from workloads.report.compare import compare
+from workloads.report.verdicts import verdict_lines
+from workloads.servers.simulated import SimulatedServer
 
 SMALL = ["--set", "users=2", "--set", "turns=3", "--set", "opening_tokens=600",
          "--set", "turn_tokens=120", "--set", "output_tokens=24",
@@ -113,3 +120,82 @@ def test_replay_refuses_set_and_a_run_without_transcripts(tmp_path, capsys):
     assert main(["run", "--replay", str(tmp_path / "a"), "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "no transcripts" in err and err.count("\n") == 1
+
+
+@pytest.fixture
+def server() -> Iterator[SimulatedServer]:
+    with SimulatedServer() as running:
+        yield running
+
+
+def percentages(result: workloads.RunResult) -> list[float]:
+    """Every "N%" the console report prints."""
+    console = Console(width=200, record=True, color_system=None)
+    console.print(report.render(result))
+    return [float(x.replace(",", "")) for x in re.findall(r"([\d,.]+)%", console.export_text())]
+
+
+def test_a_replay_on_the_target_that_recorded_it_says_its_cache_is_warm(tmp_path, server,
+                                                                        capsys):
+    overrides = [x for x in SMALL if x != "--set"]
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(overrides)
+    recorded = workloads.run(scenario, server.target, out_dir=tmp_path / "a", label="recorded")
+    # Against the same server, which still holds the recorded prompts; then a fresh one.
+    warm = workloads.run(scenario, server.target, out_dir=tmp_path / "warm",
+                         replay=tmp_path / "a", label="warm")
+    cold = workloads.run(scenario, out_dir=tmp_path / "cold", replay=tmp_path / "a")
+    assert recorded.replay is None and warm.replay is not None and cold.replay is not None
+    assert warm.replay.cache == "warm" and cold.replay.cache == "cold"
+    before = warm.replay.recorded_turn1
+    assert before is not None and before == cold.replay.recorded_turn1
+    assert before.cached_tokens is not None and before.hit_rate is not None
+    assert before.hit_rate < 0.2  # fresh nonces: the recorded run computed its turn 1
+    assert warm.replay.turn1 is not None and warm.replay.turn1.hit_rate is not None
+    assert warm.replay.turn1.hit_rate > 0.9
+    assert workloads.load_result(tmp_path / "warm").replay == warm.replay  # the result says so
+    # The replay's shareable prefix is its whole prompt: no share above 100 %, warm or cold.
+    # (Worked out against this server's own history, turns 2 and 3 read 114 % and 112 %: the
+    # cache held the recorded turn's whole prompt, new content included.)
+    for result in (warm, cold):
+        valid = [r for r in result.records if r.valid]
+        assert valid and all(r.shareable_tokens == r.prompt_tokens and r.shareable_exact
+                             for r in valid)
+        assert all((r.cached_tokens or 0) <= (r.shareable_tokens or 0) for r in valid)
+        assert all(t.cache_effectiveness is not None and t.cache_effectiveness <= 1
+                   for t in result.summary.turns)
+        assert max(percentages(result)) <= 100
+    assert warm.summary.turns[0].cache_effectiveness > 0.9  # turn 1 found itself cached
+    # The report states it.
+    text = " ".join(" ".join(line for line, _ in verdict_lines(warm)).split())
+    assert "on a WARM CACHE: turn 1 cached" in text and "the recorded run's 0 of" in text
+    cold_line = verdict_lines(cold)[0][0]
+    assert cold_line.startswith(f"replay of {tmp_path / 'a'} [recorded] on a cold cache")
+    # compare marks the pair, unless the cache is the variable under test.
+    assert compare(recorded, warm).headline == "matched prompts, warm cache"
+    assert compare(recorded, cold).headline == "matched"
+    declared = compare(recorded, warm, variable="cache")
+    assert declared.headline == "matched" and not declared.forced_over
+    assert declared.variable_values is not None
+    assert declared.variable_values[0].startswith("as run (turn 1 cached ")
+    assert declared.variable_values[1].startswith("warm (turn 1 cached ")
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "warm")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "A = recorded, B = warm · matched prompts, warm cache · byte-identical" in out
+    assert "warm cache: B is a replay on a warm cache: turn 1 cached" in out
+
+
+def test_a_cold_sampled_replay_is_not_said_to_lose_its_replies_to_retokenizing(tmp_path):
+    # Its whole prompts are shareable, and a fresh target has seen none of the recorded
+    # replies: shareable − cached is a reply and more per turn, which is not the re-tokenized
+    # sampled reply the sizing warning is about.
+    sampled = [x for x in SMALL if x not in ("--set", "sampling.temperature=0")]
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(sampled)
+    assert scenario.sampling.temperature
+    workloads.run(scenario, out_dir=tmp_path / "a")
+    cold = workloads.run(scenario, out_dir=tmp_path / "cold", replay=tmp_path / "a")
+    assert cold.replay is not None and cold.replay.cache == "cold"
+    gaps = [(r.shareable_tokens or 0) - (r.cached_tokens or 0) for r in cold.records
+            if r.valid and r.turn > 1 and not r.warmup]
+    assert gaps and min(gaps) > 24  # more than a reply went uncached, every turn
+    assert not any("reads low by about one reply" in w for w in cold.warnings)

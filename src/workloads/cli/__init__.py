@@ -131,11 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("a", help="baseline result directory (A)")
     comp.add_argument("b", help="candidate result directory (B)")
     comp.add_argument("--force", action="store_true",
-                      help="compare even when scenario, model or prompt tokens differ")
+                      help="compare even when scenario, model or prompt tokens differ, and "
+                      "give verdicts for an invalid or incomplete arm (the output says so)")
     comp.add_argument("--variable", metavar="NAME",
-                      help="the variable under test: a scenario field (e.g. sampling, "
-                      "sampling.temperature), model, or any name such as a server flag; "
-                      "comparability is judged on everything else")
+                      help="the variable under test: any scenario field (e.g. users, "
+                      "opening_tokens, sampling.temperature; sweep cells are then paired "
+                      "by position), model, cache (a replay's warm prefix cache), or any "
+                      "name such as a server flag; comparability is judged on everything "
+                      "else")
     comp.add_argument("--min-effect", type=float, default=2.0, metavar="PERCENT",
                       help="smaller differences are never called significant (default: "
                       "%(default)s, same-host run-to-run drift)")

@@ -61,9 +61,9 @@ def completions(directory: str) -> Any:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-
+    from workloads.cli.common import EXIT_INVALID_RUN
     from workloads.core.load import load_result
-    from workloads.report.compare import compare, comparison_table
+    from workloads.report.compare import compare, comparison_lines, comparison_table
 
     a, b = load_result(args.a), load_result(args.b)
     result = compare(
@@ -71,29 +71,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         completions_a=completions(args.a), completions_b=completions(args.b),
     )
     console = make_console()
-    name_a = a.label or str(args.a)
-    name_b = b.label or str(args.b)
-    at = f" at {result.prompt_delta_at}" if result.prompt_delta_at else ""
-    if result.match == "matched":
-        delta = f"byte-identical prompts ({result.hashed_prompts:,} prompt hashes equal)"
-    else:
-        delta = (
-            f"median prompt tokens differ by at most {result.prompt_delta_tokens:+,.1f} of "
-            f"{result.prompt_tokens_a:,.1f} ({result.prompt_delta_fraction:.3%}){at}"
-            + (f"; not matched: {result.hash_note}" if result.hash_note else "")
-        )
-    console.print(f"A = {name_a}, B = {name_b} · {result.match} · {delta}")
-    if result.variable is not None:
-        values = (f": A {result.variable_values[0]} · B {result.variable_values[1]}"
-                  if result.variable_values else "")
-        console.print(f"variable under test: {result.variable}{values}")
-    for problem in result.forced_over:
-        console.print(f"forced: {problem}", style="yellow")
-    for line in (result.correctness, result.likelihood, *(i.line() for i in result.identity)):
-        if line:
-            console.print(line)
+    for line in comparison_lines(result, a.label or str(args.a), b.label or str(args.b)):
+        console.print(line)
     console.print(comparison_table(result, min_effect=args.min_effect / 100))
-    return 0
+    # An invalid or incomplete arm: the figures are printed, no verdict is given (exit 5).
+    return EXIT_INVALID_RUN if result.withheld else 0
 
 
 def cmd_probe(args: argparse.Namespace) -> int:

@@ -49,6 +49,7 @@ from workloads.model.figures import EnergyFigures, ServerTelemetry
 from workloads.model.gate import GateResult
 from workloads.model.likelihood import Likelihood
 from workloads.model.records import TurnRecord
+from workloads.model.replay import Replay
 from workloads.model.scenario import Cell, Scenario
 from workloads.model.summary import BandSummary, ConcurrencySummary, RunSummary, Summary
 from workloads.model.whatif import WhatIfTurn
@@ -240,6 +241,7 @@ class RunResult(Frozen):
     invalid_reason: str | None = None
     likelihood: Likelihood | None = None  # the likelihood probe (None: not run)
     trace: TraceReplay | None = None  # run --trace: the trace replayed (format 4, optional)
+    replay: Replay | None = None  # run --replay: the run re-sent, its cache (format 5)
 
     def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
         """Write ``result.json`` into ``directory`` (and records.jsonl, with its header, if
@@ -303,6 +305,7 @@ class RunHeader(Frozen):
     corpus: dict[str, str]
     environment: dict[str, str] = Field(default_factory=dict)
     trace: TraceReplay | None = None  # run --trace (its observed hit rate is not known yet)
+    replay: Replay | None = None  # run --replay (this run's turn 1 is not known yet)
 
 
 def header_line(header: RunHeader) -> str:
@@ -528,6 +531,10 @@ def _upgrade_5(data: dict[str, Any]) -> dict[str, Any]:
 #       With free or arrivals pacing the per-turn Σ of the streams' rates is
 #       TurnSummary.streams_sum_rate ("Σ streams tok/s †"), never the aggregate: the turns'
 #       and the run's aggregate figures are None there (older files' moved on load).
+#       RunResult.replay and RunHeader.replay (run --replay: the recorded run, turn 1's
+#       cached tokens in both runs, the cache state "warm" or "cold"; optional); a replay's
+#       records count the whole prompt as shareable (shareable_tokens = prompt_tokens: the
+#       recorded run sent it), so its cache effectiveness is ≤ 100 %.
 _LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4, 5: _upgrade_5}
 
 

@@ -1,9 +1,10 @@
-"""Compare two RunResults (A/B arms): refuse what is not comparable, and say "not
-significant" rather than print a ratio that is noise. Pure.
+"""Compare two RunResults (A/B arms): refuse what is not comparable, give no verdict for an
+arm that is invalid or incomplete, and say "not significant" rather than call a ratio that
+is noise. Pure.
 
-Size: past 400 lines: comparability (matching, the variable under test), the significance
-rows and the identity/correctness/likelihood lines all read the same two results and are
-judged together; splitting the identity lines out is the natural next cut.
+Size: past 400 lines: comparability (matching, the variable under test, cell pairing) and
+the significance rows read the same two results and are judged together; the arms' own
+lines live in :mod:`workloads.report.arms`, the outputs' in :mod:`workloads.report.identity`.
 
 Matching, as in the seed records' A/B classes, judged per (cell, turn):
 
@@ -14,30 +15,45 @@ Matching, as in the seed records' A/B classes, judged per (cell, turn):
   every measured record with usage, valid or not: a failure pattern is not a different
   workload) differs by at most 1 % per (cell, turn) (the largest delta is reported), but the
   prompts are not known to be byte-identical;
-* otherwise the arms did not run the same workload: :class:`IncomparableError` unless forced.
+* otherwise the arms did not run the same workload: :class:`IncomparableError` unless forced,
+  or unless the declared variable under test is what makes the prompts differ.
 
 The scenario (minus its name) and the model must also be equal unless forced (pyperf's
-``_CHECKED_METADATA`` idea), except the declared *variable under test* (``variable``: a
-scenario field such as ``sampling``, ``model``, or any name, e.g. a server flag, which is
-then only printed). A sweep is compared cell by cell, cells matched by (concurrency, prior
-tokens); arms with different cells are refused unless forced (then the common cells are
-compared).
+``_CHECKED_METADATA`` idea), except the declared *variable under test* (``variable``): any
+scenario field (dotted for a sub-field, ``sampling.temperature``), ``model``, ``cache`` (the
+target's prefix cache: a replay on a warm cache against a cold arm), or any other name, e.g.
+a server flag, which is then only printed. A field or the model that differs between the
+arms also excuses the prompt differences it makes (``opening_tokens``, or a different
+tokenizer's counts): they are printed, not refused. Without a variable a sweep is compared
+cell by cell, cells matched by (concurrency, prior tokens); with one, cells are paired by
+their position in the sweep (``--variable users`` pairs A's 2 users with B's 3). Unpaired
+cells are refused unless forced (then the paired cells are compared).
+
+The arms themselves (:mod:`workloads.report.arms`): an arm whose required gate failed
+(``invalid_reason``) or that was interrupted (``complete`` false) is named on the first line
+and no row gets a verdict unless forced (and then the output says so). A replay on a warm
+cache marks the pair "matched prompts, warm cache" unless the variable is ``cache``.
+Differing server identities and simulator profiles are listed.
 
 Significance (:func:`workloads.core.stats.ratio_test`): Welch's t on the logarithms of the
-per-repetition values, at least 3 repetitions a side ("too few repetitions" otherwise); the
-verdict prints the ratio of geometric means B/A with its interval, "1.40x [1.31-1.49]".
-Alpha 0.05 is family-wise over the rows of one comparison (Bonferroni: each of the m tested
-rows at 0.05 / m, and its interval at 1 − 0.05 / m): a compare tests a dozen rows or more,
-and at 0.05 each, two identical arms would get a chance verdict on some row about half the
-time (1 − 0.95^12 = 46 %). Bonferroni rather than Holm so that every printed interval is
-the test it stands for. A difference smaller than ``min_effect`` (2 % by default) is "not
-significant" whatever the test says: same-host re-runs of one configuration drift by about
-that much (seed 001 calls a ≤ 1.5 % effect "inert"), and repetitions inside one run do not
-see that drift, so the test alone would call it.
+per-repetition values, at least 3 repetitions a side ("too few repetitions" otherwise).
+Every row prints the ratio of geometric means B/A with its interval and the number of
+values per arm, significant or not — "1.03x [0.97-1.10], not significant, n = 3/3" — so
+that no effect and too little data do not read the same. Alpha 0.05 is family-wise over the
+rows of one comparison (Bonferroni: each of the m tested rows at 0.05 / m, and its interval
+at 1 − 0.05 / m): a compare tests a dozen rows or more, and at 0.05 each, two identical arms
+would get a chance verdict on some row about half the time (1 − 0.95^12 = 46 %). Bonferroni
+rather than Holm so that every printed interval is the test it stands for. A difference
+smaller than ``min_effect`` (2 % by default) is "not significant" whatever the test says:
+same-host re-runs of one configuration drift by about that much (seed 001 calls a ≤ 1.5 %
+effect "inert"), and repetitions inside one run do not see that drift, so the test alone
+would call it.
 
 The figures are the report's (:mod:`workloads.core.aggregate`): per repetition, the run
 figures of :func:`aggregate.repetitions`; per turn, each repetition's turn figures of
 :func:`aggregate.turn_repetitions` (aggregate, TTFT, prefill rate, cache effectiveness).
+With free or arrivals pacing a turn's streams need not overlap, so their Σ overstates
+throughput: such arms lead with wall throughput, and their Σ rows are "Σ streams †".
 """
 
 from __future__ import annotations
@@ -52,21 +68,31 @@ from typing import Literal
 from workloads.core import aggregate, stats
 from workloads.core.aggregate import RepetitionFigures, TurnRepetitionFigures
 from workloads.model.errors import IncomparableError
-from workloads.model.likelihood import Likelihood
 from workloads.model.records import TurnRecord
 from workloads.model.results import RunResult, Window
 from workloads.model.summary import BandSummary
-from workloads.report.table import ReportTable
+from workloads.report.arms import (
+    CACHE_VARIABLE,
+    arm_problems,
+    cache_notes,
+    cache_value,
+    target_differences,
+)
+from workloads.report.identity import Completions, Identity, correctness, identities, likelihood
+from workloads.report.table import Line, ReportTable
 from workloads.report.text import format_band
 
 __all__ = [
-    "Comparison", "Identity", "MetricComparison", "compare", "comparison_table", "correctness",
-    "familywise", "identities",
+    "Comparison", "MetricComparison", "compare", "comparison_lines", "comparison_table",
+    "familywise",
 ]
 
 MatchClass = Literal["matched", "matched_with_tokenizer_delta", "unmatched"]
+Outcome = Literal["better", "worse", "not significant", "too few repetitions", "not reported",
+                  "no verdict"]
 TOKENIZER_DELTA_LIMIT = 0.01
 MIN_EFFECT = 0.02  # smaller differences are not called significant (same-host drift)
+SUMMED = "Σ streams †"  # the aggregate's name where streams need not overlap (free pacing)
 
 Coordinate = tuple[int, int]  # (concurrency, prior tokens)
 
@@ -85,6 +111,7 @@ class MetricComparison:
     b_values: tuple[float, ...] = ()
     min_effect: float = MIN_EFFECT
     alpha: float = stats.ALPHA  # this row's share of the comparison's family-wise alpha
+    withheld: str | None = None  # why no verdict is given ("B invalid"); None: one is
 
     @functools.cached_property
     def test(self) -> stats.RatioTest | None:
@@ -111,21 +138,49 @@ class MetricComparison:
         return t is not None and t.significant and abs(t.ratio - 1) >= self.min_effect
 
     @property
-    def verdict(self) -> str:
+    def n(self) -> tuple[int, int]:
+        """Values per arm: the measured repetitions that have this figure (A, B)."""
+        return len(self.a_values), len(self.b_values)
+
+    @property
+    def outcome(self) -> Outcome:
+        """The verdict alone: "better", "worse", "not significant", "too few repetitions",
+        "not reported" (an arm has no value) or "no verdict" (an invalid or incomplete arm,
+        not forced)."""
         if self.a is None or self.b is None:
             return "not reported"
+        if self.withheld:
+            return "no verdict"
         t = self.test
         if t is None:
-            n = min(len(self.a_values), len(self.b_values)) if self.a_values or self.b_values \
-                else min(self.a.n, self.b.n)
-            return f"too few repetitions (n={n})"
+            return "too few repetitions"
         if not self.significant:
             return "not significant"
-        better = (t.ratio > 1) == self.higher_is_better
-        return (
-            f"{t.ratio:.2f}x [{t.low:.2f}-{t.high:.2f}] ({t.ratio - 1:+.1%}) "
-            f"{'better' if better else 'worse'}"
-        )
+        return "better" if (t.ratio > 1) == self.higher_is_better else "worse"
+
+    @property
+    def verdict(self) -> str:
+        """The row's last column: ratio, interval, verdict and n per arm, e.g.
+        "1.40x [1.31-1.49] (+40.0%) better, n = 3/3" or "1.03x [0.97-1.10], not
+        significant, n = 3/3" (a ratio of medians, without interval, under 3 a side)."""
+        n = "n = {}/{}".format(*self.n)
+        outcome = self.outcome
+        if outcome == "not reported":  # no valid turn, nothing shareable, no counter
+            where = "A" if self.a is None else "B"
+            if self.a is None and self.b is None:
+                where = "either arm"
+            return f"no value from {where}, {n}"
+        t = self.test
+        ratio = self.ratio
+        figure = (f"{t.ratio:.2f}x [{t.low:.2f}-{t.high:.2f}]" if t is not None
+                  else f"{ratio:.2f}x" if ratio is not None else "no ratio (A is 0)")
+        if t is not None and outcome in ("better", "worse"):
+            return f"{figure} ({t.ratio - 1:+.1%}) {outcome}, {n}"
+        if outcome == "no verdict":
+            return f"{figure}, no verdict ({self.withheld}), {n}"
+        if t is not None and outcome == "not significant" and t.significant:
+            return f"{figure}, not significant (under {self.min_effect:.0%} apart), {n}"
+        return f"{figure}, {outcome}, {n}"
 
 
 @dataclass(frozen=True)
@@ -146,153 +201,42 @@ class Comparison:
     identity: list[Identity] = field(default_factory=list)  # greedy byte-identity
     correctness: str | None = None  # the gates, B against A's own pass set
     likelihood: str | None = None  # the likelihood probes side by side
+    arms: list[str] = field(default_factory=list)  # "B is INVALID (…)": no verdicts
+    arm_tags: str = ""  # the same in short, "B invalid", for the rows
+    forced: bool = False  # --force: verdicts given anyway (forced_over says over what)
+    cache: list[str] = field(default_factory=list)  # a replay on a warm cache, per arm
+    targets: list[str] = field(default_factory=list)  # server identity, simulator profile
+    free: bool = False  # an arm's streams need not overlap: wall throughput leads
+    prompts_excused: bool = False  # the prompts differ by the variable under test
 
+    @property
+    def withheld(self) -> bool:
+        """No row has a verdict: an arm is invalid or incomplete and it was not forced."""
+        return bool(self.arms) and not self.forced
 
-@dataclass(frozen=True)
-class Identity:
-    """Greedy byte-identity of one kind of output between the arms."""
-
-    what: str  # "gate outputs", "measured completions"
-    compared: int
-    identical: int
-    first_difference: str | None = None  # where the first differing output first differs
-    note: str = ""  # why it was not compared, when compared is 0
-
-    def line(self) -> str:
-        """"identity of gate outputs: 12/12 byte-identical", or the differences."""
-        if not self.compared:
-            return f"identity of {self.what}: not compared ({self.note})"
-        head = f"identity of {self.what}: {self.identical}/{self.compared} byte-identical"
-        if self.identical == self.compared:
-            return head
-        where = f"; first difference at {self.first_difference}" if self.first_difference \
-            else ""
-        return f"{head}, {self.compared - self.identical} differ{where}"
-
-
-def _first_difference(x: str, y: str) -> int:
-    """The first character position at which ``x`` and ``y`` differ."""
-    for i, (p, q) in enumerate(zip(x, y, strict=False)):
-        if p != q:
-            return i
-    return min(len(x), len(y))
-
-
-def _greedy(result: RunResult) -> bool:
-    return result.scenario.sampling.temperature == 0
-
-
-Completions = dict[tuple[int, int, int, int], str | None]  # (cell, repetition, session, turn)
-
-
-def identities(
-    a: RunResult, b: RunResult, *, completions_a: Completions | None = None,
-    completions_b: Completions | None = None,
-) -> list[Identity]:
-    """Byte-identity of the gate outputs (always greedy) and, where both arms ran greedy, of
-    every measured completion, paired by (cell, measured repetition, session, turn). The first
-    differing position needs the texts (the runs' transcripts); hashes give the counts."""
-    out = []
-    if a.gate is not None and b.gate is not None:
-        ga = {(o.case, o.phase): o.output for o in a.gate.outputs if o.error_kind is None}
-        gb = {(o.case, o.phase): o.output for o in b.gate.outputs if o.error_kind is None}
-        common = sorted(ga.keys() & gb.keys())
-        differing = [k for k in common if ga[k] != gb[k]]
-        first = None
-        if differing:
-            k = differing[0]
-            first = f"{k[0]} ({k[1]}), character {_first_difference(ga[k], gb[k])}"
-        out.append(Identity("gate outputs", len(common), len(common) - len(differing), first,
-                            "" if common else "no gate case answered in both arms"))
-    else:
-        out.append(Identity("gate outputs", 0, 0, note="an arm ran without the gate"))
-    if not (_greedy(a) and _greedy(b)):
-        out.append(Identity("measured completions", 0, 0,
-                            note="an arm did not run greedy (sampling.temperature = 0)"))
-        return out
-
-    Key = tuple[int, int, int, int]
-
-    def keyed(result: RunResult) -> dict[Key, tuple[str, Key]]:
-        reps: dict[int, list[int]] = defaultdict(list)
-        for r in result.records:
-            if not r.warmup and r.repetition not in reps[r.cell]:
-                reps[r.cell].append(r.repetition)
-        return {
-            (r.cell, sorted(reps[r.cell]).index(r.repetition), r.session, r.turn):
-                (r.completion_sha256, (r.cell, r.repetition, r.session, r.turn))
-            for r in result.records if not r.warmup and r.completion_sha256 is not None
-        }
-
-    ka, kb = keyed(a), keyed(b)
-    paired = sorted(ka.keys() & kb.keys())
-    unequal = [k for k in paired if ka[k][0] != kb[k][0]]
-    where = None
-    if unequal:
-        key = unequal[0]
-        where = (f"cell {key[0]}, measured repetition {key[1] + 1}, session {key[2]}, "
-                 f"turn {key[3]}")
-        x = (completions_a or {}).get(ka[key][1])
-        y = (completions_b or {}).get(kb[key][1])
-        if x is not None and y is not None:
-            where += f", character {_first_difference(x, y)}"
-    out.append(Identity("measured completions", len(paired), len(paired) - len(unequal),
-                        where, "" if paired else "no completion hashes in both arms"))
-    return out
-
-
-def likelihood(a: RunResult, b: RunResult) -> str | None:
-    """The likelihood probes side by side (mean NLL of the same fixed text), as seed 000
-    compared MTP profiles; None when neither arm ran it."""
-    x, y = a.likelihood, b.likelihood
-    if x is None and y is None:
-        return None
-
-    def one(p: Likelihood | None) -> str:
-        if p is None:
-            return "not run"
-        if p.mean_nll is None:
-            return p.reason or "not measured"
-        return f"{p.mean_nll:.4f}"
-
-    line = f"likelihood (mean NLL of the fixed text): A {one(x)} · B {one(y)}"
-    if x is not None and y is not None and x.mean_nll is not None and y.mean_nll is not None:
-        line += f" · Δ {y.mean_nll - x.mean_nll:+.4f} over {y.tokens} tokens"
-        if x.tokens != y.tokens:
-            line += f" (A scored {x.tokens}: different tokenizers)"
-    return line
-
-
-def correctness(a: RunResult, b: RunResult) -> str | None:
-    """The gates side by side, judged against A's own pass set: a case A failed too is not
-    held against B (a weak model is judged honestly, not to an absolute bar)."""
-    if a.gate is None and b.gate is None:
-        return None
-    if a.gate is None or b.gate is None:
-        return "correctness: " + ("A" if a.gate is None else "B") + " ran without the gate"
-    pa, pb = set(a.gate.passed_cases), set(b.gate.passed_cases)
-    line = (f"correctness: A {len(pa)}/{len(a.gate.cases)}, B {len(pb)}/{len(b.gate.cases)}")
-    lost = [c for c in a.gate.cases if c in pa and c not in pb]
-    gained = [c for c in b.gate.cases if c in pb and c not in pa]
-    if lost:
-        line += " · B FAILS where A passed: " + ", ".join(lost)
-    if gained:
-        line += " · B passes where A failed: " + ", ".join(gained)
-    if not lost and not gained:
-        line += " · the same cases pass"
-    return line
+    @property
+    def headline(self) -> str:
+        """The match class, with "warm cache" when a replay arm found one."""
+        if not self.cache:
+            return self.match
+        return "matched prompts, warm cache" if self.match == "matched" \
+            else f"{self.match}, warm cache"
 
 
 @dataclass(frozen=True)
 class _Cell:
     index: int
-    users: int
+    coordinate: Coordinate
     records: list[TurnRecord]
     window: Window | None = None  # the cell's measured window (one per arm: not tested)
 
+    @property
+    def users(self) -> int:
+        return self.coordinate[0]
 
-def _cells(result: RunResult) -> dict[Coordinate, _Cell]:
-    """The result's cells by (concurrency, prior tokens), each with its measured records."""
+
+def _cells(result: RunResult) -> list[_Cell]:
+    """The result's cells in sweep order, each with its measured records."""
     by_cell: dict[int, list[TurnRecord]] = defaultdict(list)
     for r in result.records:
         if not r.warmup:
@@ -300,15 +244,45 @@ def _cells(result: RunResult) -> dict[Coordinate, _Cell]:
     windows = {c.cell: c.window for c in result.cells or []}
     if result.cells is None:
         windows[0] = result.window
-    return {
-        (c.concurrency, c.prior_tokens): _Cell(c.index, c.concurrency, by_cell.get(c.index, []),
-                                               windows.get(c.index))
+    return [
+        _Cell(c.index, (c.concurrency, c.prior_tokens), by_cell.get(c.index, []),
+              windows.get(c.index))
         for c in result.scenario.cells()
-    }
+    ]
 
 
-def _where(coordinate: Coordinate, swept: bool) -> str:
-    return f"C{coordinate[0]} · prior {coordinate[1]:,} · " if swept else ""
+def _coordinate(c: Coordinate) -> str:
+    return f"C{c[0]} · prior {c[1]:,}"
+
+
+def _pairs(cells_a: list[_Cell], cells_b: list[_Cell],
+           by_position: bool) -> tuple[list[tuple[_Cell, _Cell]], list[str]]:
+    """The cells to compare, paired by coordinate, or by position in the sweep (a variable
+    under test may move the coordinates); and what is left unpaired, per arm."""
+    if by_position:
+        pairs = list(zip(cells_a, cells_b, strict=False))
+        only_a, only_b = cells_a[len(pairs):], cells_b[len(pairs):]
+    else:
+        in_b = {c.coordinate: c for c in cells_b}
+        in_a = {c.coordinate for c in cells_a}
+        pairs = [(c, in_b[c.coordinate]) for c in cells_a if c.coordinate in in_b]
+        only_a = [c for c in cells_a if c.coordinate not in in_b]
+        only_b = [c for c in cells_b if c.coordinate not in in_a]
+    only = [f"{name} only: {', '.join(_coordinate(c.coordinate) for c in cells)}"
+            for name, cells in (("A", only_a), ("B", only_b)) if cells]
+    return pairs, only
+
+
+def _where(a: _Cell, b: _Cell, swept: bool) -> str:
+    """A row's cell prefix: "C2 · prior 300 · ", or "C2 vs C3 · prior 300 · " where the
+    paired cells differ; nothing when neither arm swept."""
+    if not swept:
+        return ""
+    parts = []
+    for form, x, y in (("C{:,}", a.coordinate[0], b.coordinate[0]),
+                       ("prior {:,}", a.coordinate[1], b.coordinate[1])):
+        parts.append(form.format(x) if x == y else f"{form.format(x)} vs {form.format(y)}")
+    return " · ".join(parts) + " · "
 
 
 def _prompt_medians(records: list[TurnRecord]) -> dict[int, float]:
@@ -348,9 +322,12 @@ def _scenario_differences(a: RunResult, b: RunResult, variable: str | None) -> l
 
 
 def _variable_values(a: RunResult, b: RunResult, variable: str) -> tuple[str, str] | None:
-    """A's and B's value of the variable when it names a scenario field or the model."""
+    """A's and B's value of the variable when it names a scenario field, the model or the
+    cache."""
     if variable == "model":
         return a.target.model, b.target.model
+    if variable == CACHE_VARIABLE:
+        return cache_value(a), cache_value(b)
 
     def get(result: RunResult) -> object:
         node: object = result.scenario.model_dump()
@@ -378,7 +355,8 @@ def _row(prefix: str, name: str, unit: str, higher: bool, xs: list[float | None]
     )
 
 
-def _run_metrics(prefix: str, a: _Cell, b: _Cell, min_effect: float) -> list[MetricComparison]:
+def _run_metrics(prefix: str, a: _Cell, b: _Cell, min_effect: float,
+                 free: bool) -> list[MetricComparison]:
     ra = aggregate.repetitions(a.records, users=a.users)
     rb = aggregate.repetitions(b.records, users=b.users)
 
@@ -387,12 +365,11 @@ def _run_metrics(prefix: str, a: _Cell, b: _Cell, min_effect: float) -> list[Met
         return _row(prefix, name, unit, higher, [get(f) for f in ra], [get(f) for f in rb],
                     min_effect)
 
-    metrics = [
-        row("aggregate", "tok/s", lambda f: f.aggregate_rate, True),
-        row("per-user median", "tok/s", lambda f: f.per_user_rate, True),
-        row("wall throughput", "tok/s", lambda f: f.wall_aggregate_rate, True),
-        row("TTFT median", "s", lambda f: f.ttft_s, False),
-    ]
+    summed = row(SUMMED if free else "aggregate", "tok/s", lambda f: f.aggregate_rate, True)
+    per_user = row("per-user median", "tok/s", lambda f: f.per_user_rate, True)
+    wall = row("wall throughput", "tok/s", lambda f: f.wall_aggregate_rate, True)
+    metrics = [wall, per_user, summed] if free else [summed, per_user, wall]
+    metrics.append(row("TTFT median", "s", lambda f: f.ttft_s, False))
     # Window figures: one value per arm (the whole measured window), so shown, never tested.
     window_rows: list[tuple[str, str, bool, Callable[[Window], float | None]]] = [
         ("spec acceptance (window)", "", True,
@@ -408,7 +385,7 @@ def _run_metrics(prefix: str, a: _Cell, b: _Cell, min_effect: float) -> list[Met
     ta = aggregate.turn_repetitions(a.records, users=a.users)
     tb = aggregate.turn_repetitions(b.records, users=b.users)
     per_turn: list[tuple[str, str, bool, Callable[[TurnRepetitionFigures], float | None]]] = [
-        ("aggregate", "tok/s", True, lambda f: f.aggregate_rate),
+        (SUMMED if free else "aggregate", "tok/s", True, lambda f: f.aggregate_rate),
         ("TTFT median", "s", False, lambda f: f.ttft_s),
         ("prefill rate", "tok/s", True, lambda f: f.prefill_rate),
         ("cache effectiveness", "", True, lambda f: f.cache_effectiveness),
@@ -416,10 +393,10 @@ def _run_metrics(prefix: str, a: _Cell, b: _Cell, min_effect: float) -> list[Met
     for turn in sorted({f.turn for f in ta} | {f.turn for f in tb}):
         xa = [f for f in ta if f.turn == turn]
         xb = [f for f in tb if f.turn == turn]
-        for name, unit, higher, get in per_turn:
+        for index, (name, unit, higher, get) in enumerate(per_turn):
             row_a = [get(f) for f in xa]
             row_b = [get(f) for f in xb]
-            if name != "aggregate" and not _values(row_a) and not _values(row_b):
+            if index and not _values(row_a) and not _values(row_b):
                 continue  # e.g. cache effectiveness where the server reports no cached tokens
             metrics.append(_row(prefix, f"turn {turn} {name}", unit, higher, row_a, row_b,
                                 min_effect))
@@ -474,23 +451,22 @@ def compare(
     problems = _scenario_differences(a, b, variable)
     if a.target.model != b.target.model and variable != "model":
         problems.append(f"model: {a.target.model!r} vs {b.target.model!r}")
-    cells_a, cells_b = _cells(a), _cells(b)
+    values = None if variable is None else _variable_values(a, b, variable)
+    # A field (or the model) that differs is meant to: the prompts may differ with it.
+    excuses = variable not in (None, CACHE_VARIABLE) and values is not None \
+        and values[0] != values[1]
     swept = a.scenario.swept or b.scenario.swept
-    common = [c for c in cells_a if c in cells_b]
-    only = [f"{name} only: {', '.join(_where(c, True).rstrip(' ·') for c in cells)}"
-            for name, cells in (("A", [c for c in cells_a if c not in cells_b]),
-                                ("B", [c for c in cells_b if c not in cells_a])) if cells]
+    pairs, only = _pairs(_cells(a), _cells(b), by_position=variable is not None)
     if only:
         problems.append("the arms have different cells (" + "; ".join(only) + ")")
 
     # Matching: per (cell, turn) median prompt tokens.
     largest = (0.0, 0.0, -1.0, "")  # delta, A's tokens, fraction, where
     missing: list[str] = []
-    for coordinate in common:
-        pa = _prompt_medians(cells_a[coordinate].records)
-        pb = _prompt_medians(cells_b[coordinate].records)
+    for ca, cb in pairs:
+        pa, pb = _prompt_medians(ca.records), _prompt_medians(cb.records)
         for turn in sorted(pa.keys() | pb.keys()):
-            where = f"{_where(coordinate, swept)}turn {turn}"
+            where = f"{_where(ca, cb, swept)}turn {turn}"
             if turn not in pa or turn not in pb:
                 missing.append(f"{where} ({'A' if turn not in pa else 'B'})")
                 continue
@@ -499,9 +475,9 @@ def compare(
             if fraction > largest[2]:
                 largest = (delta, pa[turn], fraction, where)
     hashed = differing = unhashed = 0
-    for coordinate in common:
-        pairs, differ, without = _hash_match(cells_a[coordinate], cells_b[coordinate])
-        hashed, differing, unhashed = hashed + pairs, differing + differ, unhashed + without
+    for ca, cb in pairs:
+        n_pairs, differ, without = _hash_match(ca, cb)
+        hashed, differing, unhashed = hashed + n_pairs, differing + differ, unhashed + without
     if unhashed:
         hash_note = f"{unhashed} measured records carry no prompt hash (an older result)"
     elif not hashed:
@@ -513,9 +489,10 @@ def compare(
     delta, tokens_a, fraction, where = largest
     fraction = max(fraction, 0.0)
     match: MatchClass
+    prompt_problems = []
     if missing or not where:
         match = "unmatched"
-        problems.append(
+        prompt_problems.append(
             "no prompt-token counts to match for "
             + (", ".join(missing) if missing else "any measured turn")
         )
@@ -526,26 +503,32 @@ def compare(
     else:
         match = "unmatched"
     if match == "unmatched" and where:
-        problems.append(
+        prompt_problems.append(
             f"median prompt tokens differ by up to {delta:+,.1f} at {where} ({fraction:.3%}; "
             f"limit {TOKENIZER_DELTA_LIMIT:.0%}): the arms did not send the same workload"
         )
+    if not excuses:
+        problems += prompt_problems
     if problems and not force:
         raise IncomparableError(
             "results are not comparable: " + "; ".join(problems) + " (use --force to compare "
             "anyway; the output will say so)"
         )
-    if not common:  # forcing cannot help: there is nothing to put side by side
+    if not pairs:  # forcing cannot help: there is nothing to put side by side
         raise IncomparableError(
             "the arms have no cell (concurrency × prior tokens) in common, so there is "
             "nothing to compare, even with --force (" + "; ".join(only) + ")"
         )
+    free = any(r.scenario.pacing.mode != "lockstep" for r in (a, b))
     metrics: list[MetricComparison] = []
-    for coordinate in common:
-        metrics += _run_metrics(
-            _where(coordinate, swept), cells_a[coordinate], cells_b[coordinate], min_effect
-        )
+    for ca, cb in pairs:
+        metrics += _run_metrics(_where(ca, cb, swept), ca, cb, min_effect, free)
     metrics = familywise(metrics)
+    arms, tags = arm_problems(a, b)
+    if arms and force:
+        problems += [f"verdicts given although {p}" for p in arms]
+    elif arms:
+        metrics = [dataclasses.replace(m, withheld=", ".join(tags)) for m in metrics]
     return Comparison(
         match=match,
         prompt_delta_tokens=delta,
@@ -555,13 +538,55 @@ def compare(
         metrics=metrics,
         prompt_delta_at=where,
         variable=variable,
-        variable_values=None if variable is None else _variable_values(a, b, variable),
+        variable_values=values,
         hashed_prompts=hashed,
         hash_note=hash_note,
         identity=identities(a, b, completions_a=completions_a, completions_b=completions_b),
         correctness=correctness(a, b),
         likelihood=likelihood(a, b),
+        arms=arms,
+        arm_tags=", ".join(tags),
+        forced=force,
+        cache=cache_notes(a, b, variable),
+        targets=target_differences(a, b),
+        free=free,
+        prompts_excused=excuses and bool(prompt_problems),
     )
+
+
+def comparison_lines(result: Comparison, name_a: str, name_b: str) -> list[Line]:
+    """The lines above the table: who A and B are (and any arm that gets no verdict), the
+    match, the variable under test, a replay's warm cache, what differs between the targets,
+    what was forced, then the outputs' identity, correctness and likelihood."""
+    at = f" at {result.prompt_delta_at}" if result.prompt_delta_at else ""
+    if result.match == "matched":
+        delta = f"byte-identical prompts ({result.hashed_prompts:,} prompt hashes equal)"
+    else:
+        delta = (
+            f"median prompt tokens differ by at most {result.prompt_delta_tokens:+,.1f} of "
+            f"{result.prompt_tokens_a:,.1f} ({result.prompt_delta_fraction:.3%}){at}"
+            + (f"; not matched: {result.hash_note}" if result.hash_note else "")
+        )
+        if result.prompts_excused:
+            delta = f"the prompts differ with the variable under test: {delta}"
+    arms = "".join(f" · {arm}" for arm in result.arms)
+    lines = [Line(f"A = {name_a}, B = {name_b}{arms} · {result.headline} · {delta}",
+                  "error" if result.withheld else "")]
+    if result.withheld:
+        lines.append(Line(f"no verdicts ({result.arm_tags}): an invalid or incomplete arm "
+                          "is not timed against another (--force gives them, and says so)",
+                          "error"))
+    if result.variable is not None:
+        values = (f": A {result.variable_values[0]} · B {result.variable_values[1]}"
+                  if result.variable_values else "")
+        lines.append(Line(f"variable under test: {result.variable}{values}"))
+    lines += [Line(f"warm cache: {note}", "warning") for note in result.cache]
+    lines += [Line(f"targets differ: {difference}", "warning") for difference in result.targets]
+    lines += [Line(f"forced: {problem}", "warning") for problem in result.forced_over]
+    for text in (result.correctness, result.likelihood, *(i.line() for i in result.identity)):
+        if text:
+            lines.append(Line(text))
+    return lines
 
 
 def comparison_table(result: Comparison, *, min_effect: float = MIN_EFFECT) -> ReportTable:
@@ -571,9 +596,9 @@ def comparison_table(result: Comparison, *, min_effect: float = MIN_EFFECT) -> R
     tested = sum(m.test is not None for m in result.metrics)
     table = ReportTable(
         "median over measured repetitions (min–max); B/A of geometric means with its "
-        f"interval; significant when Welch's t on log values (≥ 3 repetitions a side; alpha "
-        f"0.05 over all {tested} tested rows, Bonferroni) excludes 1 and the difference is "
-        f"≥ {min_effect:.0%}",
+        f"interval, and n values per arm (A/B); significant when Welch's t on log values "
+        f"(≥ 3 repetitions a side; alpha 0.05 over all {tested} tested rows, Bonferroni) "
+        f"excludes 1 and the difference is ≥ {min_effect:.0%}",
         ["figure", "A", "B", "B vs A [interval]"], name="compare", left=(3,),
     )
     for m in result.metrics:
@@ -581,4 +606,8 @@ def comparison_table(result: Comparison, *, min_effect: float = MIN_EFFECT) -> R
         digits = 3 if m.unit in ("", "s") else None
         table.add_row(f"{m.name}{unit}", format_band(m.a, digits), format_band(m.b, digits),
                       m.verdict)
+    if result.free:
+        table.notes.append(
+            "† free or arrivals pacing: a turn's streams need not overlap in time, so their "
+            "Σ overstates throughput; wall throughput (Σ tokens / span) leads")
     return table

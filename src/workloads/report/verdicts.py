@@ -1,11 +1,15 @@
 """The verdict lines of a report: the correctness gate ("correctness 6/6"), a run made
-invalid by a required gate, and degenerate completions. Text only; printing is the CLI's."""
+invalid by a required gate, degenerate completions, and a replay's cache. Text only;
+printing is the CLI's."""
 
 from __future__ import annotations
 
+from workloads.core.replay import judged
+from workloads.model.replay import Replay, Turn1Cache
 from workloads.model.results import RunResult
 
-__all__ = ["correctness_line", "degeneration_line", "likelihood_line", "verdict_lines"]
+__all__ = ["correctness_line", "degeneration_line", "likelihood_line", "replay_line",
+           "turn1_text", "verdict_lines"]
 
 
 def correctness_line(result: RunResult) -> str | None:
@@ -57,9 +61,38 @@ def likelihood_line(result: RunResult) -> str | None:
             f"of the fixed text (perplexity {probe.perplexity:.3f}; {probe.source})")
 
 
+def turn1_text(t: Turn1Cache | None) -> str:
+    """"9,184 of 9,192 prompt tokens (99.9%)", or why not."""
+    if t is None:
+        return "no valid measured turn 1"
+    if t.cached_tokens is None:
+        return f"not reported of {t.prompt_tokens:,} prompt tokens"
+    rate = f" ({t.hit_rate:.1%})" if t.hit_rate is not None else ""
+    return f"{t.cached_tokens:,} of {t.prompt_tokens:,} prompt tokens{rate}"
+
+
+def replay_line(r: Replay) -> str:
+    """A replay's cache (``r`` judged: :func:`workloads.core.replay.judged`): warm (the
+    target still held the recorded prompts) or cold, with turn 1's cached tokens in both
+    runs."""
+    label = f" [{r.recorded_label}]" if r.recorded_label else ""
+    figures = (f"turn 1 cached {turn1_text(r.turn1)}; the recorded run's "
+               f"{turn1_text(r.recorded_turn1)}")
+    if r.cache == "warm":
+        return (f"replay of {r.recorded}{label} on a WARM CACHE: {figures}. The target still "
+                "held the recorded prompts, so TTFT, prefill and cache figures are not the "
+                "recorded run's conditions (restart the server, or flush its prefix cache, "
+                "for a cold replay)")
+    state = "a cold cache" if r.cache == "cold" else "a cache state not known"
+    return f"replay of {r.recorded}{label} on {state}: {figures}"
+
+
 def verdict_lines(result: RunResult) -> list[tuple[str, str]]:
     """(text, style) lines for the report, in order."""
     out: list[tuple[str, str]] = []
+    if result.replay is not None:  # judged from the records: a rebuilt run has them too
+        replay = judged(result.replay, result.records)
+        out.append((replay_line(replay), "warning" if replay.cache == "warm" else ""))
     line = correctness_line(result)
     if line is not None:
         style = "" if result.gate is not None and result.gate.passed else "warning"

@@ -125,6 +125,7 @@ class Run:
             likelihood=likelihood,
             trace=trace,
             setup_warnings=list(warnings),
+            replay=replay.replay() if replay is not None else None,
         )
         self.monitor = ClientMonitor()  # the client watches itself: loop lag, CPU share
         self.players: Players = LocalPlayers(
@@ -237,6 +238,7 @@ class Run:
         return RunHeader(
             label=m.label, note=m.note, scenario=m.scenario, target=m.target,
             corpus=corpus_info(m.corpus), environment=m.environment, trace=m.trace,
+            replay=m.replay,
         )
 
     async def _cell(self, cell: Cell) -> None:

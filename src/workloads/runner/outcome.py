@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from workloads.core import aggregate
 from workloads.core.concurrency import concurrency
 from workloads.core.corpus import Corpus
+from workloads.core.replay import judged
 from workloads.core.tokens import TargetTokenizer
 from workloads.core.traces import observed_hit_rate
 from workloads.core.whatif import OracleRequest, what_if
@@ -21,6 +22,7 @@ from workloads.model.figures import EnergyFigures, ServerTelemetry
 from workloads.model.gate import GateOutput, GateResult
 from workloads.model.likelihood import Likelihood
 from workloads.model.records import TurnRecord
+from workloads.model.replay import Replay
 from workloads.model.results import (
     CellSummary,
     ClientHealth,
@@ -72,6 +74,7 @@ class Measured:
     tokenizer_calls: int = 0
     tokenizer_seconds: float = 0.0
     trace: TraceReplay | None = None  # run --trace: the trace replayed
+    replay: Replay | None = None  # run --replay: the recorded run (its turn 1's cache)
 
     def kv_capacity(self) -> tuple[int | None, int]:
         """The server's KV capacity in tokens (None: unknown) and its block size: as the user
@@ -187,7 +190,8 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
                         "private CA")
     warnings += health_warnings(m.client)
     if m.trace is None:  # a trace's prompts are its blocks, not sized depths
-        warnings += sizing_warnings(m.records, result.sizing or _sizing(m), s)
+        warnings += sizing_warnings(m.records, result.sizing or _sizing(m), s,
+                                    replayed=m.replay is not None)
     gate, invalid = _gate(m)
     warnings += _degenerate_warning(m.records)
     hosts = {r.host for r in m.records if r.host is not None}
@@ -207,7 +211,9 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
                 "rate is theirs")
     return result.model_copy(update={"warnings": warnings, "gate": gate,
                                      "invalid_reason": invalid, "likelihood": m.likelihood,
-                                     "trace": trace})
+                                     "trace": trace,
+                                     "replay": None if m.replay is None
+                                     else judged(m.replay, m.records)})
 
 
 def _gate(m: Measured) -> tuple[GateResult | None, str | None]:

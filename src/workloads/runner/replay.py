@@ -4,8 +4,13 @@ byte-identical prompts and ``compare`` can call them ``matched``.
 Each turn sends the messages the recorded run sent for the same (cell, repetition, session,
 turn), read from its transcripts: the *recorded* assistant replies stay in the history, not
 the new server's. So the prompts are identical whatever the new server answers; what differs
-is only what it generates and how fast. The new server has computed KV for its own replies,
-so each turn's shareable prefix is still worked out against what this server saw.
+is only what it generates and how fast.
+
+Every replayed prompt is one the recorded run sent, so a target that served the recorded run
+may hold all of it: a replayed turn's shareable prefix is its whole prompt (docs/
+architecture.md, "Shareable prefix"), and cached tokens never exceed it. Whether the target
+did still hold the prompts shows in turn 1, which the result states
+(:class:`workloads.model.replay.Replay`, "warm" or "cold").
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ from pathlib import Path
 
 from workloads.core.conversation import Conversation
 from workloads.core.corpus import Corpus
+from workloads.core.replay import turn1_cache
 from workloads.core.tokens import Message
 from workloads.model.errors import OptionsError, ScenarioError
 from workloads.model.records import TurnRecord
+from workloads.model.replay import Replay
 from workloads.model.results import RepetitionNonces, RunResult, read_result
 from workloads.model.scenario import Scenario
 from workloads.model.transcripts import TRANSCRIPTS_FILE, Transcript, read_transcripts
@@ -76,6 +83,13 @@ class Recording:
                 f"(first: cell {c}, repetition {r}, session {u}, turn {t}); a replay needs a "
                 "complete run made with transcripts"
             )
+
+    def replay(self) -> Replay:
+        """What the replay's result says of the recorded run: which it was and its turn 1's
+        cache (the replay's own is judged from its records at the end)."""
+        return Replay(recorded=str(self.where), recorded_label=self.result.label,
+                      recorded_created_unix=self.result.created_unix,
+                      recorded_turn1=turn1_cache(self.result.records))
 
     def nonces(self, cell: int, repetition: int) -> RepetitionNonces | None:
         """The recorded repetition's nonces (the prompts carry them)."""

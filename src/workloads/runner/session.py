@@ -221,7 +221,8 @@ class Session:
             cell=self.cell,
             pacing_lag_ns=lag_ns,
         )
-        about = dict(step=step, parent_session=self.parent, tools_offered=bool(self.tools))
+        about = dict(step=step, parent_session=self.parent, tools_offered=bool(self.tools),
+                     replayed=self.script is not None)
         shareable = plan.shareable
         if turn == 1 and self.order is not None and await self.order.first(
             self.conversation.session

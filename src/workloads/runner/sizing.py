@@ -435,7 +435,8 @@ def _miss(record: TurnRecord) -> int:
 
 
 def sizing_warnings(
-    records: Sequence[TurnRecord], sizing: Sizing, scenario: Scenario
+    records: Sequence[TurnRecord], sizing: Sizing, scenario: Scenario, *,
+    replayed: bool = False,  # a replay: its shareable prefixes are whole prompts
 ) -> list[str]:
     """What the result should say about how prompts were sized. Pure."""
     out: list[str] = []
@@ -510,7 +511,8 @@ def sizing_warnings(
             f"{sizing.fallbacks} openings or turns were sized by estimate because a /tokenize "
             "call failed"
         )
-    out += _resampled_reply_warning(measured, scenario)
+    if not replayed:  # a replay's shareable − cached is what the target never saw, not a reply
+        out += _resampled_reply_warning(measured, scenario)
     return out
 
 

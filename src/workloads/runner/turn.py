@@ -85,6 +85,7 @@ def record_from_response(
     step: Step | None = None,
     parent_session: int | None = None,
     tools_offered: bool = False,
+    replayed: bool = False,  # a replay's turn: the recorded run sent this very prompt
 ) -> TurnRecord:
     """Derive a TurnRecord from a ChatResponse. Pure. With exact output a turn is valid at
     exactly ``output_tokens``, finished by length (or by its tool calls, which vLLM reports
@@ -107,6 +108,8 @@ def record_from_response(
         valid = valid and figures.finish_reason in ("length", "tool_calls") \
             and completion == output_tokens
     prompt = usage.prompt_tokens if usage else None
+    if replayed:  # the whole prompt is shareable (docs/architecture.md, "Shareable prefix")
+        shareable_tokens, shareable_exact = prompt, prompt is not None
     if shareable_tokens is not None and prompt is not None:
         shareable_tokens = min(shareable_tokens, prompt)
     return TurnRecord(
