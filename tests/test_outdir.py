@@ -20,6 +20,7 @@ import pytest
 import workloads
 from fakes import FakeChatClient
 from workloads.cli import main
+from workloads.core.load import load_result
 from workloads.model.errors import (
     OutputError,
     OutputExistsError,
@@ -27,7 +28,6 @@ from workloads.model.errors import (
     ScenarioError,
 )
 from workloads.model.records import RecordWriter
-from workloads.model.results import load_result
 from workloads.runner.outdir import claim_out_dir, new_run_dir
 
 SRC = Path(workloads.__file__).parents[1]
