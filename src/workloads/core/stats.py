@@ -22,14 +22,17 @@ pyperf also computes its own), so SciPy is not a dependency.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Literal
 
 from workloads.model.summary import BandSummary, Percentiles
 
-__all__ = ["ALPHA", "MIN_REPETITIONS", "RatioTest", "band", "chunk_gaps_us", "median",
-           "percentile", "percentiles", "ratio_test", "t_cdf", "t_quantile"]
+__all__ = ["ALPHA", "CONFIDENCE", "MIN_REPETITIONS", "RatioTest", "Verdict", "band",
+           "binomial_cdf", "chunk_gaps_us", "median", "needed_for_bound", "order_bounds",
+           "percentile", "percentile_bounds", "percentile_verdict", "percentiles",
+           "ratio_test", "share_interval", "t_cdf", "t_quantile"]
 
 ALPHA = 0.05  # two-sided
 MIN_REPETITIONS = 3  # per arm, for any verdict
@@ -227,3 +230,157 @@ def chunk_gaps_us(arrivals_ns: Sequence[int] | None) -> list[int] | None:
     if arrivals_ns is None:
         return None
     return [round((b - a) / 1000) for a, b in pairwise(arrivals_ns)]
+
+
+# --- Percentile bounds from order statistics, and SLO checks ----------------------------
+#
+# Distribution-free: for a percentile ξ_q of any distribution and n independent draws,
+# the count of draws at or below ξ_q is Binomial(n, q), so the k-th smallest draw x_(k) lies
+# below ξ_q with a probability the binomial gives exactly, whatever the distribution
+# (Hahn & Meeker, "Statistical Intervals", ch. 5; the argument MLPerf LoadGen's early
+# stopping makes). Each end is a one-sided bound at CONFIDENCE; together they are a
+# (2·CONFIDENCE − 1) interval. A side that needs an order statistic past the data has no
+# bound: n is too small (p99 needs 299 values for a 95% upper bound).
+
+CONFIDENCE = 0.95  # of each one-sided bound
+Verdict = Literal["holds", "fails", "cannot tell"]
+
+
+def binomial_cdf(k: int, n: int, p: float) -> float:
+    """P(B ≤ k) for B ~ Binomial(n, p). Sums the pmf from ``k`` into the nearer tail until the
+    terms vanish: O(√n) terms for the k a bound needs, so a million values cost little."""
+    if k < 0:
+        return 0.0
+    if k >= n:
+        return 1.0
+    if p <= 0.0:
+        return 1.0
+    if p >= 1.0:
+        return 0.0
+    lower = k < n * p  # sum the lower tail from k down; else the upper tail from k + 1 up
+    j = k if lower else k + 1
+    term = math.exp(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1)
+                    + j * math.log(p) + (n - j) * math.log1p(-p))
+    odds = p / (1.0 - p)
+    total = 0.0
+    for _ in range(n + 1):  # bounded: at most every term once
+        total += term
+        # away from the mean the terms only fall: stop once they no longer count
+        if term <= 1e-17 * total:
+            break
+        if lower:
+            if j == 0:
+                break
+            term *= j / ((n - j + 1) * odds)  # pmf(j − 1) / pmf(j)
+            j -= 1
+        else:
+            if j == n:
+                break
+            term *= (n - j) * odds / (j + 1)  # pmf(j + 1) / pmf(j)
+            j += 1
+    return min(1.0, total) if lower else max(0.0, 1.0 - total)
+
+
+def _search(n: int, p: float, ok: Callable[[int], bool]) -> int:
+    """The smallest k in [0, n] with ok(k), for ok monotone False → True (n + 1: none),
+    looked for within 12 standard deviations of n·p, where every cut a bound needs lies."""
+    sd = math.sqrt(n * p * (1.0 - p))
+    low = max(0, math.floor(n * p - 12 * sd) - 2)
+    high = min(n + 1, math.ceil(n * p + 12 * sd) + 3)
+    while low < high:
+        mid = (low + high) // 2
+        if ok(mid):
+            high = mid
+        else:
+            low = mid + 1
+    return low
+
+
+def order_bounds(n: int, q: float, confidence: float = CONFIDENCE) -> tuple[int | None,
+                                                                            int | None]:
+    """1-based ranks (l, u) of the order statistics that bound the ``q``-th percentile (q in
+    (0, 100)) of ``n`` values from below and from above, each with ``confidence``: P(x_(l) ≤
+    ξ_q) ≥ confidence and P(x_(u) ≥ ξ_q) ≥ confidence for any distribution. None for a side
+    that n is too small to bound (:func:`needed_for_bound` says how many it needs)."""
+    if not 0.0 < q < 100.0:
+        raise ValueError(f"percentile q must be in (0, 100), got {q}")
+    p = q / 100.0
+    # upper: smallest u with P(B ≤ u − 1) ≥ confidence
+    k = _search(n, p, lambda k: binomial_cdf(k, n, p) >= confidence)
+    upper = k + 1 if k + 1 <= n else None
+    # lower: largest l with P(B ≤ l − 1) ≤ 1 − confidence
+    k = _search(n, p, lambda k: binomial_cdf(k, n, p) > 1.0 - confidence)  # first k too likely
+    lower = k if k >= 1 else None
+    return lower, upper
+
+
+def needed_for_bound(q: float, confidence: float = CONFIDENCE, *, upper: bool = True) -> int:
+    """How many values bound the ``q``-th percentile from above (or below) with
+    ``confidence``: the smallest n with 1 − (q/100)^n ≥ confidence (below: with
+    (1 − q/100)^n ≤ 1 − confidence). 299 for p99 from above at 95%, 29 for p90."""
+    p = q / 100.0 if upper else 1.0 - q / 100.0
+    n = max(1, math.ceil(math.log(1.0 - confidence) / math.log(p)))
+    while n > 1 and p ** (n - 1) <= 1.0 - confidence:  # float log may round up
+        n -= 1
+    while p**n > 1.0 - confidence:
+        n += 1
+    return n
+
+
+def percentile_bounds(values: Iterable[float | None], q: float,
+                      confidence: float = CONFIDENCE) -> tuple[float | None, float | None]:
+    """(low, high): one-sided ``confidence`` bounds of the ``q``-th percentile of the known
+    values, from order statistics; None for a side too few values bound."""
+    data = _clean(values)
+    return _sorted_bounds(data, q, confidence)
+
+
+def _sorted_bounds(data: list[float], q: float,
+                   confidence: float) -> tuple[float | None, float | None]:
+    lower, upper = order_bounds(len(data), q, confidence)
+    return (None if lower is None else data[lower - 1],
+            None if upper is None else data[upper - 1])
+
+
+def percentile_verdict(values: Iterable[float | None], q: float, limit: float,
+                       confidence: float = CONFIDENCE) -> Verdict:
+    """Whether the ``q``-th percentile of ``values`` is at most ``limit``, judged as
+    LoadGen's early stopping judges it: "holds" when its upper bound is within the limit,
+    "fails" when its lower bound is past it (each with ``confidence``), else "cannot tell".
+    Pass ``math.inf`` for a request that failed: it is over any limit.
+
+        percentile_verdict(ttfts, 90, 2.0)  # "holds": p90 TTFT ≤ 2 s with 95% confidence
+    """
+    low, high = percentile_bounds(values, q, confidence)
+    if high is not None and high <= limit:
+        return "holds"
+    if low is not None and low > limit:
+        return "fails"
+    return "cannot tell"
+
+
+def share_interval(successes: int, n: int, *,
+                   alpha: float = ALPHA) -> tuple[float, float] | None:
+    """The exact (Clopper–Pearson) two-sided (1 − alpha) interval of a share from
+    ``successes`` of ``n`` independent trials; None when n is 0. Bisection on
+    :func:`binomial_cdf`, bounded."""
+    if n <= 0:
+        return None
+    if not 0 <= successes <= n:
+        raise ValueError(f"successes must be in [0, {n}], got {successes}")
+
+    def solve(f: Callable[[float], float], target: float) -> float:
+        lo, hi = 0.0, 1.0  # f falls as p rises
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            if f(mid) > target:
+                lo = mid
+            else:
+                hi = mid
+        return (lo + hi) / 2
+
+    low = 0.0 if successes == 0 else solve(
+        lambda p: binomial_cdf(successes - 1, n, p), 1.0 - alpha / 2)
+    high = 1.0 if successes == n else solve(
+        lambda p: binomial_cdf(successes, n, p), alpha / 2)
+    return low, high

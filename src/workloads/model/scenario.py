@@ -22,6 +22,7 @@ from pydantic import Field, ValidationError, model_validator
 from workloads.model.base import Frozen
 from workloads.model.errors import ScenarioError
 from workloads.model.gate import GateMode
+from workloads.model.slo import Slo
 
 __all__ = [
     "Agent",
@@ -401,6 +402,9 @@ class Scenario(Frozen):
     # agent's tool set (read, edit, write, bash, grep, glob, task); a list gives your own
     # OpenAI-style tool objects; "none" sends none.
     tools: Literal["none", "coding"] | list[dict[str, Any]] = "none"
+    # The SLO each request is judged by (latency limits, per step kind if wanted): the
+    # result then has goodput and session goodput (workloads.core.goodput). None: no SLO.
+    slo: Slo | None = None
 
     @model_validator(mode="after")
     def _counts_in_range(self) -> Scenario:

@@ -1,0 +1,122 @@
+"""Goodput from hand-built records with small integer nanoseconds: which requests and
+sessions met the SLO, per repetition, turn and kind, and how a load's session goodput is
+judged against a goal."""
+
+from __future__ import annotations
+
+import pytest
+
+from workloads.core.goodput import judge, judge_share, meets, missing_figure, request_figures
+from workloads.model.records import TurnRecord
+from workloads.model.slo import parse_slo
+
+S = 1_000_000_000
+MS = 1_000_000
+
+
+def rec(*, rep=0, session=0, turn=1, ttft=S // 2, decode=S, tokens=11, valid=True,
+        warmup=False, kind=None, parent=None, gaps=None, sent=0, cell=0):
+    first = sent + ttft
+    return TurnRecord(
+        cell=cell, repetition=rep, warmup=warmup, session=session, turn=turn,
+        status="ok" if valid else "error", valid=valid, configured_prior_tokens=0,
+        completion_tokens=tokens, ttft_ns=ttft, started_ns=sent, sent_ns=sent,
+        first_content_ns=first, last_content_ns=first + decode, done_ns=first + decode,
+        step_kind=kind, parent_session=parent, chunk_gaps_us=gaps,
+    )
+
+
+def test_request_figures_are_in_the_slo_units():
+    r = rec(ttft=S // 2, decode=S, tokens=11, gaps=[1000] * 9 + [50_000])
+    figures = request_figures(r)
+    assert figures["ttft_s"] == pytest.approx(0.5)
+    assert figures["tpot_ms"] == pytest.approx(100.0)  # 1 s over 10 tokens after the first
+    assert figures["e2e_s"] == pytest.approx(1.5)
+    # p90 of nine 1 ms gaps and one 50 ms gap: interpolated between them
+    assert figures["itl_ms"] == pytest.approx(1.0 + 0.1 * 49.0)
+    assert request_figures(rec(tokens=1))["tpot_ms"] == 0.0
+
+
+def test_a_request_meets_when_valid_and_every_limit_of_its_kind_holds():
+    slo = parse_slo("ttft_s=1,tool.ttft_s=0.2")
+    assert meets(rec(ttft=S // 2), slo)
+    assert not meets(rec(ttft=S // 2, valid=False), slo)
+    assert not meets(rec(ttft=S // 2, kind="tool"), slo)
+    assert meets(rec(ttft=S // 10, kind="tool"), slo)
+    # a figure not measured does not hold
+    assert not meets(rec(), parse_slo("itl_ms=50"))
+    assert missing_figure([rec()], parse_slo("itl_ms=50")) is not None
+    assert missing_figure([rec()], parse_slo("ttft_s=1")) is None
+
+
+def test_one_slow_step_makes_a_bad_session():
+    slo = parse_slo("ttft_s=1")
+    records = [
+        rec(session=0, turn=1), rec(session=0, turn=2), rec(session=0, turn=3),
+        rec(session=1, turn=1), rec(session=1, turn=2, ttft=2 * S), rec(session=1, turn=3),
+    ]
+    g = judge(records, slo)
+    assert (g.requests, g.met, g.sessions, g.good_sessions) == (6, 5, 2, 1)
+    assert g.share == pytest.approx(5 / 6) and g.session_share == pytest.approx(0.5)
+    # per turn: the share of sessions still good through it
+    assert [(t.turn, t.met, t.sessions, t.good_through) for t in g.turns] == [
+        (1, 2, 2, 2), (2, 1, 2, 1), (3, 2, 2, 1)]
+
+
+def test_a_sub_agents_slow_step_counts_against_its_user():
+    slo = parse_slo("ttft_s=1")
+    records = [rec(session=0, kind="tool"), rec(session=1, kind="tool"),
+               rec(session=66, parent=1, kind="subagent", ttft=3 * S),
+               rec(session=67, parent=66, kind="subagent")]
+    g = judge(records, slo)
+    assert (g.sessions, g.good_sessions) == (2, 1)
+    assert g.kinds is not None
+    assert [(k.kind, k.requests, k.met) for k in g.kinds] == [("tool", 2, 2), ("subagent", 2, 1)]
+    # the turn figures are the users' own sessions' turns
+    assert [(t.requests, t.met, t.good_through) for t in g.turns] == [(2, 2, 2)]
+
+
+def test_warm_up_never_counts_and_rates_are_per_repetition():
+    slo = parse_slo("ttft_s=1")
+    records = [
+        rec(rep=0, warmup=True, ttft=5 * S),
+        rec(rep=1, session=0), rec(rep=1, session=1, ttft=3 * S),  # span 0 → 4 s
+        rec(rep=2, session=0), rec(rep=2, session=1),  # span 0 → 1.5 s
+    ]
+    g = judge(records, slo)
+    assert (g.requests, g.met) == (4, 3)
+    assert [(r.repetition, r.met, r.good_sessions) for r in g.repetitions] == [(1, 1, 1),
+                                                                              (2, 2, 2)]
+    assert g.request_rate is not None
+    assert (g.request_rate.low, g.request_rate.high) == pytest.approx((1 / 4.0, 2 / 1.5))
+    assert g.token_rate is not None and g.token_rate.high == pytest.approx(22 / 1.5)
+
+
+def test_checks_judge_each_limit_at_the_percentile_with_kinds_apart():
+    slo = parse_slo("ttft_s=1,tool.ttft_s=0.1")
+    records = ([rec(session=i, ttft=S // 2, kind="human") for i in range(40)]
+               + [rec(session=i, ttft=S // 2, kind="tool") for i in range(40)])
+    checks = {(c.figure, c.kind): c for c in judge(records, slo).checks}
+    assert checks[("ttft_s", None)].verdict == "holds" and checks[("ttft_s", None)].n == 40
+    tool = checks[("ttft_s", "tool")]
+    assert (tool.verdict, tool.over, tool.limit) == ("fails", 40, 0.1)
+    few = judge(records[:10], parse_slo("ttft_s=1,percentile=99")).checks[0]
+    assert few.verdict == "cannot tell" and few.high is None and few.low is not None
+    failed = judge([rec(valid=False)] * 45, slo).checks[0]
+    assert failed.verdict == "fails" and failed.over == 45 and failed.low is None
+
+
+def test_a_share_is_judged_only_when_its_interval_says_so():
+    assert judge_share([(5, 5)] * 2, 0.5).verdict == "measure more"  # too few repetitions
+    clear = judge_share([(10, 10)] * 3, 0.5)
+    assert clear.verdict == "meets" and clear.low >= 0.5
+    assert judge_share([(0, 10)] * 3, 0.5).verdict == "fails"
+    # three repetitions all good have no spread, yet 15 sessions cannot show 95%
+    steady = judge_share([(5, 5)] * 3, 0.95)
+    assert steady.verdict == "measure more" and steady.low < 0.95
+    # a repetition far from the others widens the interval past the binomial one
+    varied = judge_share([(10, 10), (10, 10), (2, 10), (10, 10)], 0.5)
+    assert varied.low < judge_share([(32, 40)], 0.5).low
+    assert judge_share([], 0.5) is None
+    with pytest.raises(ValueError):
+        judge_share([(1, 1)], 1.0)
