@@ -120,3 +120,57 @@ def test_a_share_is_judged_only_when_its_interval_says_so():
     assert judge_share([], 0.5) is None
     with pytest.raises(ValueError):
         judge_share([(1, 1)], 1.0)
+
+
+# --- A run judged by an SLO, on the embedded simulated server -------------------------
+
+def test_a_run_with_an_slo_saves_goodput_that_show_and_csv_recompute(tiny_scenario, tmp_path):
+    import csv
+    import io
+
+    import workloads
+    from workloads.cli import main
+    from workloads.core.aggregate import summarized
+    from workloads.report.export import csv_text
+
+    scenario = tiny_scenario.with_overrides(["repetitions.measured=2", "gate=off"])
+    # a TTFT limit every request meets and an E2E limit none can (1 µs): goodput is known
+    result = workloads.run(scenario, out_dir=tmp_path / "run", slo="ttft_s=60,itl_ms=60000")
+    g = result.goodput
+    assert g is not None and g.slo == workloads.model.slo.parse_slo("ttft_s=60,itl_ms=60000")
+    assert g.requests == result.summary.run.records == 8
+    assert g.met == result.summary.run.valid
+    assert g.sessions == 4  # 2 users × 2 measured repetitions
+    loaded = summarized(workloads.load_result(tmp_path / "run"))
+    assert loaded.goodput == g
+    strict = loaded.model_copy(update={"scenario": loaded.scenario.model_copy(
+        update={"slo": workloads.model.slo.parse_slo("e2e_s=0.000001")})})
+    judged = summarized(strict).goodput
+    assert judged is not None and (judged.met, judged.good_sessions) == (0, 0)
+    # 8 requests cannot bound p90 from above, but all over the limit bound it from below
+    assert [(c.verdict, c.over, c.high) for c in judged.checks] == [("fails", 8, None)]
+    rows = list(csv.DictReader(io.StringIO(csv_text(loaded))))
+    assert [row["goodput_met"] for row in rows] == [str(t.met) for t in g.turns]
+    assert all(row["ttft_s_p99_high"] == "" for row in rows)  # 4 requests bound no p99
+    code = main(["show", str(tmp_path / "run"), "--slo", "e2e_s=0.000001"])
+    assert code == 0
+
+
+def test_a_malformed_slo_flag_is_one_line_before_anything_starts(tmp_path, capsys):
+    from workloads.cli import main
+
+    out = tmp_path / "never"
+    code = main(["run", "five-user-coding", "--slo", "ttft_s=2,itl=50", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and not out.exists()
+    assert err.count("\n") == 1 and "--slo 'itl=50': unknown key 'itl'" in err
+
+
+def test_p99_of_45_requests_says_what_it_needs_and_p90_is_bounded():
+    from workloads.core import stats
+    from workloads.report.text import percentile_text
+
+    p = stats.percentiles([0.1 * (i + 1) for i in range(45)])
+    assert p is not None
+    assert percentile_text(p, 99.0) == "needs ≥ 299"
+    assert percentile_text(p, 90.0) == "4.06 [3.70–4.50]"  # x_(37) and x_(45)

@@ -36,6 +36,7 @@ from workloads.cli.common import (
     prog,
     run_safety_arguments,
     scale_arguments,
+    slo_argument,
     target_arguments,
 )
 from workloads.cli.run import cmd_run
@@ -109,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "output_length, hash_ids) open loop at its timestamps × "
                      "pacing.time_scale; NAME is then optional (default: trace-replay); "
                      "packaged: mooncake-sample")
+    slo_argument(run, "judge goodput and session goodput by this SLO")
     run.add_argument("--no-transcripts", action="store_true",
                      help="do not write DIR/transcripts.jsonl (records keep prompt and "
                      "completion hashes)")
@@ -125,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "(the result, recomputed), csv (one row per cell and turn, raw figures) "
                       "or html (the self-contained report with its plots) on stdout "
                       "(default: %(default)s)")
+    slo_argument(show, "judge the saved run by this SLO")
     show.set_defaults(func=cmd_show)
 
     comp = sub.add_parser("compare", help="compare two saved results (A/B arms)")

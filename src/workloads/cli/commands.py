@@ -10,7 +10,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from workloads.cli.common import UsageError, launch, make_console, parse_assignments, write_plots
+from workloads.cli.common import (
+    UsageError,
+    launch,
+    make_console,
+    parse_assignments,
+    slo_option,
+    write_plots,
+)
 from workloads.cli.run import print_failures
 from workloads.model.errors import ScenarioError
 from workloads.wire.loop import run_loop
@@ -31,6 +38,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     from workloads.report.export import export
 
     result = load_result(args.result)  # the file's summaries are a cache: from the records
+    if (slo := slo_option(args.slo)) is not None:  # judge the saved run by another SLO
+        from workloads.core.aggregate import summarized
+
+        result = summarized(result.model_copy(update={"scenario": result.scenario.model_copy(
+            update={"slo": slo})}))
     where = Path(args.result)
     directory = where if where.is_dir() else where.parent
     for note in report.records_notes(result, directory / "records.jsonl"):

@@ -192,3 +192,26 @@ def prog() -> str:
     """The command as the user typed it: ``workloads`` (the installed script) or
     ``python -m workloads``."""
     return "python -m workloads" if Path(sys.argv[0]).name == "__main__.py" else "workloads"
+
+
+def slo_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """--slo: the latency limits goodput is judged by."""
+    parser.add_argument("--slo", metavar="KEY=N,...",
+                        help=f"{what}: limits per request, the unit in the key: ttft_s, "
+                        "tpot_ms, itl_ms (a request's p90 chunk gap), e2e_s; per step kind "
+                        "KIND.KEY (human, tool, subagent, compaction); percentile=P for the "
+                        "run's checks (default 90); e.g. ttft_s=2,itl_ms=50,tool.ttft_s=5 "
+                        "(replaces the scenario's [slo])")
+
+
+def slo_option(text: str | None) -> Any:
+    """--slo text as an Slo (None: not given); a mistake is one line naming --slo."""
+    from workloads.model.errors import OptionsError
+    from workloads.model.slo import parse_slo
+
+    if text is None:
+        return None
+    try:
+        return parse_slo(text)
+    except OptionsError as err:
+        raise UsageError(f"--{err}") from err

@@ -20,6 +20,7 @@ from workloads.cli.common import (
     launch,
     make_console,
     parse_assignments,
+    slo_option,
     workers_count,
     write_plots,
 )
@@ -146,6 +147,7 @@ def run_into(out: Path, args: argparse.Namespace, *, console: Any, scenario: Any
                         workers=workers,
                         ray=args.ray,
                         trace=trace,
+                        slo=slo_option(args.slo),
                     ),
                     grace_s=args.grace,
                     console=console,
@@ -229,6 +231,7 @@ def check_run_flags(args: argparse.Namespace) -> None:
                          "to 1, e.g. 0.05 for 5%")
     if args.grace < 0:
         raise UsageError(f"--grace {args.grace:g}: give seconds, 0 or more")
+    slo_option(args.slo)  # a malformed --slo: one line, before --out exists
 
 
 async def run_until_signal(

@@ -59,10 +59,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from workloads.core import stats
+from workloads.core import goodput, stats
 from workloads.core.gate import rejudged
+from workloads.model.goodput import Goodput
 from workloads.model.records import StepKind, TurnRecord
 from workloads.model.results import RunResult
+from workloads.model.slo import Slo
 from workloads.model.summary import (
     BandSummary,
     CacheCliff,
@@ -78,6 +80,7 @@ __all__ = [
     "cache_cliff",
     "cell_figures",
     "generation_rate",
+    "judged_goodput",
     "kinds",
     "repetitions",
     "summarize",
@@ -471,12 +474,23 @@ def summarized(result: RunResult) -> RunResult:
     }
     if result.gate is not None:
         update["gate"] = rejudged(result.gate)
+    slo = result.scenario.slo
+    update["goodput"] = judged_goodput(result.records, slo)
     if result.cells is not None:
         update["cells"] = [
-            cell.model_copy(update=cell_figures(
-                [r for r in result.records if r.cell == cell.cell], users=cell.concurrency,
-                lockstep=lockstep,
-            ))
+            cell.model_copy(update={
+                **cell_figures(cell_records, users=cell.concurrency, lockstep=lockstep),
+                "goodput": judged_goodput(cell_records, slo),
+            })
             for cell in result.cells
+            for cell_records in [[r for r in result.records if r.cell == cell.cell]]
         ]
     return result.model_copy(update=update)
+
+
+def judged_goodput(records: Sequence[TurnRecord], slo: Slo | None) -> Goodput | None:
+    """``records`` against ``slo`` (:func:`workloads.core.goodput.judge`); None without an
+    SLO, or when the records lack a figure it limits (``missing_figure`` says which)."""
+    if slo is None or goodput.missing_figure(records, slo) is not None:
+        return None
+    return goodput.judge(records, slo)

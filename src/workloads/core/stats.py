@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Literal
 
-from workloads.model.summary import BandSummary, Percentiles
+from workloads.model.summary import BandSummary, Bounds, Percentiles
 
 __all__ = ["ALPHA", "CONFIDENCE", "MIN_REPETITIONS", "RatioTest", "Verdict", "band",
            "binomial_cdf", "chunk_gaps_us", "median", "needed_for_bound", "order_bounds",
@@ -215,12 +215,15 @@ def ratio_test(
     return RatioTest(ratio=math.exp(mb - ma), se=math.sqrt(se2), df=df, alpha=alpha,
                      n_a=len(la), n_b=len(lb))
 def percentiles(values: Iterable[float | None]) -> Percentiles | None:
-    """p50, p90, p99 and max of the known values; None when there are none."""
+    """p50, p90, p99 and max of the known values, with the bounds of each percentile
+    (:func:`order_bounds`); None when there are none."""
     data = _clean(values)
     if not data:
         return None
     p50, p90, p99 = (_sorted_percentile(data, q) for q in (50, 90, 99))
-    return Percentiles(p50=p50, p90=p90, p99=p99, max=data[-1], n=len(data))
+    bounds = [Bounds(q=q, low=low, high=high) for q in (50.0, 90.0, 99.0)
+              for low, high in [_sorted_bounds(data, q, CONFIDENCE)]]
+    return Percentiles(p50=p50, p90=p90, p99=p99, max=data[-1], n=len(data), bounds=bounds)
 
 
 def chunk_gaps_us(arrivals_ns: Sequence[int] | None) -> list[int] | None:

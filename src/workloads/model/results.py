@@ -47,6 +47,7 @@ from workloads.model.errors import (
 )
 from workloads.model.figures import EnergyFigures, ServerTelemetry
 from workloads.model.gate import GateResult
+from workloads.model.goodput import Goodput
 from workloads.model.likelihood import Likelihood
 from workloads.model.records import TurnRecord
 from workloads.model.replay import Replay
@@ -134,6 +135,7 @@ class CellSummary(Frozen):
     generation_rate: BandSummary | None = None
     summary: Summary
     cache_what_if: list[WhatIfTurn] | None = None
+    goodput: Goodput | None = None  # the cell against the scenario's SLO (format 5)
 
 
 def cell_coordinates(scenario: Scenario, cell: Cell) -> dict[str, int]:
@@ -242,6 +244,10 @@ class RunResult(Frozen):
     likelihood: Likelihood | None = None  # the likelihood probe (None: not run)
     trace: TraceReplay | None = None  # run --trace: the trace replayed (format 4, optional)
     replay: Replay | None = None  # run --replay: the run re-sent, its cache (format 5)
+    # The measured requests and sessions against the scenario's SLO (format 5; None: no
+    # SLO, or records that cannot be judged by it); a sweep's pools every cell (each cell
+    # has its own).
+    goodput: Goodput | None = None
 
     def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
         """Write ``result.json`` into ``directory`` (and records.jsonl, with its header, if

@@ -7,7 +7,7 @@ from workloads.model.base import Frozen
 from workloads.model.records import StepKind
 
 __all__ = [
-    "BandSummary", "CacheCliff", "ConcurrencySummary", "KindSummary", "Percentiles",
+    "BandSummary", "Bounds", "CacheCliff", "ConcurrencySummary", "KindSummary", "Percentiles",
     "RunSummary", "Summary", "TurnSummary",
 ]
 
@@ -21,16 +21,29 @@ class BandSummary(Frozen):
     n: int
 
 
+class Bounds(Frozen):
+    """Distribution-free bounds of one percentile (``q``, in percent) from order
+    statistics (:func:`workloads.core.stats.order_bounds`): ``low`` and ``high`` are each a
+    one-sided 95% bound, together a 90% interval. None: too few values to bound that side
+    (p99 needs 299 for ``high``)."""
+
+    q: float
+    low: float | None
+    high: float | None
+
+
 class Percentiles(Frozen):
     """The distribution of ``n`` values: p50, p90 and p99 (linear interpolation between
     order statistics) and the maximum. With few values the high percentiles sit near the
-    maximum: read them with ``n``."""
+    maximum: read them with ``n``, and with ``bounds``."""
 
     p50: float
     p90: float
     p99: float
     max: float
     n: int
+    # The bounds of p50, p90 and p99 (format 5; None in older files).
+    bounds: list[Bounds] | None = None
 
 
 class TurnSummary(Frozen):

@@ -15,7 +15,14 @@ from workloads.model.results import RunResult
 from workloads.model.scenario import describe, varies
 from workloads.model.summary import KindSummary, Percentiles
 from workloads.report.table import ReportTable
-from workloads.report.text import NO_VALID, NOT_REPORTED, num, plural
+from workloads.report.text import (
+    BOUNDS_NOTE,
+    NO_VALID,
+    NOT_REPORTED,
+    num,
+    percentile_text,
+    plural,
+)
 
 __all__ = [
     "KIND_LABELS",
@@ -63,7 +70,8 @@ def _kind_cells(k: KindSummary, content: bool) -> list[str]:
                else ("" if k.shareable_exact else "~") + _pct(k.cache_effectiveness))
     t = k.ttft_percentiles
     cells = [f"{k.valid}/{k.records}", hit, eff,
-             num(t.p50) if t else missing, num(t.p90) if t else missing]
+             percentile_text(t, 50.0) if t else missing,
+             percentile_text(t, 90.0) if t else missing]
     if content:
         c = k.ttft_content_percentiles
         cells.append(num(c.p50) if c else "—")
@@ -97,7 +105,7 @@ def kind_table(result: RunResult) -> ReportTable | None:
     content = _content_differs(every)
     columns = [*_KIND_COLUMNS, *(["content TTFT p50 s"] if content else []), *_SIZE_COLUMNS]
     title = ("By step kind — valid measured requests, sub-agents included; medians (TTFT "
-             "also p90); new and output tokens as drawn")
+             "p50 and p90 with bounds); new and output tokens as drawn")
     if result.cells is not None:
         table = ReportTable(title, ["C", "prior target", "kind", *columns], key=3,
                             name="kinds")
@@ -113,6 +121,8 @@ def kind_table(result: RunResult) -> ReportTable | None:
         "hit rate = Σ cached / Σ prompt tokens; cache eff. = Σ cached / Σ shareable prefix"
         + (" (~ estimated)" if any(not k.shareable_exact for k in every if k.valid) else "")
     )
+    if any("[" in cell or cell.startswith("needs") for row in table.rows for cell in row):
+        table.notes.append(BOUNDS_NOTE)
     if content:
         table.notes.append("content TTFT: sent → first content text (TTFT also counts "
                            "reasoning and tool-call deltas)")

@@ -19,13 +19,15 @@ from workloads.core.traces import observed_hit_rate
 from workloads.model.results import RunResult
 from workloads.model.scenario import Scenario, describe
 from workloads.model.summary import Percentiles, TurnSummary
-from workloads.report import agents, rates
+from workloads.report import agents, goodput, rates
 from workloads.report.table import Block, Line, ReportTable
 from workloads.report.text import (
+    BOUNDS_NOTE,
     NO_VALID,
     NOT_REPORTED,
     format_band,
     num,
+    percentile_text,
     plural,
     span,
 )
@@ -412,8 +414,8 @@ def _latency_rows(
         d = p[figure]
         if d is None:
             continue
-        values = [num(v * scale, digits) for v in (d.p50, d.p90, d.p99, d.max)]
-        table.add_row(*key, figure, *values, f"{d.n:,}")
+        values = [percentile_text(d, q, scale, digits) for q in (50.0, 90.0, 99.0)]
+        table.add_row(*key, figure, *values, num(d.max * scale, digits), f"{d.n:,}")
 
 
 # seconds for TTFT and end-to-end latency, milliseconds for the gaps between chunks
@@ -454,7 +456,10 @@ def latency_table(result: RunResult) -> ReportTable | None:
             })
     if not table.rows:
         return None
-    if not any(row[table.key - 1] == "ITL ms" for row in table.rows):
+    itl = any(row[table.key - 1] == "ITL ms" for row in table.rows)
+    if any("[" in cell or cell.startswith("needs") for row in table.rows for cell in row):
+        table.notes.append(BOUNDS_NOTE + (goodput.ITL_BOUNDS_NOTE if itl else ""))
+    if not itl:
         table.notes.append(
             "ITL not recorded: these records carry no content-chunk arrival times"
         )
@@ -588,6 +593,7 @@ def blocks(result: RunResult) -> list[Block]:
         if (oracle := what_if_table(result)) is not None:
             parts.append(oracle)
         parts.append(Line(run_line(result), "bold"))
+    parts += goodput.blocks(result)
     for line in (sizing_line(result), concurrency_line(result), client_line(result)):
         if line is not None:
             parts.append(Line(line))

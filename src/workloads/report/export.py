@@ -19,7 +19,7 @@ from workloads.model.results import RunResult
 from workloads.model.scenario import nominal
 from workloads.model.summary import BandSummary, KindSummary, Percentiles, TurnSummary
 from workloads.report import console as report
-from workloads.report import rates
+from workloads.report import goodput, rates
 from workloads.report.table import Line, Pairs, ReportTable, markdown
 
 __all__ = ["FORMATS", "csv_text", "export", "markdown_text", "plain_text"]
@@ -67,11 +67,15 @@ def _band(prefix: str, b: BandSummary | None) -> dict[str, float | None]:
 
 
 def _pct(prefix: str, p: Percentiles | None) -> dict[str, float | None]:
+    bounds = {b.q: b for b in (p.bounds or ())} if p else {}
     return {
         f"{prefix}_p50": p.p50 if p else None,
         f"{prefix}_p90": p.p90 if p else None,
         f"{prefix}_p99": p.p99 if p else None,
         f"{prefix}_max": p.max if p else None,
+        # order-statistics bounds, each one-sided 95%; empty: too few values to bound it
+        **{f"{prefix}_p{q:g}_{side}": getattr(bounds[q], side) if q in bounds else None
+           for q in (50.0, 90.0, 99.0) for side in ("low", "high")},
     }
 
 
@@ -123,7 +127,9 @@ def csv_text(result: RunResult) -> str:
     """One row per (cell, turn) of raw, unrounded figures: seconds, tokens, tok/s; with step
     kinds, then one row per (cell, step kind) (``turn`` empty, ``step_kind`` set). An empty
     field is a figure that is not known (not reported, no valid turns), never 0. The
-    throughput columns follow the console's (see the module's doc)."""
+    throughput columns follow the console's (see the module's doc). Each percentile has its
+    bounds (``_p90_low``, ``_p90_high``), and with an SLO each row its goodput
+    (``goodput_met``, ``goodput_share``, ``goodput_sessions_good_through``)."""
     figures = rates.turn_rates(result)
     rows: list[dict[str, object]] = []
     kinds: list[dict[str, object]] = []
@@ -148,9 +154,11 @@ def csv_text(result: RunResult) -> str:
             at = fieldnames.index("turn") + 1 if "turn" in fieldnames else 0
             fieldnames.insert(at, "step_kind")
             fieldnames += [f for f in kinds[0] if f not in fieldnames]
+        fieldnames += [f for f in goodput.csv_columns(result, {}) if f not in fieldnames]
         writer = csv.DictWriter(out, fieldnames=fieldnames, lineterminator="\n", restval="")
         writer.writeheader()
         for row in rows + kinds:
+            row = {**row, **goodput.csv_columns(result, row)}
             writer.writerow({k: "" if v is None else v for k, v in row.items()})
     return out.getvalue()
 

@@ -1,19 +1,27 @@
 """Formatting shared by every report: numbers to about three significant figures, bands,
-"not reported", table frames. Pure: strings and empty rich tables."""
+"not reported", percentiles with their bounds, table frames. Pure: strings and empty rich
+tables."""
 
 from __future__ import annotations
 
 from rich import box
 from rich.table import Table
 
-from workloads.model.summary import BandSummary
+from workloads.core.stats import CONFIDENCE, needed_for_bound
+from workloads.model.summary import BandSummary, Percentiles
 
 __all__ = [
-    "NOT_REPORTED", "NO_VALID", "count", "format_band", "num", "plural", "span", "titled_table",
+    "BOUNDS_NOTE", "NOT_REPORTED", "NO_VALID", "count", "format_band", "num",
+    "percentile_text", "plural", "span", "titled_table",
 ]
 
 NOT_REPORTED = "not reported"
 NO_VALID = "— (no valid turns)"
+BOUNDS_NOTE = (
+    f"[low–high]: distribution-free bounds from order statistics, each end {CONFIDENCE:.0%} "
+    f"one-sided ({2 * CONFIDENCE - 1:.0%} together); needs ≥ N: too few values for a "
+    f"{CONFIDENCE:.0%} upper bound of that percentile (n says how many there are)"
+)
 
 
 def num(value: float | None, digits: int | None = None, *, compact: bool = False) -> str:
@@ -67,3 +75,19 @@ def span(b: BandSummary | None) -> str:
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def percentile_text(p: Percentiles, q: float, scale: float = 1.0,
+                    digits: int | None = None) -> str:
+    """The ``q``-th percentile of ``p`` with its bounds, "1.23 [1.10–1.41]"; "needs ≥ 299"
+    where ``p.n`` is too small to bound it from above (no number: with too few values the
+    high percentiles are the maximum, not the percentile); the value alone from a file that
+    predates bounds."""
+    value = {50.0: p.p50, 90.0: p.p90, 99.0: p.p99}[q]
+    bounds = next((b for b in p.bounds or () if b.q == q), None)
+    if p.bounds is None or bounds is None:
+        return num(value * scale, digits)
+    if bounds.high is None:
+        return f"needs ≥ {needed_for_bound(q):,}"
+    low = "—" if bounds.low is None else num(bounds.low * scale, digits)
+    return f"{num(value * scale, digits)} [{low}–{num(bounds.high * scale, digits)}]"

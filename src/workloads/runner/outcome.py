@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from workloads.core import aggregate
 from workloads.core.concurrency import concurrency
 from workloads.core.corpus import Corpus
+from workloads.core.goodput import missing_figure
 from workloads.core.replay import judged
 from workloads.core.tokens import TargetTokenizer
 from workloads.core.traces import observed_hit_rate
@@ -157,6 +158,7 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
                 window=m.windows.get(cell.index, Window()),
                 cache_what_if=_what_if(m, cell.index),
                 **aggregate.cell_figures(mine, users=cell.concurrency, lockstep=lockstep),
+                goodput=aggregate.judged_goodput(mine, s.slo),
             )
             for cell in m.cells
             if (mine := [r for r in m.records if r.cell == cell.index])
@@ -209,11 +211,14 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
                 f"the trace was cut at {trace.requests:,} requests by scenario.trace limits "
                 "(max_requests, max_duration_s): only they were replayed, and the ideal hit "
                 "rate is theirs")
+    if s.slo is not None and (why := missing_figure(m.records, s.slo)) is not None:
+        warnings.append(f"no goodput: {why}")
     return result.model_copy(update={"warnings": warnings, "gate": gate,
                                      "invalid_reason": invalid, "likelihood": m.likelihood,
                                      "trace": trace,
                                      "replay": None if m.replay is None
-                                     else judged(m.replay, m.records)})
+                                     else judged(m.replay, m.records),
+                                     "goodput": aggregate.judged_goodput(m.records, s.slo)})
 
 
 def _gate(m: Measured) -> tuple[GateResult | None, str | None]:

@@ -32,6 +32,7 @@ from workloads.model.errors import OptionsError
 from workloads.model.records import RecordWriter, TurnRecord
 from workloads.model.results import RECORDS_FILE, RunResult, ServerIdentity, TargetInfo
 from workloads.model.scenario import Scenario, load_scenario
+from workloads.model.slo import Slo, parse_slo
 from workloads.model.target import Target
 from workloads.model.transcripts import TRANSCRIPTS_FILE, TranscriptWriter
 from workloads.runner.cells import Run
@@ -81,6 +82,7 @@ async def run_async(
     workers: int = 1,  # processes that send the requests: 1 = this one (see auto_workers)
     ray: str | None = None,  # a Ray cluster's address: the workers are Ray actors there
     trace: str | Path | MooncakeTrace | None = None,  # a Mooncake trace to replay
+    slo: Slo | str | None = None,  # judge goodput by this SLO (replaces the scenario's)
 ) -> RunResult:
     """Run ``scenario`` against ``target`` (the embedded simulated server when None).
 
@@ -108,6 +110,8 @@ async def run_async(
     replays its requests open loop at their timestamps × ``pacing.time_scale``
     (:mod:`workloads.runner.trace`); ``scenario`` gives the rest (repetitions, content,
     sampling, timeouts, ``trace`` limits), and its users, turns and sizes are the trace's.
+    ``slo`` (an :class:`~workloads.model.slo.Slo` or ``--slo`` text, "ttft_s=2,itl_ms=50")
+    replaces the scenario's ``[slo]``: the result then has goodput (``result.goodput``).
 
     ``stop``: once set (the CLI sets it on SIGINT/SIGTERM; the library installs no signal
     handler), no new turn starts, turns in flight get ``stop_grace_s`` seconds to finish and
@@ -124,6 +128,9 @@ async def run_async(
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
+    if slo is not None:  # bad text: one line (OptionsError), before anything starts
+        scenario = scenario.model_copy(
+            update={"slo": parse_slo(slo) if isinstance(slo, str) else slo})
     _check_options(workers=workers, ray=ray, client=client, replay=replay, trace=trace,
                    stop_grace_s=stop_grace_s)
     sharded = workers > 1 or ray is not None
@@ -288,6 +295,7 @@ def run(
     workers: int = 1,
     ray: str | None = None,
     trace: str | Path | MooncakeTrace | None = None,
+    slo: Slo | str | None = None,
 ) -> RunResult:
     """:func:`run_async` for code without an event loop: the same arguments, the same result.
 
@@ -306,7 +314,7 @@ def run(
         scenario, target, out_dir=out_dir, label=label, note=note, sim=sim,
         on_record=on_record, client=client, telemetry=telemetry, stop=stop,
         stop_grace_s=stop_grace_s, overwrite=overwrite, transcripts=transcripts,
-        replay=replay, workers=workers, ray=ray, trace=trace,
+        replay=replay, workers=workers, ray=ray, trace=trace, slo=slo,
     ))
 
 
