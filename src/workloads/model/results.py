@@ -73,7 +73,7 @@ __all__ = [
 # history are above _LOADERS); tests/test_results_format.py fails when a saved model's
 # fields change and these do not.
 FORMAT_VERSION = 5
-FORMAT_MINOR = 0
+FORMAT_MINOR = 1
 RESULT_FILE = "result.json"
 RECORDS_FILE = "records.jsonl"
 
@@ -135,7 +135,7 @@ class CellSummary(Frozen):
     generation_rate: BandSummary | None = None
     summary: Summary
     cache_what_if: list[WhatIfTurn] | None = None
-    goodput: Goodput | None = None  # the cell against the scenario's SLO (format 5)
+    goodput: Goodput | None = None  # the cell against the scenario's SLO (format 5.1)
 
 
 def cell_coordinates(scenario: Scenario, cell: Cell) -> dict[str, int]:
@@ -244,7 +244,7 @@ class RunResult(Frozen):
     likelihood: Likelihood | None = None  # the likelihood probe (None: not run)
     trace: TraceReplay | None = None  # run --trace: the trace replayed (format 4, optional)
     replay: Replay | None = None  # run --replay: the run re-sent, its cache (format 5)
-    # The measured requests and sessions against the scenario's SLO (format 5; None: no
+    # The measured requests and sessions against the scenario's SLO (format 5.1; None: no
     # SLO, or records that cannot be judged by it); a sweep's pools every cell (each cell
     # has its own).
     goodput: Goodput | None = None
@@ -541,6 +541,12 @@ def _upgrade_5(data: dict[str, Any]) -> dict[str, Any]:
 #       cached tokens in both runs, the cache state "warm" or "cold"; optional); a replay's
 #       records count the whole prompt as shareable (shareable_tokens = prompt_tokens: the
 #       recorded run sent it), so its cache effectiveness is ≤ 100 %.
+#   5.1 — 2026-12-02: SLOs and goodput: the scenario's slo (its latency limits, per step
+#       kind); RunResult.goodput and CellSummary.goodput (the requests and sessions that
+#       met the SLO, per repetition, turn and step kind, and the run-level checks);
+#       Percentiles.bounds (order-statistics bounds of p50, p90, p99). All optional: older
+#       files read as runs without an SLO, and load_result recomputes the bounds from the
+#       records.
 _LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4, 5: _upgrade_5}
 
 

@@ -42,7 +42,7 @@ class Percentiles(Frozen):
     p99: float
     max: float
     n: int
-    # The bounds of p50, p90 and p99 (format 5; None in older files).
+    # The bounds of p50, p90 and p99 (format 5.1; None in older files).
     bounds: list[Bounds] | None = None
 
 
