@@ -8,6 +8,7 @@ import pytest
 import workloads
 
 EXPECTED = {
+    "CapacityResult",
     "IncomparableError",
     "OptionsError",
     "OutputError",
@@ -19,6 +20,7 @@ EXPECTED = {
     "Scenario",
     "ScenarioError",
     "SimulatedServer",
+    "Slo",
     "Summary",
     "Target",
     "TargetError",
@@ -27,9 +29,13 @@ EXPECTED = {
     "TurnSummary",
     "WorkloadsError",
     "__version__",
+    "capacity",
+    "capacity_async",
     "list_scenarios",
+    "load_capacity",
     "load_result",
     "load_scenario",
+    "parse_slo",
     "probe_target",
     "probe_target_async",
     "run",

@@ -32,6 +32,7 @@ logging.getLogger("workloads").addHandler(logging.NullHandler())
 if TYPE_CHECKING:
     from workloads.core.aggregate import summarize
     from workloads.core.load import load_result
+    from workloads.model.capacity import CapacityResult, load_capacity
     from workloads.model.errors import (
         IncomparableError,
         OptionsError,
@@ -46,9 +47,11 @@ if TYPE_CHECKING:
     from workloads.model.records import TurnRecord
     from workloads.model.results import RunResult
     from workloads.model.scenario import Scenario, list_scenarios, load_scenario
+    from workloads.model.slo import Slo, parse_slo
     from workloads.model.summary import RunSummary, Summary, TurnSummary
     from workloads.model.target import Target
     from workloads.probe import probe_target, probe_target_async
+    from workloads.runner.capacity import capacity, capacity_async
     from workloads.runner.run import run, run_async
     from workloads.servers.simulated import SimulatedServer
     from workloads.telemetry import TelemetryOptions
@@ -56,6 +59,8 @@ if TYPE_CHECKING:
 # Every name loads its module on first use: the data models need pydantic (~0.2-1 s), the
 # rest aiohttp, aiohttp.web and prometheus_client as well.
 _LAZY = {
+    "CapacityResult": "workloads.model.capacity",
+    "load_capacity": "workloads.model.capacity",
     "IncomparableError": "workloads.model.errors",
     "OptionsError": "workloads.model.errors",
     "OutputError": "workloads.model.errors",
@@ -72,10 +77,14 @@ _LAZY = {
     "Scenario": "workloads.model.scenario",
     "list_scenarios": "workloads.model.scenario",
     "load_scenario": "workloads.model.scenario",
+    "Slo": "workloads.model.slo",
+    "parse_slo": "workloads.model.slo",
     "RunSummary": "workloads.model.summary",
     "Summary": "workloads.model.summary",
     "TurnSummary": "workloads.model.summary",
     "Target": "workloads.model.target",
+    "capacity": "workloads.runner.capacity",
+    "capacity_async": "workloads.runner.capacity",
     "run": "workloads.runner.run",
     "run_async": "workloads.runner.run",
     "SimulatedServer": "workloads.servers.simulated",
@@ -85,6 +94,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "CapacityResult",
     "IncomparableError",
     "OptionsError",
     "OutputError",
@@ -96,6 +106,7 @@ __all__ = [
     "Scenario",
     "ScenarioError",
     "SimulatedServer",
+    "Slo",
     "Summary",
     "Target",
     "TargetError",
@@ -104,9 +115,13 @@ __all__ = [
     "TurnSummary",
     "WorkloadsError",
     "__version__",
+    "capacity",
+    "capacity_async",
     "list_scenarios",
+    "load_capacity",
     "load_result",
     "load_scenario",
+    "parse_slo",
     "probe_target",
     "probe_target_async",
     "run",

@@ -1,4 +1,4 @@
-"""Command line: ``python -m workloads run|scenarios|show|compare|probe|serve``.
+"""Command line: ``python -m workloads run|capacity|scenarios|show|compare|probe|serve``.
 
 The library never prints or exits; this module does. ``main(argv) -> int`` returns the exit
 code so tests call it in process.
@@ -23,6 +23,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
+from workloads.cli.capacity import add_capacity_parser
 from workloads.cli.commands import cmd_compare, cmd_probe, cmd_scenarios, cmd_serve, cmd_show
 from workloads.cli.common import (
     EXIT_BAD_INPUT,
@@ -115,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="do not write DIR/transcripts.jsonl (records keep prompt and "
                      "completion hashes)")
     run.set_defaults(func=cmd_run)
+    add_capacity_parser(sub)
 
     scenarios = sub.add_parser("scenarios", help="list packaged scenarios")
     scenarios.set_defaults(func=cmd_scenarios)

@@ -37,13 +37,21 @@ def cmd_show(args: argparse.Namespace) -> int:
     from workloads.report import console as report
     from workloads.report.export import export
 
+    where = Path(args.result)
+    if (where / "capacity.json").exists() and not (where / "result.json").exists():
+        from workloads.model.capacity import load_capacity
+        from workloads.report.goodput import capacity_blocks
+
+        console = make_console()
+        for block in capacity_blocks(load_capacity(where)):
+            console.print(block)
+        return 0
     result = load_result(args.result)  # the file's summaries are a cache: from the records
     if (slo := slo_option(args.slo)) is not None:  # judge the saved run by another SLO
         from workloads.core.aggregate import summarized
 
         result = summarized(result.model_copy(update={"scenario": result.scenario.model_copy(
             update={"slo": slo})}))
-    where = Path(args.result)
     directory = where if where.is_dir() else where.parent
     for note in report.records_notes(result, directory / "records.jsonl"):
         print(f"warning: {note}", file=sys.stderr)

