@@ -129,3 +129,16 @@ def test_capacity_on_llamacpp(tmp_path, capsys):
     assert result.points and all(p.requests > 0 for p in result.points)
     # a 2-minute E2E limit holds for two users: 6 good sessions show 50%, and 2 is the top
     assert result.knee == 2.0 and [p.verdict for p in result.points] == ["meets"]
+
+
+def test_an_open_loop_scenario_searches_the_arrival_rate():
+    fleet = workloads.load_scenario("agent-fleet").with_overrides([
+        "users=4", "turns=1", "opening_tokens=100", "turn_tokens=20", "output_tokens=16",
+        "pacing.arrivals.rate_per_s=20", "pacing.arrivals.duration_s=1",
+        'pacing.tool_time={kind = "constant", median = 0}', "gate=off",
+        "tokenizer=tiktoken"])
+    result = capacity(fleet, slo="ttft_s=60", goal=0.5, limits=CapacityLimits(max_points=2))
+    assert result.axis == "rate"
+    assert [(p.load, p.verdict) for p in result.points] == [(20.0, "meets"), (40.0, "meets")]
+    assert result.knee == 40.0 and "max_points" in (result.stopped or "")
+    assert all(p.sessions == 4 * p.repetitions for p in result.points)

@@ -174,3 +174,23 @@ def test_p99_of_45_requests_says_what_it_needs_and_p90_is_bounded():
     assert p is not None
     assert percentile_text(p, 99.0) == "needs ≥ 299"
     assert percentile_text(p, 90.0) == "4.06 [3.70–4.50]"  # x_(37) and x_(45)
+
+
+def test_the_report_leads_its_goodput_block_with_the_slo_and_both_shares():
+    from pathlib import Path
+
+    import workloads
+    from workloads.report.export import plain_text
+
+    result = workloads.load_result(Path(__file__).parent / "data" / "v5-goodput")
+    g = result.goodput
+    assert g is not None and result.scenario.slo is not None
+    text = plain_text(result, width=200)
+    assert f"SLO: {result.scenario.slo.describe()}" in text
+    assert f"requests meeting the SLO: {g.met} of {g.requests}" in text
+    assert f"session goodput {g.session_share:.0%} ({g.good_sessions} of" in text
+    # 6 human and 6 tool steps, each kind with its own TTFT limit: too few for a p90 bound
+    assert ("p90 TTFT ≤ 0.05 s: cannot tell yet (needs ≥ 29 requests for a 95% upper "
+            "bound; have 6)") in text
+    assert "p90 TTFT ≤ 0.1 s (tool result steps): cannot tell yet" in text
+    assert len([c for c in g.checks if c.verdict == "cannot tell"]) == len(g.checks) == 3
