@@ -13,7 +13,7 @@ from pydantic import Field, ValidationError
 
 from workloads._version import __version__
 from workloads.model.base import Frozen
-from workloads.model.errors import ResultFormatError
+from workloads.model.errors import OutputExistsError, ResultFormatError
 from workloads.model.scenario import Scenario
 from workloads.model.slo import Slo
 
@@ -76,8 +76,8 @@ class CapacityResult(Frozen):
         out.mkdir(parents=True, exist_ok=True)
         path = out / CAPACITY_FILE
         if path.exists() and not overwrite:
-            raise FileExistsError(f"{path} exists; pass overwrite=True (--overwrite) or "
-                                  "choose another --out")
+            raise OutputExistsError(f"{path} exists; pass overwrite=True (--overwrite) or "
+                                    "choose another --out", path=str(path))
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, path)

@@ -33,7 +33,7 @@ from typing import Any, Literal
 from workloads.core import stats
 from workloads.core.goodput import judge_share, missing_figure
 from workloads.model.capacity import CAPACITY_FILE, CapacityPoint, CapacityResult
-from workloads.model.errors import OptionsError
+from workloads.model.errors import OptionsError, OutputExistsError
 from workloads.model.goodput import RepetitionGoodput
 from workloads.model.results import RunResult
 from workloads.model.scenario import Scenario, load_scenario
@@ -112,12 +112,8 @@ class _Load:
             per_user_rate=stats.median(self.rates),
             goodput_token_rate=stats.median(
                 r.met_tokens / r.span_s for r in self.repetitions if r.span_s),
-            runs=self.runs,
+            runs=list(self.runs),
         )
-
-    def decided(self, goal: float) -> bool:
-        judged = judge_share([(r.good_sessions, r.sessions) for r in self.repetitions], goal)
-        return judged is not None and judged.verdict != "measure more"
 
 
 def _axis(scenario: Scenario) -> Literal["concurrency", "rate"]:
@@ -181,10 +177,10 @@ async def capacity_async(
     axis = _axis(scenario)
     if axis == "rate":
         assert scenario.pacing.arrivals is not None
-        first = start or scenario.pacing.arrivals.rate_per_s
+        first = start if start is not None else scenario.pacing.arrivals.rate_per_s
         floor, ceiling = 1e-3, min(100_000.0, limits.max_load or math.inf)
     else:
-        first = float(int(start or scenario.users))
+        first = float(int(start if start is not None else scenario.users))
         floor, ceiling = 1.0, float(MAX_CONCURRENCY if limits.max_load is None
                                     else max(1, min(MAX_CONCURRENCY, int(limits.max_load))))
     first = min(first, ceiling)
@@ -193,8 +189,9 @@ async def capacity_async(
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
         if (out / CAPACITY_FILE).exists() and not overwrite:
-            raise FileExistsError(f"{out / CAPACITY_FILE} exists; choose another --out "
-                                  "directory, or pass --overwrite (overwrite=True)")
+            raise OutputExistsError(f"{out / CAPACITY_FILE} exists; choose another --out "
+                                    "directory, or pass --overwrite (overwrite=True)",
+                                    path=str(out / CAPACITY_FILE))
         out.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     loads: dict[float, _Load] = {}
