@@ -1,7 +1,7 @@
-"""The report's goodput and tails: percentiles printed with their order-statistics bounds
-(or "needs ≥ N" where n cannot bound them), the goodput block of a run with an SLO
-(request and session goodput, per turn and step kind, the run-level checks), its CSV
-columns, and the capacity search's report and plot. Pure: tables, text and a PNG.
+"""The report's goodput: the block of a run with an SLO (request and session goodput, per
+turn and step kind, the run-level checks), its CSV columns, and the capacity search's
+report and plot. Pure: tables, text and a PNG. (Every percentile's bounds, or "needs ≥ N",
+are :func:`workloads.report.text.percentile_text`'s.)
 """
 
 from __future__ import annotations
