@@ -8,6 +8,8 @@ anything, and the report converts them.
 from __future__ import annotations
 
 import json
+import queue
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Literal, Self
@@ -139,27 +141,57 @@ class TurnRecord(Frozen):
 
 class JsonlWriter:
     """An append-only JSON-lines file, opened by ``with``: what a killed run leaves on disk is
-    every line written so far (records, transcripts)."""
+    every line written so far (records, transcripts).
+
+    The lines are written and flushed by a thread of the writer's own, in order: a write that
+    waits on the disk (the page cache throttled by other work) never holds the event loop,
+    where chunks wait for their stamps. A line is on disk within milliseconds; leaving the
+    ``with`` block writes what is queued. A failed write is raised by the next append, or
+    at the block's end."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._file: IO[str] | None = None
+        self._queue: queue.SimpleQueue[tuple[str, bool] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._error: OSError | None = None
 
     def __enter__(self) -> Self:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a", encoding="utf-8")
+        self._thread = threading.Thread(target=self._drain, args=(self._file,), daemon=True,
+                                        name=f"workloads-writer-{self.path.name}")
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self._error is not None:
+            raise self._error
+
+    def _drain(self, file: IO[str]) -> None:
+        for item in iter(self._queue.get, None):  # ends at the None that __exit__ queues
+            if self._error is not None:
+                continue  # the first error is raised in the caller; later lines are lost
+            line, flush = item
+            try:
+                file.write(line + "\n")
+                if flush:
+                    file.flush()
+            except OSError as err:
+                self._error = err
 
     def _append(self, line: str, *, flush: bool = True) -> None:
-        assert self._file is not None, f"use 'with {type(self).__name__}(path) as writer'"
-        self._file.write(line + "\n")
-        if flush:
-            self._file.flush()
+        assert self._thread is not None, f"use 'with {type(self).__name__}(path) as writer'"
+        if self._error is not None:
+            raise self._error
+        self._queue.put((line, flush))
 
 
 class RecordWriter(JsonlWriter):
