@@ -4,7 +4,8 @@ its own event-loop lag and CPU share, and the report says when the client, not t
 may be the bottleneck.
 
 * event-loop lag — a task wakes every ``interval_s`` on absolute deadlines; how late each wake
-  is, is time every chunk arriving then waited before it was stamped. A wake counts only when
+  is (past the timers' own millisecond, :data:`TIMER_SLACK_S`), is time every chunk arriving
+  then waited before it was stamped. A wake counts only when
   a request was in flight at some time since it was due: a stall with nothing in flight (a
   lock-step turn's prompts sized between barriers) delays no stamp and is not a bottleneck;
 * CPU share — the event loop thread's CPU seconds over wall seconds: near 1.0 means its core
@@ -37,6 +38,10 @@ LOOP_LAG_P99_LIMIT_MS = 5.0  # a chunk may wait this long to be stamped: 1% of w
 STAMP_WAIT_LIMIT_MS = 1.0  # past this at p99, the report says how long stamps waited
 LOOP_LAG_MAX_LIMIT_MS = 50.0  # one stall this long shifts a TTFT by as much
 CPU_SHARE_LIMIT = 0.9  # of one core
+# The loops' timers count whole milliseconds (libuv's clock; asyncio rounds its poll timeout
+# up to one): a wake up to 1 ms late is the timer's, on an idle loop too, and a chunk (woken
+# by its socket, not a timer) does not wait it. Lag is counted past it.
+TIMER_SLACK_S = 0.001
 MAX_SAMPLES = 1_000_000  # at 10 ms: 2.7 hours of samples, 8 MB; later wakes are not kept
 
 
@@ -98,12 +103,16 @@ class ClientMonitor:
 
     async def _sample(self) -> None:
         due = time.perf_counter() + self.interval_s
-        while len(self._lags_ms) < MAX_SAMPLES:
+        for _ in range(4 * MAX_SAMPLES):  # bounded: at most a few early wakes per sample
+            if len(self._lags_ms) >= MAX_SAMPLES:
+                return
             await asyncio.sleep(max(0.0, due - time.perf_counter()))
             now = time.perf_counter()
+            if now < due:  # uvloop's timers count whole milliseconds: a wake can be early
+                continue
             # a stall begun before: not ours; one with nothing in flight delayed no stamp
             if self._watching and due >= self._since[0] and self._in_flight_since(due):
-                self._lags_ms.append(max(0.0, now - due) * 1000)
+                self._lags_ms.append(max(0.0, now - due - TIMER_SLACK_S) * 1000)
             # The next wake is on the grid, skipping wakes a stall swallowed: a 200 ms stall
             # is one sample of 200 ms, not twenty that each look late.
             due += self.interval_s * (1 + int((now - due) // self.interval_s))
