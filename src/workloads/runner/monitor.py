@@ -103,13 +103,13 @@ class ClientMonitor:
 
     async def _sample(self) -> None:
         due = time.perf_counter() + self.interval_s
-        for _ in range(4 * MAX_SAMPLES):  # bounded: at most a few early wakes per sample
-            if len(self._lags_ms) >= MAX_SAMPLES:
-                return
+        while len(self._lags_ms) < MAX_SAMPLES:
             await asyncio.sleep(max(0.0, due - time.perf_counter()))
             now = time.perf_counter()
-            if now < due:  # uvloop's timers count whole milliseconds: a wake can be early
-                continue
+            if now < due:  # uvloop's timers count whole milliseconds: a wake can be early,
+                # and a shorter sleep rounds to none (a spin): one more, within the slack
+                await asyncio.sleep(TIMER_SLACK_S)
+                now = time.perf_counter()
             # a stall begun before: not ours; one with nothing in flight delayed no stamp
             if self._watching and due >= self._since[0] and self._in_flight_since(due):
                 self._lags_ms.append(max(0.0, now - due - TIMER_SLACK_S) * 1000)
