@@ -261,7 +261,19 @@ class Session:
             raise
         # What follows (the record, transcripts, the history) is turn-end work: in slices, so
         # sessions ending together do not hold the loop while others' chunks wait for stamps.
-        await pace()
+        # The response is complete: a stop that comes between slices still gets its record,
+        # and the cancellation goes on after it.
+        stopped = False
+
+        async def slice_() -> None:
+            nonlocal stopped
+            if not stopped:
+                try:
+                    await pace()
+                except asyncio.CancelledError:
+                    stopped = True
+
+        await slice_()
         record = record_from_response(
             response,
             **common,  # type: ignore[arg-type]
@@ -295,14 +307,16 @@ class Session:
             self.conversation.add_reply(response.text or marker if not response.tool_calls
                                         else response.text, response.tool_calls)
         reply = response.text if reached else None
-        await pace()
+        await slice_()
         record = record.model_copy(update=identity(sent, reply))
         self.last = LastTurn(record, prepared.ids, prepared.exact, response.text)
         if self.on_exchange is not None:
-            await pace()
+            await slice_()
             self.on_exchange(record, sent, reply)
-        await pace()
+        await slice_()
         self.on_record(record)
+        if stopped:
+            raise asyncio.CancelledError
         return record
 
     async def finish_trace(self) -> None:
