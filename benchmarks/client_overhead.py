@@ -2,9 +2,20 @@
 
 The server (benchmarks/stream_server.py, a separate process) is pinned to one core and the
 client (the library, through its public API, in a separate process) to another; the harness
-sits on the server's core. Every run is one 1-turn scenario with ``users`` = concurrency,
-lock-step (all streams start together), 512-token streams (and 64-token streams at zero delay,
-for the marginal cost), a fresh server and client process per run.
+sits on the server's core. Every run is one scenario with ``users`` = concurrency, 512-token
+streams (and 64-token streams at zero delay, for the marginal cost), one token per content
+chunk (vLLM's framing; ``--burst N`` for N per server write), a fresh server and client
+process per run. ``--turns 1`` (the default): one turn, lock-step (all streams start
+together). ``--turns N`` (N ≥ 2): N turns per session, free pacing with no think or tool
+time, so each session sends its next turn as its reply ends, and one session's turn end
+(record, transcript, next turn's sizing) overlaps other sessions' first tokens: the shape of
+an agent run, where a client that does its turn-end work in one burst stamps late.
+
+Beside the library, every configuration also runs the reference client (``bare-aiohttp``,
+left out with ``--no-bare``): a bare aiohttp read loop (``async for line in
+response.content``, ``json.loads`` per event), on the same loop, core and server, playing
+the same sessions. Its figures and the library's ratios to them are printed in the same run,
+so a comparison does not depend on how fast the shared core was that minute.
 
 Figures, each the median over the runs (``--runs``, 3 by default):
 
@@ -26,6 +37,11 @@ Figures, each the median over the runs (``--runs``, 3 by default):
   request read). p50 and p99 over the run's requests.
 - ITL bias: per request, (client's last − first content time) − (server's last − first content
   write), over the 511 gaps; p50 and p99, µs per token.
+- downlink: first content chunk written by the server → stamped by the client, the client's
+  own part of the TTFT bias (the rest, uplink, is the server's read queue); p50 and p99.
+- stall: the library's own self-watch, its worst event-loop lag (result.json ``client``).
+- proc CPU s: the whole client process (interpreter start, imports, run, exit), from the
+  harness's rusage of the child.
 - start-up CPU: user + system CPU of ``python -c "import workloads"`` (median of 5), beside
   ``python -c pass``.
 
@@ -36,6 +52,7 @@ whole host), so the server's stamps and the client's records compare directly.
     python benchmarks/client_overhead.py                 # ~7 minutes on 2 cores
     python benchmarks/client_overhead.py --nice -19      # cores shared with other work
     python benchmarks/client_overhead.py --json out.json --profile c64.prof
+    python benchmarks/client_overhead.py --nice -19 --modes paced --users 64 256 --turns 2
     python benchmarks/client_overhead.py --python venv-a/bin/python venv-b/bin/python
 
 The client runs on the loop the library itself starts (``workloads.wire.loop.run_loop``:
@@ -86,6 +103,7 @@ BUSY_LOAD = 1.5  # a 1-minute load average above this: other work shares the cor
 SERVER_BUSY = 0.9  # zero delay with the server core this busy: the server may be the limit
 RUN_TIMEOUT_S = 300.0  # one client run, however slow; then it is killed and reported
 SERVER_START_S = 10.0
+BARE = "bare-aiohttp"  # the reference client's name among --python's interpreters
 
 # Repetitions per run (requests = concurrency × repetitions), full and --quick.
 ZERO_REPS = {1: 128, 5: 32, 64: 4, 256: 2, 1000: 1}
@@ -95,9 +113,9 @@ PACED_REPS_QUICK = {5: 1, 64: 1, 256: 1, 1000: 1}  # C1 paced is left out of --q
 MARGINAL_QUICK = (5, 64)  # --quick measures the marginal cost at these only
 
 SCENARIO = """\
-description = "client overhead benchmark: {users} users, 1 turn, {tokens}-token streams"
+description = "client overhead benchmark: {users} users, {turns} turn(s), {tokens}-token streams"
 users = {users}
-turns = 1
+turns = {turns}
 opening_tokens = 0
 turn_tokens = 32
 output_tokens = {tokens}
@@ -109,7 +127,7 @@ warmup = 0
 measured = {reps}
 
 [pacing]
-mode = "lockstep"
+mode = "{pacing}"
 
 [content]
 corpus = "synthetic"
@@ -159,6 +177,103 @@ def client_main(config: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# The reference client: a bare aiohttp read loop, what a short hand-written load generator does.
+
+
+def bare_main(config: dict[str, Any]) -> None:
+    """Play the same sessions as the scenario with aiohttp alone: per session, ``turns``
+    requests back to back (free pacing), the reply appended to the history; each line of
+    the stream read with ``async for line in response.content``, ``json.loads`` of each
+    ``data:`` line, the content stamped as it is parsed. Writes records.jsonl with the fields
+    the harness matches; prints the same JSON line as :func:`client_main`."""
+    os.sched_setaffinity(0, {config["cpu"]})
+    cpu_start = time.process_time()
+    import asyncio
+
+    import aiohttp
+
+    cpu_imported = time.process_time()
+    clock = time.perf_counter_ns
+    out = Path(config["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    records: list[dict[str, Any]] = []
+    url = config["url"].rstrip("/") + "/chat/completions"
+
+    async def turn(http: aiohttp.ClientSession, rep: int, session: int, number: int,
+                   history: list[dict[str, str]]) -> None:
+        history.append({"role": "user", "content": f"session {session} turn {number}: "
+                        + "write about the sea " * 6})
+        body = {"model": MODEL, "messages": history, "stream": True,
+                "stream_options": {"include_usage": True}, "max_tokens": config["tokens"],
+                "ignore_eos": True, "min_tokens": config["tokens"]}
+        sent = clock()
+        first = last = None
+        request_id = None
+        completion = None
+        parts: list[str] = []
+        async with http.post(url, json=body) as response:
+            async for line in response.content:
+                now = clock()
+                if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+                    continue
+                chunk = json.loads(line[6:])
+                request_id = chunk.get("id", request_id)
+                if chunk.get("usage"):
+                    completion = chunk["usage"].get("completion_tokens")
+                for choice in chunk.get("choices") or ():
+                    text = (choice.get("delta") or {}).get("content")
+                    if text:
+                        parts.append(text)
+                        first = now if first is None else first
+                        last = now
+        done = clock()
+        reply = "".join(parts)
+        history.append({"role": "assistant", "content": reply})
+        records.append({
+            "repetition": rep, "session": session, "turn": number,
+            "valid": completion == config["tokens"], "completion_tokens": completion,
+            "request_id": request_id, "sent_ns": sent, "done_ns": done,
+            "first_content_ns": first, "last_content_ns": last,
+            "ttft_ns": None if first is None else first - sent,
+        })
+
+    async def session(http: aiohttp.ClientSession, rep: int, index: int) -> None:
+        history: list[dict[str, str]] = [{"role": "system", "content": "You are terse."}]
+        for number in range(1, config["turns"] + 1):
+            await turn(http, rep, index, number, history)
+
+    async def main() -> None:
+        connector = aiohttp.TCPConnector(limit=0)
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+            for rep in range(config["reps"]):
+                async with asyncio.TaskGroup() as tg:
+                    for index in range(config["users"]):
+                        tg.create_task(session(http, rep, index))
+
+    cpu_before = time.process_time()
+    if config["loop"] != "asyncio":
+        try:
+            import uvloop  # the loop the library runs on, where installed: like with like
+        except ImportError:
+            asyncio.run(main())
+        else:
+            uvloop.run(main())
+    else:
+        asyncio.run(main())
+    cpu_after = time.process_time()
+    with (out / "records.jsonl").open("w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+    print(json.dumps({
+        "import_cpu_s": cpu_imported - cpu_start,
+        "run_cpu_s": cpu_after - cpu_before,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "complete": True,
+        "warnings": [],
+    }), flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
 # The harness.
 
 
@@ -170,6 +285,11 @@ class Setup:
     client_cpu: int = 1
     burst: int = 1  # zero delay: content chunks per server write
     nice: int = 0  # 0: leave the scheduler alone
+    turns: int = 1  # per session; more than one: free pacing (turn ends overlap streams)
+
+    @property
+    def pacing(self) -> str:
+        return "free" if self.turns > 1 else "lockstep"
 
 
 def prioritize(pid: int, nice: int) -> None:
@@ -214,7 +334,16 @@ class Run:
     downlink_ms: list[float] = field(default_factory=list)  # first chunk written → read
     unmatched: int = 0
     warnings: list[str] = field(default_factory=list)  # the library's, from its result
+    total_cpu_s: float = 0.0  # the whole client process: interpreter, import, run, exit
+    lag_p99_ms: float | None = None  # the library's own event-loop lag (its result's client)
+    lag_max_ms: float | None = None
     error: str | None = None
+
+
+def children_cpu() -> float:
+    """User + system CPU seconds of this process's reaped children, so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def task_cpu_ns(pid: int) -> int | None:
@@ -277,7 +406,8 @@ def run_client(
     out = work / tag
     out.mkdir(parents=True)
     scenario = out / "scenario.toml"
-    scenario.write_text(SCENARIO.format(users=users, tokens=tokens, reps=reps))
+    scenario.write_text(SCENARIO.format(users=users, tokens=tokens, reps=reps,
+                                        turns=setup.turns, pacing=setup.pacing))
     truth_path = out / "truth.jsonl"
     run = Run(mode=mode, users=users, tokens=tokens, reps=reps, python=python)
     server, url = start_server(mode, truth_path, setup)
@@ -287,9 +417,14 @@ def run_client(
         interpreter, _, loop = python.partition(":")
         config = {"cpu": setup.client_cpu, "scenario": str(scenario), "url": url,
                   "out": str(out / "run"), "profile": str(profile) if profile else None,
-                  "loop": loop or "auto"}
+                  "loop": loop or "auto", "users": users, "tokens": tokens, "reps": reps,
+                  "turns": setup.turns}
+        role = "--client"
+        reaped = children_cpu()  # the server is reaped later: the growth is the client's
+        if interpreter == BARE:
+            interpreter, role = sys.executable, "--bare-client"
         client = spawn(
-            [interpreter, str(Path(__file__).resolve()), "--client", json.dumps(config)],
+            [interpreter, str(Path(__file__).resolve()), role, json.dumps(config)],
             setup, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
         deadline = time.monotonic() + RUN_TIMEOUT_S
@@ -306,6 +441,7 @@ def run_client(
             run.error = f"client still running after {RUN_TIMEOUT_S:g} s: killed"
             return run
         stdout, stderr = client.communicate(timeout=30)
+        run.total_cpu_s = children_cpu() - reaped
     finally:
         stop(server)
     if client.returncode != 0:
@@ -316,7 +452,13 @@ def run_client(
     run.import_cpu_s = report["import_cpu_s"]
     run.peak_rss_mb = report["peak_rss_mb"]
     run.warnings = report["warnings"]
-    records = [json.loads(line) for line in (out / "run" / "records.jsonl").open()]
+    result_path = out / "run" / "result.json"
+    if result_path.exists():
+        health = json.loads(result_path.read_text()).get("client") or {}
+        run.lag_p99_ms = health.get("loop_lag_p99_ms")
+        run.lag_max_ms = health.get("loop_lag_max_ms")
+    lines = map(json.loads, (out / "run" / "records.jsonl").open())
+    records = [r for r in lines if "kind" not in r]  # header, nonces, windows: not turns
     truths = {t["id"]: t for t in map(json.loads, truth_path.open())}
     match(run, records, truths)
     windows = streaming_windows(records)
@@ -402,6 +544,9 @@ class Row:
     itl_p99_us: float | None = None
     uplink_p50_ms: float | None = None
     downlink_p50_ms: float | None = None
+    downlink_p99_ms: float | None = None
+    total_cpu_s: float | None = None  # the whole client process
+    lag_max_ms: float | None = None  # the library's self-watch: its worst event-loop stall
 
 
 def summarize(
@@ -433,11 +578,14 @@ def summarize(
             fixed_s = cpu_long - row.marginal_us / 1e6 * tok_long
             row.fixed_ms = fixed_s / statistics.median(r.valid for r in ok) * 1e3
     row.peak_rss_mb = median_of([r.peak_rss_mb for r in ok])
+    row.total_cpu_s = median_of([r.total_cpu_s for r in ok])
+    row.lag_max_ms = median_of([r.lag_max_ms for r in ok])
     if all(r.ttft_bias_ms for r in ok):
         row.ttft_p50_ms = median_of([percentile(r.ttft_bias_ms, 50) for r in ok])
         row.ttft_p99_ms = median_of([percentile(r.ttft_bias_ms, 99) for r in ok])
         row.uplink_p50_ms = median_of([percentile(r.uplink_ms, 50) for r in ok])
         row.downlink_p50_ms = median_of([percentile(r.downlink_ms, 50) for r in ok])
+        row.downlink_p99_ms = median_of([percentile(r.downlink_ms, 99) for r in ok])
     if all(r.itl_bias_us for r in ok):
         row.itl_p50_us = median_of([percentile(r.itl_bias_us, 50) for r in ok])
         row.itl_p99_us = median_of([percentile(r.itl_bias_us, 99) for r in ok])
@@ -518,7 +666,9 @@ def table(rows: list[Row]) -> str:
                ("fixed", "ms/req", 8, ">"), ("stream", "µs/tok", 8, ">"),
                ("client", "core", 7, ">"), ("server", "core", 7, ">"),
                ("tok/s", "/core", 8, ">"), ("RSS", "MB", 6, ">"),
-               ("TTFT bias ms", "p50 / p99", 20, ">"), ("ITL bias µs", "p50 / p99", 20, ">")]
+               ("TTFT bias ms", "p50 / p99", 20, ">"), ("downlink ms", "p50 / p99", 18, ">"),
+               ("ITL bias µs", "p50 / p99", 20, ">"), ("stall", "ms", 7, ">"),
+               ("proc", "CPU s", 7, ">")]
 
     def line(cells: list[str]) -> str:
         return "".join(f"{c:{a}{w}}" for c, (_, _, w, a) in zip(cells, columns, strict=True))
@@ -533,9 +683,34 @@ def table(rows: list[Row]) -> str:
             "–" if r.tokens_per_core_s is None else f"{r.tokens_per_core_s / 1e3:.1f}k",
             fmt(r.peak_rss_mb, ".0f"),
             f"{fmt(r.ttft_p50_ms, '.2f')} / {fmt(r.ttft_p99_ms, '.2f')}",
+            f"{fmt(r.downlink_p50_ms, '.2f')} / {fmt(r.downlink_p99_ms, '.2f')}",
             f"{fmt(r.itl_p50_us, '.1f')} / {fmt(r.itl_p99_us, '.1f')}",
+            fmt(r.lag_max_ms, ".1f"), fmt(r.total_cpu_s, ".2f"),
         ]))
     return "\n".join(lines)
+
+
+def ratios(rows: list[Row]) -> str:
+    """Each client's figures over the bare aiohttp loop's of the same (mode, C): the
+    comparison that holds however fast the shared core was during the run."""
+    bare = {(r.mode, r.users): r for r in rows if r.client == BARE}
+    out = []
+    for r in rows:
+        b = bare.get((r.mode, r.users))
+        if b is None or r.client == BARE:
+            continue
+
+        def over(mine: float | None, theirs: float | None) -> str:
+            return "–" if mine is None or not theirs else f"{mine / theirs:.2f}×"
+
+        out.append(
+            f"{r.client} / {BARE}, {r.mode} C{r.users}: all-in CPU {over(r.allin_us, b.allin_us)}"
+            f", marginal {over(r.marginal_us, b.marginal_us)}, stream CPU "
+            f"{over(r.stream_us, b.stream_us)}, process CPU {over(r.total_cpu_s, b.total_cpu_s)}"
+            f", peak RSS {over(r.peak_rss_mb, b.peak_rss_mb)}; downlink p99 "
+            f"{fmt(r.downlink_p99_ms, '.2f')} ms against {fmt(b.downlink_p99_ms, '.2f')} ms"
+        )
+    return "\n".join(out)
 
 
 def hot_spots(stats_path: Path, top: int = 25) -> str:
@@ -558,7 +733,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpus", type=int, nargs=2, default=(0, 1), metavar=("SERVER", "CLIENT"),
                         help="the cores for the server (and harness) and for the client")
     parser.add_argument("--burst", type=int, default=1,
-                        help="zero delay: content chunks per server write (default 1)")
+                        help="zero delay: content chunks per server write (default 1, one "
+                        "token per chunk: vLLM's framing)")
+    parser.add_argument("--turns", type=int, default=1,
+                        help="turns per session (default 1, lock-step); more than one: free "
+                        "pacing, each session's next turn sent as its reply ends, so turn ends "
+                        "(records, sizing, transcripts) overlap other streams' first tokens")
+    parser.add_argument("--no-bare", dest="bare", action="store_false",
+                        help=f"leave out the reference client ({BARE}: a bare aiohttp read "
+                        "loop, run beside the library's in every configuration)")
     parser.add_argument("--nice", type=int, default=0, metavar="N",
                         help="run the harness, server and client at this nice value, each in "
                         "an autogroup of its own (-20..19; negative needs root): on cores "
@@ -572,15 +755,23 @@ def main(argv: list[str] | None = None) -> int:
                         "under the same machine state; default: this interpreter. PY:asyncio "
                         "runs that client on the standard loop even where uvloop is installed")
     parser.add_argument("--client", help=argparse.SUPPRESS)  # internal: the client process
+    parser.add_argument("--bare-client", help=argparse.SUPPRESS)  # internal: the reference
     args = parser.parse_args(argv)
     if args.client:
         client_main(json.loads(args.client))
+        return 0
+    if args.bare_client:
+        bare_main(json.loads(args.bare_client))
         return 0
     available = os.sched_getaffinity(0)
     if not set(args.cpus) <= available or args.cpus[0] == args.cpus[1]:
         parser.error(f"--cpus must be two different cores of {sorted(available)}")
     os.sched_setaffinity(0, {args.cpus[0]})
-    setup = Setup(args.cpus[0], args.cpus[1], args.burst, args.nice)
+    if args.turns < 1:
+        parser.error("--turns must be at least 1")
+    setup = Setup(args.cpus[0], args.cpus[1], args.burst, args.nice, args.turns)
+    if args.bare:
+        args.python = [*args.python, BARE]
     prioritize(os.getpid(), args.nice)  # the harness samples on time too
     runs = args.runs or (1 if args.quick else 3)
     zero_reps = ZERO_REPS_QUICK if args.quick else ZERO_REPS
@@ -595,11 +786,14 @@ def main(argv: list[str] | None = None) -> int:
               "shares these cores; CPU figures are inflated and the biases are not the "
               "client's alone", flush=True)
     names = {py: client_name(py) for py in args.python}
-    imports = {py: startup_cpu("import workloads", py.partition(":")[0]) for py in args.python}
+    imports = {py: startup_cpu("import aiohttp" if py == BARE else "import workloads",
+                               sys.executable if py == BARE else py.partition(":")[0])
+               for py in args.python}
     bare_s = startup_cpu("pass")
     yardstick_us = calibrate(setup.client_cpu)
     for py in args.python:
-        print(f"start-up CPU ({names[py]}): python -c 'import workloads' {imports[py]:.2f} s "
+        what = "aiohttp" if py == BARE else "workloads"
+        print(f"start-up CPU ({names[py]}): python -c 'import {what}' {imports[py]:.2f} s "
               f"(python -c pass {bare_s:.2f} s), median of 5", flush=True)
     print(f"yardstick: json.loads of one chunk {yardstick_us:.2f} µs on the client core",
           flush=True)
@@ -638,9 +832,13 @@ def main(argv: list[str] | None = None) -> int:
                       f"{time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
         modes = {"zero": "zero delay",
                  "paced": "paced (TTFT {:g} ms, {:g} ms between tokens)".format(*PACED)}
+        shape = ("1 turn, lock-step" if setup.turns == 1
+                 else f"{setup.turns} turns per session, free pacing")
         print(f"\n{' and '.join(modes[m] for m in args.modes)} · {STREAM_TOKENS}-token streams"
-              f" (marginal: against {SHORT_TOKENS}) · median of {runs} run(s)")
+              f" (marginal: against {SHORT_TOKENS}) · {shape} · median of {runs} run(s)")
         print(table(rows))
+        if args.bare:
+            print(ratios(rows))
         for row in rows:
             if row.mode == "zero" and row.server_core and row.server_core > SERVER_BUSY:
                 print(f"warning: zero delay C{row.users}: the server core was "

@@ -1,11 +1,12 @@
-"""sleep_until_or: a wait on an absolute deadline that a stop cuts short."""
+"""sleep_until_or: a wait on an absolute deadline that a stop cuts short; pace: turn-end work
+in slices, one per loop iteration."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
-from workloads.core.clock import sleep_until_or
+from workloads.core.clock import pace, sleep_until_or
 
 
 def test_a_deadline_already_past_returns_how_late_without_waiting():
@@ -35,3 +36,52 @@ def test_an_event_set_during_the_wait_ends_it_long_before_the_deadline():
 
     late, ended = asyncio.run(go())
     assert ended and late is None
+
+
+def test_pace_gives_each_slice_a_loop_iteration_of_its_own_first_come_first_served():
+    async def main() -> tuple[list[tuple[str, int]], int]:
+        ticks = 0
+        seen: list[tuple[str, int]] = []
+        done = asyncio.Event()
+
+        async def ticker() -> None:  # counts loop iterations: one sleep(0) each
+            nonlocal ticks
+            while not done.is_set():
+                await asyncio.sleep(0)
+                ticks += 1
+
+        async def session(name: str) -> None:
+            for piece in range(3):
+                await pace(0.0)  # a budget of nothing: every call waits its turn
+                seen.append((f"{name}{piece}", ticks))
+
+        counting = asyncio.create_task(ticker())
+        async with asyncio.TaskGroup() as tg:
+            for name in "abc":
+                tg.create_task(session(name))
+        done.set()
+        await counting
+        return seen, ticks
+
+    seen, _ = asyncio.run(main())
+    assert [name for name, _ in seen] == ["a0", "b0", "c0", "a1", "b1", "c1", "a2", "b2", "c2"]
+    iterations = [tick for _, tick in seen]
+    assert len(set(iterations)) == len(iterations)  # no two slices in one loop iteration
+
+
+def test_pace_within_its_budget_does_not_yield():
+    async def main() -> int:
+        await pace(0.0)  # start a slice
+        order: list[str] = []
+
+        async def other() -> None:
+            order.append("other")
+
+        task = asyncio.create_task(other())
+        for _ in range(5):
+            await pace(3600.0)  # an hour's budget: never used up here
+        order.append("mine")
+        await task
+        return order.index("mine")
+
+    assert asyncio.run(main()) == 0

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import workloads
 from fakes import FakeChatClient
 from workloads.model.results import ClientHealth
-from workloads.runner.monitor import health_warnings
+from workloads.runner.monitor import ClientMonitor, health_warnings
 
 
 def _scenario() -> workloads.Scenario:
@@ -40,8 +41,52 @@ def test_a_healthy_client_gets_no_warning_and_unknown_is_not_zero():
     assert health_warnings(None) == []
     busy = calm.model_copy(update={"cpu_share": 0.97})
     assert health_warnings(busy) == [
-        "the client may be the bottleneck: it used 97% of a core over the run "
-        "(its event loop runs on one)"
+        "the client may be the bottleneck: its event loop used 97% of a core while playing "
+        "(the loop runs on one); spread the sessions over more processes (--workers N, or "
+        "--workers auto)"
     ]
     stalled = calm.model_copy(update={"loop_lag_max_ms": 120.0})
     assert health_warnings(stalled)[0].startswith("the client stalled once for 120 ms")
+
+
+def test_a_stall_with_nothing_in_flight_is_not_counted():
+    async def main() -> ClientHealth:
+        monitor = ClientMonitor(interval_s=0.001)
+        async with monitor:
+            with monitor.watching():
+                for _ in range(3):  # sizing between lock-step turns: no request in flight
+                    time.sleep(0.02)
+                    await asyncio.sleep(0.005)
+        return monitor.health([])
+
+    health = asyncio.run(main())
+    assert health.loop_lag_samples == 0
+    assert health.loop_lag_max_ms is None  # not measured: not zero
+
+
+def test_lag_counts_while_a_request_is_in_flight():
+    def handler(body):
+        time.sleep(0.02)  # the loop blocked while this request is in flight
+        return 5, "ok"
+
+    async def main() -> ClientHealth:
+        monitor = ClientMonitor(interval_s=0.001)
+        client = monitor.counting(FakeChatClient(handler, delay=lambda body: 0.01))
+        async with monitor:
+            with monitor.watching():
+                await client.stream_chat({"messages": [], "max_tokens": 4})
+        return monitor.health([])
+
+    health = asyncio.run(main())
+    assert health.loop_lag_samples > 0
+
+
+def test_stamps_that_waited_over_a_millisecond_at_p99_are_reported_with_the_figure():
+    calm = ClientHealth(loop_lag_samples=1000, loop_lag_p50_ms=0.1, loop_lag_p99_ms=2.4,
+                        loop_lag_max_ms=3.0, cpu_share=0.2, send_delay_p50_ms=0.2,
+                        send_delay_p99_ms=0.5)
+    (warning,) = health_warnings(calm)
+    assert warning.startswith("stamps waited up to 2.4 ms (event-loop lag p99")
+    assert "--workers" in warning
+    workers = calm.model_copy(update={"processes": 4})
+    assert "more worker processes" in health_warnings(workers)[0]

@@ -164,6 +164,9 @@ def parse_chunk(data: bytes | str) -> Chunk:
     )
 
 
+_PARTS_KEPT = 256  # content parts held apart before they are joined (per read)
+
+
 class ChatStream:
     """The state of one streamed chat completion, fed with every read and its arrival time.
 
@@ -277,6 +280,8 @@ class ChatStream:
                     self.finish_reason = reason
             elif self._event(data, None, now):
                 return True
+        if len(self._parts) > _PARTS_KEPT:  # a string a token is ~60 bytes: join them
+            self._parts[:] = ["".join(self._parts)]  # in place, as ``text`` does
         return False
 
     def close(self, now: int) -> bool:

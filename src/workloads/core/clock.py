@@ -1,13 +1,24 @@
 """Waiting on absolute deadlines (``perf_counter`` seconds): a chain of relative sleeps drifts,
 so every pause in a run is computed from a start time and waited for with :func:`sleep_until`
-(trio's ``sleep_until`` is the model)."""
+(trio's ``sleep_until`` is the model).
+
+And :func:`pace`, which keeps turn-end work (records, transcripts, the next turn's sizing)
+from holding the event loop: a chunk is stamped when the loop reads its socket, so every
+millisecond of work run between two reads is a millisecond added to the stamps of whatever
+arrived meanwhile.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 
-__all__ = ["sleep_until", "sleep_until_or"]
+__all__ = ["SLICE_S", "pace", "sleep_until", "sleep_until_or"]
+
+# Turn-end work run between two looks at the sockets, at most (plus one piece of work: the
+# pieces between two pace() calls are each well under a millisecond at C256).
+SLICE_S = 0.0005
 
 
 async def sleep_until(deadline: float) -> float:
@@ -35,3 +46,58 @@ async def sleep_until_or(deadline: float, event: asyncio.Event) -> float | None:
     if event.is_set():
         return None
     return max(0.0, time.perf_counter() - deadline)
+
+
+class _Slices:
+    """One event loop's budget of turn-end work: who is working now (since when) and who
+    waits for a later loop iteration, first come first served."""
+
+    __slots__ = ("armed", "loop", "since", "waiters")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.since = 0.0  # the current slice began (perf_counter); 0: none yet
+        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.armed = False  # a _release is scheduled
+
+    def release(self) -> None:
+        """Wake the first waiter; it runs in the next loop iteration, after the loop has read
+        its sockets. One waiter per iteration: a slice each."""
+        self.armed = False
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():  # a cancelled task's waiter is skipped
+                waiter.set_result(None)
+                break
+        if self.waiters:
+            self.armed = True
+            self.loop.call_soon(self.release)
+
+
+_slices: dict[asyncio.AbstractEventLoop, _Slices] = {}
+
+
+async def pace(budget_s: float = SLICE_S) -> None:
+    """Yield to the event loop when the work run since the last yield has used ``budget_s``.
+
+    Call it between pieces of turn-end work. Within the budget it returns at once; past it
+    the caller waits its turn (first come, first served) for a later loop iteration, so many
+    sessions ending a turn together run one slice per iteration, and the loop reads its
+    sockets (and stamps what arrived) between slices: without it, 256 sessions ending a
+    turn in one read ran ~1 ms of records and sizing each, back to back, and first tokens
+    waited 170 ms to be stamped (benchmarks/RESULTS.md, "Turn ends")."""
+    loop = asyncio.get_running_loop()
+    slices = _slices.get(loop)
+    if slices is None:
+        for old in [other for other in _slices if other.is_closed()]:
+            del _slices[old]
+        slices = _slices[loop] = _Slices(loop)
+    if time.perf_counter() - slices.since < budget_s:
+        return
+    waiter: asyncio.Future[None] = loop.create_future()
+    slices.waiters.append(waiter)
+    if not slices.armed:  # each loop iteration wakes one waiter: every wait ends
+        slices.armed = True
+        loop.call_soon(slices.release)
+    await waiter
+    slices.since = time.perf_counter()

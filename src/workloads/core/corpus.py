@@ -324,6 +324,7 @@ class Corpus:
             lines = f.text.splitlines()
             start = rng.randrange(max(1, len(lines) - 30))
             body = "\n".join(lines[start : start + rng.randrange(8, 30)])
+            del lines  # a suspended generator would hold the file's lines: one per stream
             yield f"```{_fence_language(f.path)}\n{body}\n```\n"
 
     def _grep_hits(self, rng: random.Random) -> Iterator[str]:

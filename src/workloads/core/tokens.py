@@ -21,6 +21,8 @@ from typing import Any, Literal, Protocol
 
 import tiktoken
 
+from workloads.core.clock import pace
+
 __all__ = [
     "ENCODING_NAME",
     "EstimateTokenizer",
@@ -174,6 +176,7 @@ async def fit(
     best: tuple[int, int] | None = None
     n = max(lo, guess)
     for _ in range(max_calls):
+        await pace()  # each measure is a piece of sizing: others' stamps come first
         value = await measure(n)
         seen[n] = value
         if best is None or _closer(value, best[1], target):
@@ -394,6 +397,7 @@ class EstimateTokenizer:
         return ids
 
     async def _render(self, messages: Sequence[Message], mode: Render) -> array[int]:
+        await pace()  # a render is O(history): one piece of sizing
         schemas = tools_text(self.tools) if self.tools else ""
         lead = bool(schemas) and bool(messages) and messages[0].get("role") == "system"
         found: list[array[int] | None] = []

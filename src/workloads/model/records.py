@@ -10,11 +10,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import model_validator
+from pydantic import PlainSerializer, PlainValidator, WithJsonSchema, model_validator
 
 from workloads.model.base import Frozen
 from workloads.model.errors import (
@@ -25,6 +26,25 @@ from workloads.model.errors import (
 )
 
 __all__ = ["AttemptRecord", "RecordWriter", "StepKind", "TurnRecord"]
+
+
+def _compact_gaps(value: Any) -> array[int] | None:
+    """chunk_gaps_us in memory: one machine integer a gap (8 bytes), not a Python int (36
+    with its list slot), since a run keeps every record; JSON stays a list of integers."""
+    if value is None or isinstance(value, array):
+        return value
+    if not isinstance(value, list | tuple) or any(type(v) is not int for v in value):
+        raise ValueError("chunk_gaps_us: a list of integers (microseconds) or null")
+    return array("q", value)
+
+
+ChunkGaps = Annotated[
+    Sequence[int] | None,
+    PlainValidator(_compact_gaps),
+    PlainSerializer(lambda gaps: None if gaps is None else list(gaps)),
+    WithJsonSchema({"anyOf": [{"type": "array", "items": {"type": "integer"}},
+                              {"type": "null"}]}),
+]
 
 Status = Literal["ok", "error", "incomplete"]
 # What triggered a step of a coding agent's session (format 4): a human request, a tool
@@ -113,7 +133,7 @@ class TurnRecord(Frozen):
     degenerate_reason: str | None = None
     # Gaps between consecutive content chunks' arrivals, integer microseconds (n − 1 values
     # for n chunks): the inter-token latency distribution, compact. None: not recorded.
-    chunk_gaps_us: list[int] | None = None
+    chunk_gaps_us: ChunkGaps = None
     # The host whose worker process sent this turn (--workers, --ray; format 3). Its stamps
     # are that host's monotonic clock: only compare them with records of the same host.
     # None: the run's own process sent it.

@@ -167,10 +167,11 @@ class ClientHealth(Frozen):
     that say whether the numbers could be the client's, not the server's. None: not known."""
 
     loop_lag_samples: int
-    loop_lag_p50_ms: float | None  # how late the event loop woke, sampled every 10 ms
+    # how late the event loop woke, sampled every 10 ms while requests were in flight
+    loop_lag_p50_ms: float | None
     loop_lag_p99_ms: float | None
     loop_lag_max_ms: float | None
-    cpu_share: float | None  # this process's CPU seconds / wall seconds (1.0 = one core)
+    cpu_share: float | None  # the event loop thread's CPU seconds / wall seconds (1.0 = a core)
     send_delay_p50_ms: float | None  # measured requests: started -> written (pool, connect)
     send_delay_p99_ms: float | None
     # Client processes whose figures these are (the worst of them: lag, CPU share): 1 unless

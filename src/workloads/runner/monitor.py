@@ -4,9 +4,14 @@ its own event-loop lag and CPU share, and the report says when the client, not t
 may be the bottleneck.
 
 * event-loop lag — a task wakes every ``interval_s`` on absolute deadlines; how late each wake
-  is, is time every chunk arriving then waited before it was stamped;
-* CPU share — this process's CPU seconds (all threads) over wall seconds: near 1.0 means one
-  core is saturated (the event loop runs on one);
+  is (past the timers' own millisecond, :data:`TIMER_SLACK_S`), is time every chunk arriving
+  then waited before it was stamped. A wake counts only when
+  a request was in flight at some time since it was due: a stall with nothing in flight (a
+  lock-step turn's prompts sized between barriers) delays no stamp and is not a bottleneck;
+* CPU share — the event loop thread's CPU seconds over wall seconds: near 1.0 means its core
+  is saturated. Other threads are left out: the embedded simulated server's (it runs on its
+  own loop in a thread of this process, and its work is the server's, not the client's), the
+  records writer's, the tokenizer's encodes;
 * send delay — per record, request started → written (pool wait, connect, write), from the
   records themselves.
 """
@@ -19,16 +24,24 @@ import time
 from array import array
 from collections.abc import Iterator, Sequence
 from types import TracebackType
+from typing import Any
 
 from workloads.core import stats
 from workloads.model.records import TurnRecord
 from workloads.model.results import ClientHealth
+from workloads.wire.client import ChatClient, ChatResponse
 
-__all__ = ["LOOP_LAG_P99_LIMIT_MS", "ClientMonitor", "health_warnings", "merged_health"]
+__all__ = ["LOOP_LAG_P99_LIMIT_MS", "STAMP_WAIT_LIMIT_MS", "ClientMonitor", "health_warnings",
+           "merged_health"]
 
 LOOP_LAG_P99_LIMIT_MS = 5.0  # a chunk may wait this long to be stamped: 1% of wakes
+STAMP_WAIT_LIMIT_MS = 1.0  # past this at p99, the report says how long stamps waited
 LOOP_LAG_MAX_LIMIT_MS = 50.0  # one stall this long shifts a TTFT by as much
 CPU_SHARE_LIMIT = 0.9  # of one core
+# The loops' timers count whole milliseconds (libuv's clock; asyncio rounds its poll timeout
+# up to one): a wake up to 1 ms late is the timer's, on an idle loop too, and a chunk (woken
+# by its socket, not a timer) does not wait it. Lag is counted past it.
+TIMER_SLACK_S = 0.001
 MAX_SAMPLES = 1_000_000  # at 10 ms: 2.7 hours of samples, 8 MB; later wakes are not kept
 
 
@@ -50,6 +63,15 @@ class ClientMonitor:
         self._since = (0.0, 0.0)  # (wall, CPU) when the outermost watching() opened
         self._wall = 0.0  # wall and CPU seconds inside watching() blocks, summed
         self._cpu = 0.0
+        self._open = 0  # requests in flight now (through counting())
+        self._last_end = float("-inf")  # when the last one ended (perf_counter)
+
+    def counting(self, client: ChatClient) -> ChatClient:
+        """``client``, with its requests in flight counted: lag counts only while one is."""
+        return _Counted(client, self)
+
+    def _in_flight_since(self, t: float) -> bool:
+        return self._open > 0 or self._last_end >= t
 
     async def __aenter__(self) -> ClientMonitor:
         self._task = asyncio.create_task(self._sample())
@@ -68,8 +90,8 @@ class ClientMonitor:
         """The figures cover the time inside these blocks: while requests are sent and
         streamed (a repetition's play), not the sizing before it, when no chunk is in
         flight to be stamped late."""
-        if self._watching == 0:
-            self._since = (time.perf_counter(), time.process_time())
+        if self._watching == 0:  # the loop's own thread: not the simulator's, not the writers'
+            self._since = (time.perf_counter(), time.thread_time())
         self._watching += 1
         try:
             yield
@@ -77,15 +99,20 @@ class ClientMonitor:
             self._watching -= 1
             if self._watching == 0:
                 self._wall += time.perf_counter() - self._since[0]
-                self._cpu += time.process_time() - self._since[1]
+                self._cpu += time.thread_time() - self._since[1]
 
     async def _sample(self) -> None:
         due = time.perf_counter() + self.interval_s
         while len(self._lags_ms) < MAX_SAMPLES:
             await asyncio.sleep(max(0.0, due - time.perf_counter()))
             now = time.perf_counter()
-            if self._watching and due >= self._since[0]:  # a stall begun before: not ours
-                self._lags_ms.append(max(0.0, now - due) * 1000)
+            if now < due:  # uvloop's timers count whole milliseconds: a wake can be early,
+                # and a shorter sleep rounds to none (a spin): one more, within the slack
+                await asyncio.sleep(TIMER_SLACK_S)
+                now = time.perf_counter()
+            # a stall begun before: not ours; one with nothing in flight delayed no stamp
+            if self._watching and due >= self._since[0] and self._in_flight_since(due):
+                self._lags_ms.append(max(0.0, now - due - TIMER_SLACK_S) * 1000)
             # The next wake is on the grid, skipping wakes a stall swallowed: a 200 ms stall
             # is one sample of 200 ms, not twenty that each look late.
             due += self.interval_s * (1 + int((now - due) // self.interval_s))
@@ -107,6 +134,23 @@ class ClientMonitor:
             send_delay_p50_ms=stats.percentile(delays, 50),
             send_delay_p99_ms=stats.percentile(delays, 99),
         )
+
+
+class _Counted:
+    """A chat client whose requests in flight the monitor counts."""
+
+    def __init__(self, client: ChatClient, monitor: ClientMonitor) -> None:
+        self.client = client
+        self.monitor = monitor
+
+    async def stream_chat(self, body: dict[str, Any]) -> ChatResponse:
+        monitor = self.monitor
+        monitor._open += 1
+        try:
+            return await self.client.stream_chat(body)
+        finally:
+            monitor._open -= 1
+            monitor._last_end = time.perf_counter()
 
 
 def merged_health(here: ClientHealth, workers: Sequence[ClientHealth]) -> ClientHealth:
@@ -135,12 +179,20 @@ def health_warnings(h: ClientHealth | None) -> list[str]:
     if h is None:
         return []
     out = []
+    workers = ("; spread the sessions over more processes (--workers N, or --workers auto)"
+               if h.processes == 1 else "; run more worker processes (--workers N)")
     if h.loop_lag_p99_ms is not None and h.loop_lag_p99_ms > LOOP_LAG_P99_LIMIT_MS:
         out.append(
             f"the client may be the bottleneck: event-loop lag p99 {h.loop_lag_p99_ms:.1f} ms "
-            f"(max {h.loop_lag_max_ms or 0:.0f} ms; over {LOOP_LAG_P99_LIMIT_MS:g} ms): chunks "
-            "waited that long to be stamped, so TTFT and rates may read high/low; run fewer "
-            "sessions per process or on a less busy machine"
+            f"(max {h.loop_lag_max_ms or 0:.0f} ms; over {LOOP_LAG_P99_LIMIT_MS:g} ms) while "
+            "requests were in flight: chunks waited that long to be stamped, so TTFT and "
+            f"rates may read high/low{workers}, or run on a less busy machine"
+        )
+    elif h.loop_lag_p99_ms is not None and h.loop_lag_p99_ms > STAMP_WAIT_LIMIT_MS:
+        out.append(
+            f"stamps waited up to {h.loop_lag_p99_ms:.1f} ms (event-loop lag p99, while "
+            f"requests were in flight; over {STAMP_WAIT_LIMIT_MS:g} ms): TTFT and inter-token "
+            f"figures carry up to that much of the client's own delay{workers}"
         )
     elif h.loop_lag_max_ms is not None and h.loop_lag_max_ms > LOOP_LAG_MAX_LIMIT_MS:
         out.append(
@@ -150,7 +202,7 @@ def health_warnings(h: ClientHealth | None) -> list[str]:
         )
     if h.cpu_share is not None and h.cpu_share > CPU_SHARE_LIMIT:
         out.append(
-            f"the client may be the bottleneck: it used {h.cpu_share:.0%} of a core over the run "
-            "(its event loop runs on one)"
+            f"the client may be the bottleneck: its event loop used {h.cpu_share:.0%} of a core "
+            f"while playing (the loop runs on one){workers}"
         )
     return out

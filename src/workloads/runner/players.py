@@ -103,7 +103,8 @@ class LocalPlayers:
         self.sizings = sizings
         self.corpus = corpus
         self.entropy = entropy
-        self.client = client
+        # counted by the monitor: its lag counts only while a request is in flight
+        self.client = monitor.counting(client) if monitor is not None else client
         self.model = model
         self.on_record = on_record
         self.on_exchange = on_exchange

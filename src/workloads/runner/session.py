@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from workloads.core import tokens
 from workloads.core.agent import Step, session_plan, tool_schemas
+from workloads.core.clock import pace
 from workloads.core.conversation import Conversation
 from workloads.core.tokens import Message, TokenizeError
 from workloads.model.records import TurnRecord
@@ -154,6 +155,7 @@ class Session:
         from before its first request to after its last response) it is sized quietly when
         :attr:`CellSizing.quiet`, and in a warm-up it teaches quiet sizing. A sub-agent's
         turns all run while others stream."""
+        await pace()  # sizing is turn-end work: the loop reads its sockets first
         step = self.step(turn)
         inside = turn > 1 or self.parent is not None
         quiet = inside and not self.warmup and self.sizing.quiet
@@ -184,6 +186,7 @@ class Session:
             )
         if teach:
             await self.sizing.teach(self.conversation, turn, prepared)
+        await pace()
         shareable, shareable_exact = await self._shareable(turn, prepared)
         if self._compacted and not shareable_exact:
             shareable = None  # the estimate (last prompt + reply) does not hold after it
@@ -257,6 +260,21 @@ class Session:
                 )
             )
             raise
+        # What follows (the record, transcripts, the history) is turn-end work: in slices, so
+        # sessions ending together do not hold the loop while others' chunks wait for stamps.
+        # The response is complete: a stop that comes between slices still gets its record,
+        # and the cancellation goes on after it.
+        stopped = False
+
+        async def slice_() -> None:
+            nonlocal stopped
+            if not stopped:
+                try:
+                    await pace()
+                except asyncio.CancelledError:
+                    stopped = True
+
+        await slice_()
         record = record_from_response(
             response,
             **common,  # type: ignore[arg-type]
@@ -290,11 +308,16 @@ class Session:
             self.conversation.add_reply(response.text or marker if not response.tool_calls
                                         else response.text, response.tool_calls)
         reply = response.text if reached else None
+        await slice_()
         record = record.model_copy(update=identity(sent, reply))
         self.last = LastTurn(record, prepared.ids, prepared.exact, response.text)
         if self.on_exchange is not None:
+            await slice_()
             self.on_exchange(record, sent, reply)
+        await slice_()
         self.on_record(record)
+        if stopped:
+            raise asyncio.CancelledError
         return record
 
     async def finish_trace(self) -> None:

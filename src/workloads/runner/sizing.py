@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 
 from workloads.core import tokens
 from workloads.core.agent import tool_schemas
+from workloads.core.clock import pace
 from workloads.core.conversation import Conversation
 from workloads.core.tokens import EstimateTokenizer, Message, TargetTokenizer, TokenizeError
 from workloads.model.records import TurnRecord
@@ -348,6 +349,7 @@ class CellSizing:
         guess, pad = memo.content.get(turn, (None, ""))
         key = (0, "")
         for _ in range(3):  # fit the content alone with small encodes; one full render checks
+            await pace()
             want = max(0, target - base - framing)
             if guess is not None and await content(guess, pad) == want:
                 n = guess  # what worked last repetition still does: one small call

@@ -23,12 +23,12 @@ failed turn whose message names the status and the Location.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypedDict, Unpack
 
+import orjson
 from yarl import URL
 
 from workloads._version import __version__
@@ -360,7 +360,9 @@ class HttpChatClient:
         """Stream one chat completion; failures come back as data on the response."""
         if self._slots is None:
             raise RuntimeError("use 'async with HttpChatClient(...)' before stream_chat")
-        payload = json.dumps(body).encode()  # encoded once: every attempt sends the same bytes
+        # Encoded once (every attempt sends the same bytes), by orjson: a 100K-token history
+        # is ~400 KB of JSON, ~3 ms on the loop with the standard library, ~0.3 ms here.
+        payload = orjson.dumps(body)
         url = self._url
         request = self._head(url) + b"Content-Length: %d\r\n\r\n" % len(payload) + payload
         attempts: list[AttemptRecord] = []
