@@ -123,3 +123,29 @@ async def test_tools_and_a_tool_call_history_stream_through_llama_server():
         assert isinstance(call["function"]["name"], str)
         assert isinstance(call["function"]["arguments"], str)
     assert response.finish_reason in ("stop", "length", "tool_calls")
+
+
+async def test_the_gate_passes_healthy_gemma_and_fails_it_with_a_wrong_rope_base():
+    """Gemma 3 270M is a base model: it echoes the chat cases, so the gate judges the text
+    form, which the healthy server passes at greedy. The same server started with Llama 2's
+    RoPE base (10,000 instead of Gemma 3's 1,000,000), a real misconfiguration, loses the
+    fact planted 1,500 tokens back and fails the gate."""
+    from workloads.model.gate import GateResult
+    from workloads.runner.gate import gate_client, send_gate
+
+    # A deadline no loaded machine reaches: the gate's verdict, not its speed, is tested.
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(
+        ["timeouts.gate_s=600"])
+    verdicts = []
+    for extra in ((), ("--rope-freq-base", "10000")):
+        with LlamaCppServer(parallel=2, context_per_slot=4096, extra_args=extra) as server:
+            async with gate_client(server.target, scenario.timeouts) as client:
+                before = await send_gate(client, "gemma-3-270m", scenario, "before")
+                after = await send_gate(client, "gemma-3-270m", scenario, "after", before)
+        verdicts.append(GateResult(mode="required", outputs=before + after))
+    healthy, wrong_rope = verdicts
+    assert healthy.form == "text" and healthy.echoed >= 4
+    assert healthy.passed, [(o.case, o.why) for o in healthy.judged if not o.passed]
+    assert {o.phase for o in healthy.judged} == {"before", "after"}
+    assert wrong_rope.form == "text"
+    assert not wrong_rope.passed and "text:recall" in wrong_rope.failed_cases
