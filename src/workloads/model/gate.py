@@ -56,10 +56,11 @@ class GateResult(Frozen):
 
     @property
     def echoed(self) -> int:
-        """Chat cases answered with their own request, in the first phase (what made the
-        gate send the text form)."""
+        """Chat cases answered with their own request in the first phase, cut short or not
+        (what made the gate send the text form)."""
         return sum(1 for o in self.outputs if o.phase == "before"
-                   and not o.case.startswith(TEXT_PREFIX) and o.why.startswith("echoed"))
+                   and not o.case.startswith(TEXT_PREFIX)
+                   and (o.why.startswith("echoed") or "after echoing the request" in o.why))
 
     @property
     def cases(self) -> list[str]:

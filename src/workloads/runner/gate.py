@@ -141,8 +141,9 @@ async def send_gate(
     async with asyncio.TaskGroup() as group:
         tasks = [group.create_task(one(case)) for case in CASES]
     outputs = [task.result() for task in tasks]
-    echoed = sum(1 for case, o in zip(CASES, outputs, strict=True)
-                 if o.error_kind is None and echoes(case, o.output))
+    # A request cut short (the gate's deadline on a slow machine) that had echoed its request
+    # counts: the echo is what tells a base model.
+    echoed = sum(1 for case, o in zip(CASES, outputs, strict=True) if echoes(case, o.output))
     if phase == "before" and echoed >= ECHO_MAJORITY and isinstance(client, GateClient):
         outputs += await _send_text(client, model, scenario, phase)
     return outputs
@@ -190,9 +191,10 @@ def _output(case: GateCase, phase: Literal["before", "after"], response: ChatRes
         message = response.error_message or "no message"
         if response.error_kind == "turn_deadline":
             message += f" (the gate's deadline, {deadline:g} s: timeouts.gate_s)"
+        echoed = " after echoing the request" if echoes(case, response.text) else ""
         return GateOutput(
             case=case.name, phase=phase, passed=False, output=response.text,
-            why=f"the request failed ({response.error_kind}): {message}",
+            why=f"the request failed ({response.error_kind}){echoed}: {message}",
             error_kind=response.error_kind, finish_reason=response.finish_reason,
             completion_tokens=completion,
         )
