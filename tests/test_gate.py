@@ -192,3 +192,60 @@ def test_a_run_sends_its_gate_through_the_gate_client_bounded_and_together(tiny_
     before, after = gate_requests[: len(CASES)], gate_requests[-len(CASES) :]
     assert len(gate_requests) == 2 * len(CASES)
     assert _in_flight_together(before, 1.0) and _in_flight_together(after, 1.0)
+
+
+# What Gemma 3 270M (base) continues each text case with at greedy on llama.cpp (seen), and a
+# wrong continuation of each (what a corrupted server gives: the recall one is its answer
+# with --rope-freq-base 10000).
+TEXT_RIGHT = {
+    "text:count": " 7, 8, 9, 10",
+    "text:code": "    if n % 2 == 0:\n        return False\n    else:\n        return True\n\n"
+                 'def is_odd(n):\n    """Return True when n is odd."""\n    if n % 2 ==',
+    "text:json-echo": '{"id": 7, "name": "cache", "tags": ["kv", "prefix"], "ok": true}\n{"id"',
+    "text:list-continuation": " Thursday, Friday, Saturday, Sunday, and Monday, Tuesday",
+    "text:recall": " 4827.\nNote",
+    "text:repeat": "The quick brown fox jumps over the lazy dog near the river bank.\nThe quick",
+}
+TEXT_WRONG = {
+    "text:count": " 7, 9, 11",
+    "text:code": "    if n % 2 == 0\n        return True\n",
+    "text:json-echo": '{"id": 7, "name": "cache"}\n',
+    "text:list-continuation": " Thursday, Saturday",
+    "text:recall": " 1000000",
+    "text:repeat": "The quick brown fox jumps over the dog.\n",
+}
+
+
+def test_each_text_case_passes_a_base_models_continuation_and_fails_a_wrong_one():
+    from workloads.core.gate import TEXT_CASES, judge_text
+
+    assert {c.name for c in TEXT_CASES} == set(TEXT_RIGHT)
+    for case in TEXT_CASES:
+        assert judge_text(case, TEXT_RIGHT[case.name]).passed, case.name
+        assert not judge_text(case, TEXT_WRONG[case.name]).passed, case.name
+
+
+def test_a_base_model_echoing_chat_requests_is_judged_on_the_text_form():
+    from workloads.core.gate import echoes, rejudged
+    from workloads.model.gate import GateOutput, GateResult
+
+    # Gemma 3 270M's chat answers: its own request, then noise.
+    echoed = [GateOutput(case=c.name, phase="before", passed=False, why="",
+                         output=c.messages[-1][1] + " mendatang") for c in CASES]
+    assert all(echoes(c, o.output) for c, o in zip(CASES, echoed, strict=True))
+    assert not any(echoes(c, RIGHT[c.name]) for c in CASES)
+    text = [GateOutput(case=name, phase=phase, passed=False, why="", output=out)
+            for phase in ("before", "after") for name, out in TEXT_RIGHT.items()]
+    gate = rejudged(GateResult(mode="required", outputs=echoed + text))
+    assert gate.form == "text" and gate.echoed == 6
+    assert gate.passed and len(gate.cases) == 6
+    assert all(o.why.startswith("echoed the request") for o in gate.outputs[:6])
+    broken = [o.model_copy(update={"output": TEXT_WRONG[o.case]}) if o.case == "text:recall"
+              else o for o in gate.outputs]
+    failed = rejudged(GateResult(mode="required", outputs=broken))
+    assert not failed.passed and failed.failed_cases == ["text:recall"]
+    # A chat model's gate is judged on the chat cases alone, as before.
+    chat = rejudged(GateResult(mode="report", outputs=[
+        GateOutput(case=c.name, phase="before", passed=False, why="", output=RIGHT[c.name])
+        for c in CASES]))
+    assert chat.form == "chat" and chat.passed and chat.echoed == 0

@@ -22,6 +22,9 @@ SMALL = [
     "output_tokens=32",
     "repetitions.warmup=1",
     "repetitions.measured=1",
+    # Deadlines no loaded machine reaches: the tests judge answers and counts, not speed.
+    "timeouts.gate_s=900",
+    "timeouts.read_gap_s=900",
 ]
 
 
@@ -74,6 +77,10 @@ def test_launch_runs_five_user_coding_at_c1_and_reports_cache_hits(tmp_path, cap
     first = result.summary.turns[0]
     assert first.prompt_tokens is not None
     assert first.prompt_tokens.median == first.configured_prompt_tokens
+    # Gemma 3 270M is a base model: it echoes the chat cases and passes their text form.
+    assert result.gate is not None and result.gate.form == "text", result.gate
+    assert result.gate.passed, [(o.case, o.why) for o in result.gate.judged if not o.passed]
+    assert "text form: the model echoed" in printed
 
 
 def test_five_concurrent_sessions_share_the_slots(tmp_path):
@@ -123,3 +130,29 @@ async def test_tools_and_a_tool_call_history_stream_through_llama_server():
         assert isinstance(call["function"]["name"], str)
         assert isinstance(call["function"]["arguments"], str)
     assert response.finish_reason in ("stop", "length", "tool_calls")
+
+
+async def test_the_gate_passes_healthy_gemma_and_fails_it_with_a_wrong_rope_base():
+    """Gemma 3 270M is a base model: it echoes the chat cases, so the gate judges the text
+    form, which the healthy server passes at greedy. The same server started with Llama 2's
+    RoPE base (10,000 instead of Gemma 3's 1,000,000), a real misconfiguration, loses the
+    fact planted 1,500 tokens back and fails the gate."""
+    from workloads.model.gate import GateResult
+    from workloads.runner.gate import gate_client, send_gate
+
+    # A deadline no loaded machine reaches: the gate's verdict, not its speed, is tested.
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(
+        ["timeouts.gate_s=900", "timeouts.read_gap_s=900", "timeouts.turn_s=900"])
+    verdicts = []
+    for extra in ((), ("--rope-freq-base", "10000")):
+        with LlamaCppServer(parallel=2, context_per_slot=4096, extra_args=extra) as server:
+            async with gate_client(server.target, scenario.timeouts) as client:
+                before = await send_gate(client, "gemma-3-270m", scenario, "before")
+                after = await send_gate(client, "gemma-3-270m", scenario, "after", before)
+        verdicts.append(GateResult(mode="required", outputs=before + after))
+    healthy, wrong_rope = verdicts
+    assert healthy.form == "text" and healthy.echoed >= 4
+    assert healthy.passed, [(o.case, o.why) for o in healthy.judged if not o.passed]
+    assert {o.phase for o in healthy.judged} == {"before", "after"}
+    assert wrong_rope.form == "text"
+    assert not wrong_rope.passed and "text:recall" in wrong_rope.failed_cases

@@ -13,6 +13,17 @@ period, surrounding whitespace), because a small model that answers "1591." is r
 model is judged honestly: the result records what passed, nothing is retried or relaxed.
 The code case checks that the completion parses as Python and defines the function with a
 ``return``; it never runs model output.
+
+**Base models.** A pretrained model that was never tuned for chat (Gemma 3 270M, the small
+model the tests run on llama.cpp) cannot follow an instruction: behind any chat template it
+echoes the request back and runs on ("What is 37 * 43? Reply with the number only.
+mendatang …"), so the chat cases fail on a healthy server. Such a model is recognised by that
+echo (:func:`echoes`: most chat cases answered with their own request) and judged instead on
+:data:`TEXT_CASES`: the same kinds of task written as text to continue ("Monday, Tuesday,
+Wednesday," → " Thursday, Friday, Saturday"), sent to ``/v1/completions``. They check what a
+base model can be asked to do greedily: the kernels, the KV cache and long-context positions
+(a wrong RoPE base fails the recall case), not the chat template, which a base model has no
+right answer for. A 270M base model cannot do arithmetic, so the text form counts instead.
 """
 
 from __future__ import annotations
@@ -22,9 +33,10 @@ import json
 import re
 from dataclasses import dataclass
 
-from workloads.model.gate import GateResult
+from workloads.model.gate import TEXT_PREFIX, GateResult
 
-__all__ = ["CASES", "GateCase", "Judgement", "judge", "rejudged"]
+__all__ = ["CASES", "ECHO_MAJORITY", "TEXT_CASES", "GateCase", "Judgement", "TextCase",
+           "echoes", "judge", "judge_text", "rejudged"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +104,45 @@ CASES: tuple[GateCase, ...] = (
     ),
     GateCase("repeat", (("user", f"Repeat after me, exactly: {_SENTENCE}"),), 32),
 )
+
+
+@dataclass(frozen=True, slots=True)
+class TextCase:
+    """One gate case in text form, for a base model: a prompt to continue (sent to
+    ``/v1/completions``) and the most tokens it may take. Its name starts with
+    :data:`~workloads.model.gate.TEXT_PREFIX`."""
+
+    name: str
+    prompt: str
+    max_tokens: int
+
+
+# The text form of the cases, each checked on Gemma 3 270M (base, Q4_K_M) at greedy on
+# llama.cpp: every one passes there, and the recall case fails with --rope-freq-base 10000
+# (Llama 2's base instead of Gemma 3's 1,000,000), a real misconfiguration.
+TEXT_CASES: tuple[TextCase, ...] = (
+    TextCase(TEXT_PREFIX + "count", "1, 2, 3, 4, 5, 6,", 12),
+    TextCase(TEXT_PREFIX + "code", 'def is_even(n):\n    """Return True when n is even."""\n', 48),
+    TextCase(TEXT_PREFIX + "json-echo", json.dumps(_JSON) + "\n" + json.dumps(_JSON) + "\n", 48),
+    TextCase(TEXT_PREFIX + "list-continuation", "Monday, Tuesday, Wednesday,", 12),
+    TextCase(TEXT_PREFIX + "recall", _haystack() + "\n\nThe vault code is", 8),
+    TextCase(TEXT_PREFIX + "repeat", _SENTENCE + "\n" + _SENTENCE + "\n", 24),
+)
+
+# A model that answers this many of the six chat cases with their own request is a base
+# model (a healthy chat model echoes none; echoing one request can be a quirk).
+ECHO_MAJORITY = 4
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.split()).lower()
+
+
+def echoes(case: GateCase, output: str) -> bool:
+    """Whether ``output`` begins by echoing the case's request (its first 40 characters,
+    whitespace and case aside): what a base model behind a chat template does."""
+    request = _normal(case.messages[-1][1])[:40]
+    return bool(request) and _normal(output).startswith(request)
 
 
 def _unfenced(text: str) -> str:
@@ -162,6 +213,8 @@ def judge(case: GateCase, output: str) -> Judgement:
 
         judge(CASES[0], "1591.").passed  # True
     """
+    if echoes(case, output):
+        return Judgement(False, f"echoed the request: {_short(output)!r}")
     if case.name == "arithmetic":
         return _number(case.name, output, str(37 * 43))
     if case.name == "code":
@@ -177,17 +230,69 @@ def judge(case: GateCase, output: str) -> Judgement:
     raise ValueError(f"no judge for gate case {case.name!r}")
 
 
+def _text_code(prompt: str, output: str) -> Judgement:
+    """The prompt's function header with the continuation, up to the first line that leaves
+    the function (a base model runs on into the next definition), must parse and return."""
+    lines = output.split("\n")
+    body = []
+    for line in lines:
+        if line.strip() and not line[:1].isspace():
+            break
+        body.append(line)
+    return _code(prompt + "\n".join(body))
+
+
+def _first_line(output: str) -> str:
+    return output.strip().split("\n", 1)[0].strip()
+
+
+def judge_text(case: TextCase, output: str) -> Judgement:
+    """Judge ``output`` as the continuation of a text case's prompt. Pure.
+
+        judge_text(TEXT_CASES[3], " Thursday, Friday, Saturday, Sunday").passed  # True
+    """
+    name = case.name.removeprefix(TEXT_PREFIX)
+    if name == "count":
+        numbers = re.findall(r"\d+", output)[:3]
+        if numbers == ["7", "8", "9"]:
+            return Judgement(True, "7, 8, 9")
+        return Judgement(False, f"expected 7, 8, 9, got {_short(output)!r}")
+    if name == "code":
+        return _text_code(case.prompt, output)
+    if name == "json-echo":
+        return _json_echo(_first_line(output))
+    if name == "list-continuation":
+        return _list(output)
+    if name == "recall":
+        return _number(name, output, _CODE)
+    if name == "repeat":
+        line = _first_line(output)
+        if line == _SENTENCE:
+            return Judgement(True, "repeated exactly")
+        return Judgement(False, f"not repeated exactly: {_short(output)!r}")
+    raise ValueError(f"no judge for gate case {case.name!r}")
+
+
 def rejudged(gate: GateResult) -> GateResult:
     """``gate`` with every answered output judged again by today's rules (a saved gate keeps
     its outputs, so ``show`` and ``compare`` recompute its verdicts as they do summaries).
     Failed requests and unknown cases stay as they were."""
     names = {c.name: c for c in CASES}
+    texts = {c.name: c for c in TEXT_CASES}
     outputs = []
     for o in gate.outputs:
         case = names.get(o.case)
-        if case is None or o.error_kind is not None:
+        text = texts.get(o.case)
+        if o.error_kind is not None:
+            verdict = None
+        elif case is not None:
+            verdict = judge(case, o.output)
+        elif text is not None:
+            verdict = judge_text(text, o.output)
+        else:
+            verdict = None
+        if verdict is None:
             outputs.append(o)
             continue
-        verdict = judge(case, o.output)
         outputs.append(o.model_copy(update={"passed": verdict.passed, "why": verdict.why}))
     return gate.model_copy(update={"outputs": outputs})

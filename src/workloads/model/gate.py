@@ -10,9 +10,14 @@ from pydantic import Field
 
 from workloads.model.base import Frozen
 
-__all__ = ["GateMode", "GateOutput", "GateResult"]
+__all__ = ["TEXT_PREFIX", "GateForm", "GateMode", "GateOutput", "GateResult"]
 
 GateMode = Literal["off", "report", "required"]
+# "chat": the six chat cases; "text": their text form, sent to /v1/completions, for a base
+# model that echoes chat requests (workloads.core.gate says why).
+GateForm = Literal["chat", "text"]
+# The names of the text-form cases start with this ("text:recall").
+TEXT_PREFIX = "text:"
 
 
 class GateOutput(Frozen):
@@ -29,20 +34,43 @@ class GateOutput(Frozen):
 
 
 class GateResult(Frozen):
-    """The gate of one run. A case passes when it passed in every phase it was sent in."""
+    """The gate of one run. A case passes when it passed in every phase it was sent in.
+
+    When the chat cases were echoed (a base model) and the text form was sent, the verdict is
+    the text form's; the chat outputs stay in ``outputs``, as sent."""
 
     mode: GateMode
     outputs: list[GateOutput] = Field(default_factory=list)
 
     @property
+    def form(self) -> GateForm:
+        """"text" when the text form was sent (the model echoed the chat cases), else
+        "chat"."""
+        return "text" if any(o.case.startswith(TEXT_PREFIX) for o in self.outputs) else "chat"
+
+    @property
+    def judged(self) -> list[GateOutput]:
+        """The outputs the verdict is made of: those of :attr:`form`."""
+        text = self.form == "text"
+        return [o for o in self.outputs if o.case.startswith(TEXT_PREFIX) == text]
+
+    @property
+    def echoed(self) -> int:
+        """Chat cases answered with their own request in the first phase, cut short or not
+        (what made the gate send the text form)."""
+        return sum(1 for o in self.outputs if o.phase == "before"
+                   and not o.case.startswith(TEXT_PREFIX)
+                   and (o.why.startswith("echoed") or "after echoing the request" in o.why))
+
+    @property
     def cases(self) -> list[str]:
-        """Case names, in the order sent."""
-        return list(dict.fromkeys(o.case for o in self.outputs))
+        """Case names of :attr:`form`, in the order sent."""
+        return list(dict.fromkeys(o.case for o in self.judged))
 
     @property
     def passed_cases(self) -> list[str]:
         """Cases that passed in every phase."""
-        return [c for c in self.cases if all(o.passed for o in self.outputs if o.case == c)]
+        return [c for c in self.cases if all(o.passed for o in self.judged if o.case == c)]
 
     @property
     def failed_cases(self) -> list[str]:
@@ -53,4 +81,4 @@ class GateResult(Frozen):
     @property
     def passed(self) -> bool:
         """Every case passed in every phase (and there was at least one)."""
-        return bool(self.outputs) and not self.failed_cases
+        return bool(self.judged) and not self.failed_cases

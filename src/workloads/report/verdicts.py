@@ -26,11 +26,14 @@ def correctness_line(result: RunResult) -> str | None:
         f"correctness {len(gate.passed_cases)}/{len(cases)} (greedy, {where} the measured "
         f"window{'s' if result.cells else ''}; gate {gate.mode})"
     )
+    if gate.form == "text":
+        head += (f" · text form: the model echoed {gate.echoed} of 6 chat requests (a base "
+                 "model, not tuned for chat); kernels and KV cache judged, not the template")
     if gate.passed:
         return head
     failures = []
     for case in gate.failed_cases:
-        bad = [o for o in gate.outputs if o.case == case and not o.passed]
+        bad = [o for o in gate.judged if o.case == case and not o.passed]
         when = "/".join(o.phase for o in bad)
         failures.append(f"{case} ({when}: {bad[0].why})")
     return f"{head} · failed: " + "; ".join(failures)

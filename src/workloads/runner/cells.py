@@ -189,7 +189,8 @@ class Run:
             workers = await self.players.finish()
             if gate != "off" and not self.stopped:
                 self.measured.gate_outputs += await send_gate(
-                    self.gate_client, self.model, self.measured.scenario, "after")
+                    self.gate_client, self.model, self.measured.scenario, "after",
+                    self.measured.gate_outputs)
             complete = not self.stopped
         finally:
             # Also on Ctrl-C or a crash: the result says what was measured, and that it stopped.

@@ -8,21 +8,37 @@ server costs the gate one deadline per pass, not a read gap per case: sent one a
 12 requests that each waited out the default 120 s read gap kept a run 24 minutes outside
 its windows. The outputs are judged as before and kept in case order, whatever order they
 finish in.
+
+A model that echoes most chat cases back (:data:`~workloads.core.gate.ECHO_MAJORITY`: a base
+model, never tuned for chat) gets the text form of the cases through ``/v1/completions`` right
+after, and the text form again after the windows; its verdict is the text form's
+(:class:`~workloads.model.gate.GateResult`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any, Literal
 
-from workloads.core.gate import CASES, GateCase, judge
-from workloads.model.gate import GateOutput
+from workloads.core.gate import (
+    CASES,
+    ECHO_MAJORITY,
+    TEXT_CASES,
+    GateCase,
+    TextCase,
+    echoes,
+    judge,
+    judge_text,
+)
+from workloads.model.gate import TEXT_PREFIX, GateOutput
 from workloads.model.scenario import Scenario, Timeouts
 from workloads.model.target import Target
 from workloads.wire.client import ChatClient, ChatResponse, HttpChatClient
+from workloads.wire.completion import TextAnswer, complete
 from workloads.wire.transport import Transport, transport_for
 
-__all__ = ["GATE_CONCURRENCY", "gate_client", "gate_deadline_s", "send_gate"]
+__all__ = ["GATE_CONCURRENCY", "GateClient", "gate_client", "gate_deadline_s", "send_gate"]
 
 # Gate requests in flight at once: all six cases of a pass. The gate runs when nothing else
 # is sent, so six short requests together are a light load, and a pass takes as long as its
@@ -61,32 +77,57 @@ def gate_deadline_s(timeouts: Timeouts) -> float:
     return min(timeouts.gate_s, timeouts.read_gap_s, timeouts.turn_s)
 
 
+class GateClient(HttpChatClient):
+    """The gate's client: the chat cases stream as every request does; the text form goes
+    to ``/v1/completions`` (:func:`~workloads.wire.completion.complete`) through the same
+    transport and deadline."""
+
+    def __init__(self, base_url: str, *, transport: Transport, timeouts: Timeouts) -> None:
+        super().__init__(base_url, connections=GATE_CONCURRENCY, transport=transport,
+                         timeouts=timeouts)
+        self.base_url = base_url
+        self.transport = transport
+        self.deadline_s = timeouts.turn_s
+
+    async def complete(self, body: dict[str, Any]) -> TextAnswer:
+        return await complete(self.base_url, body, transport=self.transport,
+                              timeout_s=self.deadline_s)
+
+
 def gate_client(
     target: Target, timeouts: Timeouts, transport: Transport | None = None
-) -> HttpChatClient:
+) -> GateClient:
     """The client the gate sends through: :data:`GATE_CONCURRENCY` connections of its own
     (the run's client has as many as there are sessions, one for a single user, which would
     queue the cases one after another) and each request capped at :func:`gate_deadline_s`
     (a request past it fails ``turn_deadline``); ``transport``: the run's proxy, TLS and
     credentials (default: the target's). Enter it with ``async with``."""
-    return HttpChatClient(
-        target.base_url, connections=GATE_CONCURRENCY,
+    return GateClient(
+        target.base_url,
         transport=transport if transport is not None else transport_for(target),
         timeouts=timeouts.model_copy(update={"turn_s": gate_deadline_s(timeouts)}),
     )
 
 
 async def send_gate(
-    client: ChatClient, model: str, scenario: Scenario, phase: Literal["before", "after"]
+    client: ChatClient, model: str, scenario: Scenario, phase: Literal["before", "after"],
+    earlier: Sequence[GateOutput] = (),
 ) -> list[GateOutput]:
     """Send every gate case once, together (at most :data:`GATE_CONCURRENCY` at a time), and
     judge each; the outputs come in case order. A failed request, one past the gate's
     deadline included, is a failed case (with its error kind), never an exception, and is
     not re-sent. ``client`` bounds each request: :func:`gate_client` makes one that does.
 
+    Before the windows, a model that echoed :data:`~workloads.core.gate.ECHO_MAJORITY` chat
+    cases also gets the text form (with a :class:`GateClient`); ``earlier`` (the outputs of
+    the phase before) decides the form after the windows: the text form alone when it was
+    sent.
+
         async with gate_client(target, scenario.timeouts) as client:
             outputs = await send_gate(client, model, scenario, "before")
     """
+    if any(o.case.startswith(TEXT_PREFIX) for o in earlier) and isinstance(client, GateClient):
+        return await _send_text(client, model, scenario, phase)
     slots = asyncio.Semaphore(GATE_CONCURRENCY)
     deadline = gate_deadline_s(scenario.timeouts)
 
@@ -99,6 +140,46 @@ async def send_gate(
 
     async with asyncio.TaskGroup() as group:
         tasks = [group.create_task(one(case)) for case in CASES]
+    outputs = [task.result() for task in tasks]
+    # A request cut short (the gate's deadline on a slow machine) that had echoed its request
+    # counts: the echo is what tells a base model.
+    echoed = sum(1 for case, o in zip(CASES, outputs, strict=True) if echoes(case, o.output))
+    if phase == "before" and echoed >= ECHO_MAJORITY and isinstance(client, GateClient):
+        outputs += await _send_text(client, model, scenario, phase)
+    return outputs
+
+
+def text_body(scenario: Scenario, model: str, case: TextCase) -> dict[str, Any]:
+    """The request body of one text case: greedy, as :func:`gate_body`, with a prompt."""
+    body: dict[str, Any] = {k: v for k, v in scenario.extra_body.items()
+                            if k not in _GATE_OWNS and k != "chat_template_kwargs"}
+    body.update({"model": model, "prompt": case.prompt, "max_tokens": case.max_tokens,
+                 "temperature": 0.0, "top_p": 1.0, "presence_penalty": 0.0,
+                 "frequency_penalty": 0.0})
+    return body
+
+
+async def _send_text(client: GateClient, model: str, scenario: Scenario,
+                     phase: Literal["before", "after"]) -> list[GateOutput]:
+    """The text form of the cases, together, judged; in case order."""
+    deadline = gate_deadline_s(scenario.timeouts)
+
+    async def one(case: TextCase) -> GateOutput:
+        answer = await client.complete(text_body(scenario, model, case))
+        if not answer.ok:
+            message = answer.error_message or "no message"
+            if answer.error_kind == "turn_deadline":
+                message += f" (the gate's deadline, {deadline:g} s: timeouts.gate_s)"
+            return GateOutput(case=case.name, phase=phase, passed=False, output=answer.text,
+                              why=f"the request failed ({answer.error_kind}): {message}",
+                              error_kind=answer.error_kind)
+        verdict = judge_text(case, answer.text)
+        return GateOutput(case=case.name, phase=phase, passed=verdict.passed, why=verdict.why,
+                          output=answer.text, finish_reason=answer.finish_reason,
+                          completion_tokens=answer.completion_tokens)
+
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(one(case)) for case in TEXT_CASES]
     return [task.result() for task in tasks]
 
 
@@ -110,9 +191,10 @@ def _output(case: GateCase, phase: Literal["before", "after"], response: ChatRes
         message = response.error_message or "no message"
         if response.error_kind == "turn_deadline":
             message += f" (the gate's deadline, {deadline:g} s: timeouts.gate_s)"
+        echoed = " after echoing the request" if echoes(case, response.text) else ""
         return GateOutput(
             case=case.name, phase=phase, passed=False, output=response.text,
-            why=f"the request failed ({response.error_kind}): {message}",
+            why=f"the request failed ({response.error_kind}){echoed}: {message}",
             error_kind=response.error_kind, finish_reason=response.finish_reason,
             completion_tokens=completion,
         )
