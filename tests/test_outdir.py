@@ -328,15 +328,15 @@ def test_a_failed_start_removes_only_the_folders_it_made(tmp_path, capsys):
 
 def test_a_library_run_that_fails_to_start_leaves_no_folder(tmp_path, tiny_scenario):
     out = tmp_path / "a" / "b"
-    with pytest.raises(ScenarioError, match="--sim nope"):
+    with pytest.raises(ScenarioError, match="simulator override .nope."):
         workloads.run(tiny_scenario, out_dir=out, sim={"nope": 1})
     assert not (tmp_path / "a").exists()
 
 
 @pytest.mark.parametrize(("flags", "names"), [
-    (["--sim", "kv_capacity_tokenz=46202"], "--sim kv_capacity_tokenz: no such profile field"),
-    (["--sim", "faults.rate_5OO=0.1"], "--sim faults.rate_5OO"),
-    (["--sim", "spec_tokens=many"], "--sim spec_tokens"),
+    (["--sim", "kv_capacity_tokenz=46202"], "--sim 'kv_capacity_tokenz': no such profile field"),
+    (["--sim", "faults.rate_5OO=0.1"], "--sim 'faults.rate_5OO'"),
+    (["--sim", "spec_tokens=many"], "--sim 'spec_tokens'"),
     (["--sim", "profile=h100"], "no simulator profile 'h100'"),
     (["--set", "userz=2"], "userz"),
 ])
