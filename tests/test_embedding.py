@@ -119,8 +119,10 @@ def test_ctrl_c_while_run_waits_inside_a_loop_cancels_the_run_and_saves_it(tmp_p
                 loop.close()
     saved = workloads.load_result(out)
     assert not saved.complete
-    assert [(r.turn, r.status, r.error_kind) for r in saved.records] == [
-        (1, "ok", None), (2, "incomplete", "cancelled")]
+    seen = [(r.turn, r.status, r.error_kind) for r in saved.records]
+    # Turn 1 is kept; turn 2 is recorded cancelled if it was sent before the interruption
+    # landed, and not at all if it landed while turn 2 was being prepared (nothing was sent).
+    assert seen in ([(1, "ok", None)], [(1, "ok", None), (2, "incomplete", "cancelled")]), seen
     assert not [t for t in threading.enumerate() if t.name == "workloads-loop"]
 
 
