@@ -41,10 +41,12 @@ def turn_lines(out: Path) -> list[dict]:
     return [line for line in lines if "kind" not in line]
 
 
-async def stop_when_streaming(server: SimulatedServer, stop: asyncio.Event) -> None:
-    """Set ``stop`` once the server has written content for some request (bounded wait)."""
-    for _ in range(2000):
-        if any(t.first_written_ns is not None for t in server.truths()):
+async def stop_when_streaming(server: SimulatedServer, stop: asyncio.Event,
+                             users: int = 3) -> None:
+    """Set ``stop`` once the server has written content for every user's first request
+    (bounded wait: on a loaded machine a session may start its turn late)."""
+    for _ in range(6000):
+        if sum(t.first_written_ns is not None for t in server.truths()) >= users:
             break
         await asyncio.sleep(0.005)
     await asyncio.sleep(0.1)  # a few chunks more reach the client
