@@ -5,6 +5,11 @@ WORKLOADS_REQUIRE_LLAMACPP=1, so a missing build fails there instead of skipping
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -156,3 +161,76 @@ async def test_the_gate_passes_healthy_gemma_and_fails_it_with_a_wrong_rope_base
     assert {o.phase for o in healthy.judged} == {"before", "after"}
     assert wrong_rope.form == "text"
     assert not wrong_rope.passed and "text:recall" in wrong_rope.failed_cases
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``, read from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:  # gone meanwhile
+                continue
+            # "pid (comm) state ppid ...": the command name may hold spaces or parentheses
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _program(pid: int) -> str:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/exe")).name
+    except OSError:
+        return ""
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
+def _wait_for(condition, what: str, cli: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 600  # bounded; no loaded machine is this slow
+    while not condition():
+        assert cli.poll() is None, f"the CLI exited before {what}: {cli.communicate()[0]}"
+        assert time.monotonic() < deadline, f"no {what} in 600 s"
+        time.sleep(0.002)  # polling /proc, not timing anything
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stop_while_launch_starts_leaves_no_llama_server_running(tmp_path, signum):
+    """``run --launch llama.cpp`` stopped (Ctrl-C or SIGTERM) while llama-server starts: the
+    CLI exits with 128 + the signal and stops and reaps the server it started. The server is
+    held stopped (SIGSTOP) once it runs, so /health cannot answer first; the signal goes once
+    the CLI waits on /health (its main thread asleep after the server's exec)."""
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "workloads", "run", "five-user-coding", "--launch", "llama.cpp",
+         "--out", str(tmp_path / "out"), "--quiet", "--no-plots", "--set", "users=1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    servers: list[int] = []
+    try:
+        _wait_for(lambda: servers.extend(c for c in _children(cli.pid)
+                                         if _program(c) == "llama-server") or bool(servers),
+                  "llama-server child", cli)
+        (server,) = servers
+        os.kill(server, signal.SIGSTOP)
+        _wait_for(lambda: _state(cli.pid) == "S", "wait on /health", cli)
+        cli.send_signal(signum)
+        output, _ = cli.communicate(timeout=600)
+        assert cli.returncode == 128 + signum, output
+        assert "llama-server ready" not in output, output
+        assert "interrupted before the run started" in output, output
+        # The CLI waited for its child: it is gone, not running on as an orphan.
+        assert not Path(f"/proc/{server}").exists(), (_program(server), _state(server))
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait(timeout=60)
+        for pid in servers:  # a failed test leaves nothing behind either
+            if _program(pid) == "llama-server":
+                os.kill(pid, signal.SIGKILL)

@@ -7,7 +7,9 @@ import argparse
 import contextlib
 import os
 import re
+import signal
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -98,9 +100,36 @@ def make_console() -> Any:
     return console
 
 
+class StoppedByTerm(KeyboardInterrupt):
+    """SIGTERM while a launched server is up and no run handles signals (it is starting, or
+    stopping): unwinds like Ctrl-C, so the server is stopped on the way out."""
+
+    signum = signal.SIGTERM
+
+
+@contextlib.contextmanager
+def _term_unwinds() -> Iterator[None]:
+    """SIGTERM raises StoppedByTerm inside the block (in the main thread; elsewhere signals
+    cannot be handled and nothing changes). Python's default would end the process at once,
+    leaving a launched llama-server running."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: object) -> None:
+        raise StoppedByTerm
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @contextlib.contextmanager
 def launch(kind: str, console: Any, *, parallel: int, context_per_slot: int) -> Iterator[Any]:
-    """Start a local server for the command and stop it after (``--launch llama.cpp``)."""
+    """Start a local server for the command and stop it after (``--launch llama.cpp``).
+    Ctrl-C or SIGTERM while it starts stops it (KeyboardInterrupt, StoppedByTerm)."""
     from workloads.servers.llamacpp import LlamaCppServer
 
     server = LlamaCppServer(parallel=parallel, context_per_slot=context_per_slot)
@@ -109,7 +138,7 @@ def launch(kind: str, console: Any, *, parallel: int, context_per_slot: int) -> 
         f"slot{'' if parallel == 1 else 's'} of "
         f"{server.context_per_slot:,} tokens on 127.0.0.1 …"
     )
-    with server:
+    with _term_unwinds(), server:
         console.print(f"llama-server ready at {server.base_url} (log: {server.log_path})")
         yield server.target
 

@@ -16,6 +16,7 @@ from workloads.cli.common import (
     EXIT_FAILED_TURNS,
     EXIT_INVALID_RUN,
     EXIT_OK,
+    StoppedByTerm,
     UsageError,
     launch,
     make_console,
@@ -152,13 +153,15 @@ def run_into(out: Path, args: argparse.Namespace, *, console: Any, scenario: Any
                     grace_s=args.grace,
                     console=console,
                 ))
-        except KeyboardInterrupt:  # Ctrl-C before the run's own handlers were in place
+        except KeyboardInterrupt as err:  # Ctrl-C (or SIGTERM with --launch) before the
+            # run's own handlers were in place
+            signum = err.signum if isinstance(err, StoppedByTerm) else signal.SIGINT
             if (out / "records.jsonl").exists():
                 console.print(f"interrupted: every turn measured so far is in "
                               f"{out}/records.jsonl")
             else:
                 console.print("interrupted before the run started: nothing was written")
-            return 128 + signal.SIGINT
+            return 128 + signum
     if result is None:  # a second signal cut the grace short: the saved partial result
         from workloads.core.load import load_result
 

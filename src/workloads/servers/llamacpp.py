@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import tempfile
@@ -56,6 +57,12 @@ def _free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    """``signum`` to the server's process group (its own, led by the server)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signum)
 
 
 def find_binary() -> Path:
@@ -153,23 +160,36 @@ class LlamaCppServer:
         return "\n".join(text[-lines:])
 
     def start(self) -> LlamaCppServer:
+        """Start the server and wait until /health answers. Whatever stops the wait (a
+        failure, the deadline, Ctrl-C, a signal handler's exception) stops the server first:
+        no llama-server is left running."""
         self.port = _free_port()
         command = self.command()
         fd, name = tempfile.mkstemp(prefix="llama-server-", suffix=".log")
         os.close(fd)
         self.log_path = Path(name)
         self._log = self.log_path.open("wb")
+        # A process group of its own: a Ctrl-C at the terminal reaches only workloads, which
+        # decides when the server stops (after a run's grace period, not in the middle of it),
+        # and stop() signals the whole group.
         self._process = subprocess.Popen(
-            command, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            command, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
+        try:
+            self._wait_healthy(self._process)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self, process: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:  # bounded: the deadline, or the process dying
-            if self._process.poll() is not None:
-                tail = self.log_tail()
-                self.stop()
+            if process.poll() is not None:
                 raise TargetError(
-                    f"llama-server exited with code {self._process.returncode} while starting; "
-                    f"last log lines:\n{tail}"
+                    f"llama-server exited with code {process.returncode} while starting; "
+                    f"last log lines:\n{self.log_tail()}"
                 )
             health = f"http://127.0.0.1:{self.port}/health"
             with (
@@ -177,22 +197,23 @@ class LlamaCppServer:
                 urllib.request.urlopen(health, timeout=2) as response,
             ):
                 if response.status == 200:
-                    return self
+                    return
             time.sleep(0.25)
-        self.stop()
         raise TargetError(
             f"llama-server did not become healthy within {self.startup_timeout_s:g} s; "
             f"last log lines:\n{self.log_tail()}"
         )
 
     def stop(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
+        process = self._process
+        if process is not None and process.poll() is None:
+            _signal_group(process, signal.SIGTERM)
+            _signal_group(process, signal.SIGCONT)  # a stopped server acts on SIGTERM too
             try:
-                self._process.wait(timeout=10)
+                process.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(timeout=10)
+                _signal_group(process, signal.SIGKILL)
+                process.wait(timeout=10)
         if self._log is not None:
             self._log.close()
             self._log = None
