@@ -199,3 +199,43 @@ def test_a_cold_sampled_replay_is_not_said_to_lose_its_replies_to_retokenizing(t
             if r.valid and r.turn > 1 and not r.warmup]
     assert gaps and min(gaps) > 24  # more than a reply went uncached, every turn
     assert not any("reads low by about one reply" in w for w in cold.warnings)
+
+
+SWEEP = ["concurrency-sweep", "--set", "concurrency=[1, 3, 2]", "--set", "turns=2",
+         "--set", "opening_tokens=600", "--set", "turn_tokens=120", "--set", "output_tokens=24",
+         "--set", "repetitions.measured=1", "--set", "sampling.temperature=0"]
+
+
+def test_a_replayed_sweep_sends_every_cells_recorded_prompts_cell_by_cell(tmp_path, capsys):
+    """A sweep (C1, C3, C2: not in order, so a pairing by sorted load would show) replayed:
+    every cell's turns carry the byte-identical prompts its recorded cell sent (its
+    transcripts), its cells come in the recorded order with the recorded loads, and compare
+    pairs each cell with its recorded self."""
+    original = run(tmp_path / "a", *SWEEP)
+    replayed = run(tmp_path / "r", "--replay", str(tmp_path / "a"), "--sim", "seed=9")
+    recorded = read_transcripts(tmp_path / "a" / TRANSCRIPTS_FILE)
+    sent = read_transcripts(tmp_path / "r" / TRANSCRIPTS_FILE)
+    assert original.cells is not None and replayed.cells is not None
+    assert [(c.cell, c.concurrency) for c in replayed.cells] == [
+        (c.cell, c.concurrency) for c in original.cells] == [(0, 1), (1, 3), (2, 2)]
+    # Every turn of every cell, warm-up included: (1 + 3 + 2) sessions x 2 turns x 2 reps.
+    assert sorted(sent) == sorted(recorded) and len(sent) == 6 * 2 * 2
+    for key, transcript in recorded.items():
+        assert sent[key].messages == transcript.messages, key
+        assert sent[key].prompt_sha256 == transcript.prompt_sha256
+    by_key = {(r.cell, r.repetition, r.session, r.turn): r for r in original.records}
+    assert len(replayed.records) == len(original.records) == len(recorded)
+    for r in replayed.records:
+        assert r.prompt_sha256 == by_key[(r.cell, r.repetition, r.session, r.turn)].prompt_sha256
+    # The new server answered differently: the replay kept the recorded replies all the same.
+    assert any(r.completion_sha256 != by_key[(r.cell, r.repetition, r.session, r.turn)]
+               .completion_sha256 for r in replayed.records)
+    comparison = compare(original, replayed)
+    assert comparison.match == "matched"
+    assert comparison.hashed_prompts == sum(not r.warmup for r in original.records) == 12
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    for load in ("C1", "C3", "C2"):
+        assert f"{load} · " in out, out
+    assert " vs C" not in out  # each cell against the same load, not a neighbour
