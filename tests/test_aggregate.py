@@ -268,3 +268,28 @@ def test_the_cache_cliff_is_the_step_right_after_each_compaction():
     assert (cliff.compactions, cliff.after, cliff.other) == (1, 1, 3)
     assert cliff.after_hit_rate == pytest.approx(600 / 1200)
     assert cliff.other_hit_rate == pytest.approx((1900 + 1400 + 900) / (2000 + 1500 + 1000))
+
+
+def test_spec_acceptance_per_turn_sums_the_responses_own_draft_counts():
+    """llama.cpp's per-response timings: Σ accepted / Σ drafted per turn, each turn its own;
+    a turn whose responses carry no draft counts is not reported (None), not zero."""
+    def drafted(record: TurnRecord, timings: dict[str, int] | None) -> TurnRecord:
+        return record.model_copy(update={"timings": timings})
+
+    records = [
+        drafted(rec(session=0, turn=1), {"draft_n": 30, "draft_n_accepted": 27}),
+        drafted(rec(session=1, turn=1), {"draft_n": 10, "draft_n_accepted": 1}),
+        drafted(rec(session=0, turn=1, warmup=True), {"draft_n": 50, "draft_n_accepted": 0}),
+        drafted(rec(session=0, turn=2), {"draft_n": 0, "draft_n_accepted": 0}),
+        drafted(rec(session=1, turn=2), {"predicted_n": 11}),  # timings without drafts
+        drafted(rec(session=0, turn=3), None),
+        drafted(rec(session=1, turn=3), {"predicted_n": 11}),
+    ]
+    one, two, three = summarize(records, users=2).turns
+    assert (one.spec_draft_tokens, one.spec_accepted_tokens) == (40, 28)  # warm-up left out
+    assert one.spec_acceptance == pytest.approx(28 / 40)
+    assert (two.spec_draft_tokens, two.spec_accepted_tokens, two.spec_acceptance) == (0, 0, None)
+    assert (three.spec_draft_tokens, three.spec_accepted_tokens) == (None, None)
+    assert three.spec_acceptance is None
+    figures = {f.turn: f.spec_acceptance for f in turn_repetitions(records, users=2)}
+    assert figures == {1: pytest.approx(28 / 40), 2: None, 3: None}

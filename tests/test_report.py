@@ -189,3 +189,50 @@ def test_the_report_says_what_was_in_flight_and_how_the_client_fared():
     assert ("client: event-loop lag p50 0.20 ms, p99 4.90 ms, max 86.0 ms · CPU 0.45 of a core "
             "· send delay p50 0.30 ms, p99 1.20 ms") in text
     assert report.client_line(small()) is None and report.concurrency_line(small()) is None
+
+
+def test_spec_acceptance_per_turn_is_shown_and_not_reported_where_responses_lack_it(tmp_path):
+    """The simulator drafts (its counters show it) but, like vLLM, reports no per-response
+    draft counts: the per-turn column says not reported. The same records carrying
+    llama.cpp's per-response timings give each turn its own acceptance, and compare a row
+    per turn."""
+    from workloads.report.compare import compare
+
+    args = ["run", "five-user-coding", "--sim", "spec_tokens=2", "--quiet", "--no-plots",
+            "--set", "users=2", "--set", "turns=2", "--set", "opening_tokens=300",
+            "--set", "turn_tokens=50", "--set", "output_tokens=16",
+            "--set", "repetitions.measured=2"]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    result = workloads.load_result(tmp_path / "a")
+    server = result.window.server
+    assert server is not None and server.spec_draft_tokens  # the window saw drafting
+    table = report.cache_table(result)
+    assert [row[-1] for row in table.rows] == ["not reported"] * 2
+    assert table.columns[-1] == "spec accepted"
+
+    def with_timings(r: workloads.TurnRecord) -> workloads.TurnRecord:
+        drafted = 2 * (r.completion_tokens or 0)
+        accepted = drafted * r.turn // 4  # turn 1: a quarter, turn 2: half
+        return r.model_copy(update={"timings": {"draft_n": drafted,
+                                                "draft_n_accepted": accepted}})
+
+    timed = summarized(result.model_copy(
+        update={"records": [with_timings(r) for r in result.records]}))
+    assert [t.spec_acceptance for t in timed.summary.turns] == [0.25, 0.5]
+    table = report.cache_table(timed)
+    drafted = 2 * 16 * 2 * 2  # 2 per token, 16 tokens, 2 sessions, 2 measured repetitions
+    assert [row[-1] for row in table.rows] == [f"25.0% of {drafted}", f"50.0% of {drafted}"]
+    assert "spec accepted" in rendered(timed)
+    rows = {m.name: m for m in compare(result, timed).metrics}
+    assert "turn 1 spec acceptance" in rows and "turn 2 spec acceptance" in rows
+    assert rows["turn 2 spec acceptance"].b is not None
+    assert rows["turn 2 spec acceptance"].b.median == 0.5
+    assert rows["turn 2 spec acceptance"].a is None  # not reported in A: nothing to test
+
+
+def test_a_run_without_drafting_has_no_spec_column():
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(
+        ["users=1", "turns=1", "opening_tokens=300", "output_tokens=4",
+         "repetitions.warmup=0", "repetitions.measured=1"])
+    result = workloads.run(scenario, client=FakeChatClient(lambda body: (320, "ok")))
+    assert "spec accepted" not in report.cache_table(result).columns

@@ -118,6 +118,7 @@ class TurnRepetitionFigures:
     ttft_s: float | None  # median over the valid records
     prefill_rate: float | None  # median prompt / TTFT over the valid records
     cache_effectiveness: float | None  # Σ cached / Σ shareable where both known
+    spec_acceptance: float | None = None  # Σ accepted / Σ drafted (llama.cpp timings)
 
 
 Key = tuple[int, int]  # (cell, repetition)
@@ -201,6 +202,18 @@ def generation_rate(records: Iterable[TurnRecord]) -> BandSummary | None:
     return stats.band(_rates(r for r in records if not r.warmup))
 
 
+def _spec_counts(records: Iterable[TurnRecord]) -> tuple[int | None, int | None]:
+    """(Σ drafted, Σ accepted) tokens over the responses that report both in their
+    per-response timings (llama.cpp's draft_n, draft_n_accepted); (None, None) when none
+    does: not reported, which is not zero."""
+    pairs = [(d, a) for r in records if r.timings is not None
+             and isinstance(d := r.timings.get("draft_n"), int | float)
+             and isinstance(a := r.timings.get("draft_n_accepted"), int | float)]
+    if not pairs:
+        return None, None
+    return int(sum(d for d, _ in pairs)), int(sum(a for _, a in pairs))
+
+
 def _turn_summary(
     turn: int, records: Sequence[TurnRecord], *, users: int, pooled: bool, lockstep: bool
 ) -> TurnSummary:
@@ -242,6 +255,7 @@ def _turn_summary(
         if prompt_sum > 0
         else None
     )
+    drafted, accepted = _spec_counts(records)
     return TurnSummary(
         turn=turn,
         configured_prior_tokens=records[0].configured_prior_tokens,
@@ -270,6 +284,8 @@ def _turn_summary(
         ttft_percentiles=stats.percentiles(_ttft_s(r) for r in valid),
         itl_percentiles=stats.percentiles(_gaps_s(valid)),
         e2e_percentiles=stats.percentiles(_e2e_s(r) for r in valid),
+        spec_draft_tokens=drafted,
+        spec_accepted_tokens=accepted,
     )
 
 
@@ -327,8 +343,16 @@ def turn_repetitions(
                 if (t := _ttft_s(r)) and r.prompt_tokens is not None
             ),
             cache_effectiveness=_effectiveness(group),
+            spec_acceptance=spec_acceptance(group),
         ))
     return out
+
+
+def spec_acceptance(records: Iterable[TurnRecord]) -> float | None:
+    """Accepted / drafted tokens over the responses that report both (llama.cpp's
+    timings.draft_n_accepted / draft_n); None when none does or nothing was drafted."""
+    drafted, accepted = _spec_counts(records)
+    return None if not drafted or accepted is None else accepted / drafted
 
 
 def summarize(records: Iterable[TurnRecord], *, users: int, lockstep: bool = True) -> Summary:

@@ -73,7 +73,7 @@ __all__ = [
 # history are above _LOADERS); tests/test_results_format.py fails when a saved model's
 # fields change and these do not.
 FORMAT_VERSION = 5
-FORMAT_MINOR = 1
+FORMAT_MINOR = 2
 RESULT_FILE = "result.json"
 RECORDS_FILE = "records.jsonl"
 
@@ -548,6 +548,10 @@ def _upgrade_5(data: dict[str, Any]) -> dict[str, Any]:
 #       Percentiles.bounds (order-statistics bounds of p50, p90, p99). All optional: older
 #       files read as runs without an SLO, and load_result recomputes the bounds from the
 #       records.
+#   5.2 — 2026-12-02: per-turn spec acceptance: TurnSummary.spec_draft_tokens and
+#       spec_accepted_tokens (Σ of the responses' timings.draft_n and draft_n_accepted over
+#       the turn; optional: None, "not reported", in older files and where no response
+#       carries them; load_result recomputes them from the records).
 _LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4, 5: _upgrade_5}
 
 

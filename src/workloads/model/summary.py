@@ -83,6 +83,19 @@ class TurnSummary(Frozen):
     # over streams that need not overlap: it overstates throughput, so it is never called
     # the aggregate ("Σ streams tok/s †"). None in lock-step.
     streams_sum_rate: BandSummary | None = None
+    # Format 5.2 (optional): speculative decoding per turn, from the responses' own counts
+    # (llama.cpp's timings.draft_n and draft_n_accepted), summed over the turn's responses
+    # that carry them. None: no response reported them, which is not zero drafts.
+    spec_draft_tokens: int | None = None
+    spec_accepted_tokens: int | None = None
+
+    @property
+    def spec_acceptance(self) -> float | None:
+        """Per-turn spec acceptance: accepted / drafted tokens over the turn's responses;
+        None when not reported or nothing was drafted."""
+        if not self.spec_draft_tokens or self.spec_accepted_tokens is None:
+            return None
+        return self.spec_accepted_tokens / self.spec_draft_tokens
 
 
 class RunSummary(Frozen):

@@ -389,6 +389,7 @@ def _run_metrics(prefix: str, a: _Cell, b: _Cell, min_effect: float,
         ("TTFT median", "s", False, lambda f: f.ttft_s),
         ("prefill rate", "tok/s", True, lambda f: f.prefill_rate),
         ("cache effectiveness", "", True, lambda f: f.cache_effectiveness),
+        ("spec acceptance", "", True, lambda f: f.spec_acceptance),
     ]
     for turn in sorted({f.turn for f in ta} | {f.turn for f in tb}):
         xa = [f for f in ta if f.turn == turn]

@@ -118,8 +118,27 @@ def turn_table(result: RunResult) -> ReportTable:
     return table
 
 
+def _spec_shown(result: RunResult) -> bool:
+    """Whether the tokens table has a spec-acceptance column: some turn's responses
+    reported their drafts, or the server's counters saw drafting in the window."""
+    if any(t.spec_draft_tokens is not None for t in result.summary.turns):
+        return True
+    server = result.window.server
+    return server is not None and bool(server.spec_draft_tokens)
+
+
+def _spec_acceptance(t: TurnSummary) -> str:
+    if t.spec_draft_tokens is None:
+        return NOT_REPORTED
+    if t.spec_acceptance is None:
+        return "none drafted"
+    return f"{t.spec_acceptance:.1%} of {t.spec_draft_tokens:,}"
+
+
 def cache_table(result: RunResult) -> ReportTable:
-    """Per-turn tokens: configured depth, what the server counted, and what it cached."""
+    """Per-turn tokens: configured depth, what the server counted, and what it cached;
+    with speculative decoding, the per-turn acceptance."""
+    spec = _spec_shown(result)
     estimated = any(not t.shareable_exact for t in result.summary.turns if t.valid)
     # Drawn sizes give every session its own configured prompt: no one number per turn.
     configured = not result.scenario.sizes_vary
@@ -127,9 +146,16 @@ def cache_table(result: RunResult) -> ReportTable:
         "Per turn — tokens (median, min–max); cache effectiveness = cached / shareable prefix"
         + (" (~ estimated)" if estimated else ""),
         ["turn", *(["configured prompt"] if configured else []), "prompt (server)",
-         "shareable", "cached", "cache eff."],
+         "shareable", "cached", "cache eff.", *(["spec accepted"] if spec else [])],
         name="tokens",
     )
+    if spec:
+        table.notes.append(
+            "spec accepted: accepted / drafted tokens over the turn's responses, from their "
+            "own counts (llama.cpp's timings.draft_n_accepted / draft_n); not reported where "
+            "the responses carry none (the window's acceptance, from the server's counters, "
+            "is below)"
+        )
     for t in result.summary.turns:
         table.add_row(
             str(t.turn),
@@ -138,6 +164,7 @@ def cache_table(result: RunResult) -> ReportTable:
             format_band(t.shareable_tokens, 0),
             format_band(t.cached_tokens, 0, missing=NOT_REPORTED if t.valid else NO_VALID),
             _effectiveness(t),
+            *([_spec_acceptance(t)] if spec else []),
         )
     return table
 
