@@ -328,7 +328,7 @@ def test_a_failed_start_removes_only_the_folders_it_made(tmp_path, capsys):
 
 def test_a_library_run_that_fails_to_start_leaves_no_folder(tmp_path, tiny_scenario):
     out = tmp_path / "a" / "b"
-    with pytest.raises(ScenarioError, match="simulator override .nope."):
+    with pytest.raises(ScenarioError, match=r"simulator override .nope."):
         workloads.run(tiny_scenario, out_dir=out, sim={"nope": 1})
     assert not (tmp_path / "a").exists()
 
