@@ -101,8 +101,9 @@ def test_compare_plot_draws_every_row_of_the_table_under_its_name(tmp_path, caps
     rows = plot_rows(result)
     assert [r.label for r in rows] == [row[0] for row in comparison_table(result).rows]
     per_user = next(r for r in rows if r.label.startswith("per-user median"))
-    assert per_user.outcome == "better" and per_user.low is not None
-    assert per_user.low < per_user.ratio < per_user.high  # type: ignore[operator]
+    assert per_user.outcome == "better"
+    assert per_user.low is not None and per_user.ratio is not None and per_user.high is not None
+    assert per_user.low < per_user.ratio < per_user.high
     plot = tmp_path / "ab.png"
     assert main(["compare", str(DATA / "v1-small-a"), str(DATA / "v1-small-b"),
                  "--plot", str(plot)]) == 0

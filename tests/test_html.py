@@ -151,6 +151,7 @@ def test_the_lead_is_the_first_thing_chromium_draws(tmp_path):
     dom = _rendered(html_report(result, with_plots=False), tmp_path)
     first = re.search(r"^first lead: (.*?)</pre>", dom, re.M | re.S)
     assert first, dom[-2000:]
+
     def words(text: str) -> str:  # a browser collapses runs of spaces
         return " ".join(text.split())
 
