@@ -91,6 +91,26 @@ def test_cli_compare_prints_the_match_class(tmp_path, capsys):
     assert "A = arm-a, B = arm-b" in out and "matched" in out
 
 
+def test_compare_plot_draws_every_row_of_the_table_under_its_name(tmp_path, capsys):
+    from workloads.report.compare_plot import plot_rows
+
+    a = workloads.load_result(DATA / "v1-small-a")
+    faster = [r.model_copy(update={"decode_tokens_per_s": (r.decode_tokens_per_s or 0) * 2})
+              for r in a.records]
+    result = compare(a, a.model_copy(update={"records": faster}))
+    rows = plot_rows(result)
+    assert [r.label for r in rows] == [row[0] for row in comparison_table(result).rows]
+    per_user = next(r for r in rows if r.label.startswith("per-user median"))
+    assert per_user.outcome == "better"
+    assert per_user.low is not None and per_user.ratio is not None and per_user.high is not None
+    assert per_user.low < per_user.ratio < per_user.high
+    plot = tmp_path / "ab.png"
+    assert main(["compare", str(DATA / "v1-small-a"), str(DATA / "v1-small-b"),
+                 "--plot", str(plot)]) == 0
+    assert f"plot: {plot}" in capsys.readouterr().out
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_cli_compare_refusal_is_one_line(tmp_path, capsys):
     other = tmp_path / "other"
     shutil.copytree(DATA / "v1-small-a", other)

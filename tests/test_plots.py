@@ -16,10 +16,10 @@ def png_size(data: bytes) -> tuple[int, int]:
     return width, height
 
 
-def test_write_plots_makes_four_pngs(tmp_path):
+def test_write_plots_makes_five_pngs(tmp_path):
     written = write_plots(workloads.load_result(DATA / "v1-small-a"), tmp_path)
     assert sorted(p.name for p in written) == [
-        "prefill.png", "rates.png", "timeline.png", "ttft.png"]
+        "latency.png", "prefill.png", "rates.png", "timeline.png", "ttft.png"]
     for path in written:
         data = path.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
@@ -28,7 +28,16 @@ def test_write_plots_makes_four_pngs(tmp_path):
 def test_a_sweep_is_plotted_per_cell(tmp_path):
     written = write_plots(workloads.load_result(DATA / "v1-sweep"), tmp_path)
     assert sorted(p.name for p in written) == [
-        "cache.png", "prefill.png", "rates.png", "timeline.png", "ttft.png"]
+        "cache.png", "latency.png", "prefill.png", "rates.png", "timeline.png", "ttft.png"]
+
+
+def test_latency_is_drawn_from_valid_measured_requests_only():
+    result = workloads.load_result(DATA / "v5-goodput")
+    assert any(r.chunk_gaps_us for r in result.records)  # ITL and E2E both drawn
+    assert dict(figures(result))["latency.png"][:8] == b"\x89PNG\r\n\x1a\n"
+    invalid = result.model_copy(update={"records": [
+        r.model_copy(update={"valid": r.warmup}) for r in result.records]})
+    assert "latency.png" not in dict(figures(invalid))  # only warm-ups were valid
 
 
 def test_the_timeline_shows_every_failed_request_from_send_to_error_by_kind(tmp_path):

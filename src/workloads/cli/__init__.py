@@ -147,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--min-effect", type=float, default=2.0, metavar="PERCENT",
                       help="smaller differences are never called significant (default: "
                       "%(default)s, same-host run-to-run drift)")
+    comp.add_argument("--plot", metavar="FILE",
+                      help="also write a PNG: every figure as B/A with its interval")
     comp.set_defaults(func=cmd_compare)
 
     pr = sub.add_parser("probe", help="check what a target offers (streaming, usage, cached "

@@ -91,9 +91,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
         completions_a=completions(args.a), completions_b=completions(args.b),
     )
     console = make_console()
-    for line in comparison_lines(result, a.label or str(args.a), b.label or str(args.b)):
+    name_a, name_b = a.label or str(args.a), b.label or str(args.b)
+    for line in comparison_lines(result, name_a, name_b):
         console.print(line)
     console.print(comparison_table(result, min_effect=args.min_effect / 100))
+    if args.plot:
+        from workloads.report.compare_plot import compare_plot
+
+        written = compare_plot(result, args.plot, name_a=name_a, name_b=name_b)
+        console.print(f"plot: {written}" if written is not None else
+                      "no plot: install the plots extra (pip install 'workloads[plots]')")
     # An invalid or incomplete arm: the figures are printed, no verdict is given (exit 5).
     return EXIT_INVALID_RUN if result.withheld else 0
 

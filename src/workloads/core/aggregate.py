@@ -79,7 +79,9 @@ __all__ = [
     "TurnRepetitionFigures",
     "cache_cliff",
     "cell_figures",
+    "e2e_s",
     "generation_rate",
+    "itl_gaps_s",
     "judged_goodput",
     "kinds",
     "repetitions",
@@ -168,14 +170,16 @@ def _wall_rate(records: Sequence[TurnRecord]) -> float | None:
     return tokens / ((max(ends) - min(starts)) / 1e9)
 
 
-def _e2e_s(r: TurnRecord) -> float | None:
+def e2e_s(r: TurnRecord) -> float | None:
+    """A request's E2E latency, s: sent → end of stream (None when a stamp is missing)."""
     end = r.done_ns if r.done_ns is not None else r.last_content_ns
     if r.sent_ns is None or end is None or end <= r.sent_ns:
         return None
     return (end - r.sent_ns) / 1e9
 
 
-def _gaps_s(records: Iterable[TurnRecord]) -> Iterator[float]:
+def itl_gaps_s(records: Iterable[TurnRecord]) -> Iterator[float]:
+    """Every chunk gap of ``records``, s: the values of the pooled ITL distribution."""
     for r in records:
         for gap in r.chunk_gaps_us or ():
             yield gap / 1e6
@@ -282,8 +286,8 @@ def _turn_summary(
         partial_repetitions=partial,
         hit_rate=hit_rate,
         ttft_percentiles=stats.percentiles(_ttft_s(r) for r in valid),
-        itl_percentiles=stats.percentiles(_gaps_s(valid)),
-        e2e_percentiles=stats.percentiles(_e2e_s(r) for r in valid),
+        itl_percentiles=stats.percentiles(itl_gaps_s(valid)),
+        e2e_percentiles=stats.percentiles(e2e_s(r) for r in valid),
         spec_draft_tokens=drafted,
         spec_accepted_tokens=accepted,
     )
@@ -409,8 +413,8 @@ def summarize(records: Iterable[TurnRecord], *, users: int, lockstep: bool = Tru
         full_turns=sum(t.aggregate_rate is not None for t in by_rep_turn),
         partial_turns=sum(t.aggregate_rate is None for t in by_rep_turn),
         ttft_percentiles=stats.percentiles(_ttft_s(r) for r in valid),
-        itl_percentiles=stats.percentiles(_gaps_s(valid)),
-        e2e_percentiles=stats.percentiles(_e2e_s(r) for r in valid),
+        itl_percentiles=stats.percentiles(itl_gaps_s(valid)),
+        e2e_percentiles=stats.percentiles(e2e_s(r) for r in valid),
         request_rate=None if pooled else stats.band(
             _request_rate(group) for group in _per_rep(measured).values()
         ),

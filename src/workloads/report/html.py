@@ -1,6 +1,8 @@
 """The HTML report: one self-contained file (no scripts, no links, the plots inline as PNG
-data) with the run header and provenance, every table of the console report, the window's
-figures, warnings and the plots. ``run`` writes it next to result.json as ``report.html``;
+data) that leads with the answer: its lead first (the run header, the headline figures, the
+SLO's verdicts and goodput, the correctness and other verdicts, every warning), then the
+provenance, every other table and line of the console report, the window's figures and the
+plots. ``run`` writes it next to result.json as ``report.html``;
 ``show DIR --format html`` prints it.
 
     from workloads.report.html import write_html
@@ -16,8 +18,9 @@ from pathlib import Path
 
 from workloads.model.results import RunResult
 from workloads.report import console as report
-from workloads.report import rates
-from workloads.report.table import Line, Pairs, ReportTable
+from workloads.report import goodput, rates
+from workloads.report.table import Block, Line, Pairs, ReportTable
+from workloads.report.verdicts import verdict_lines
 
 __all__ = ["REPORT_FILE", "html_report", "write_html"]
 
@@ -30,6 +33,8 @@ h1 { font-size: 1.45em; margin-bottom: 0.2em; }
 h2 { font-size: 1.1em; margin: 1.6em 0 0.4em; }
 p { margin: 0.35em 0; }
 .headline { font-weight: 600; }
+section.lead { background: #f3f5f9; border: 1px solid #e3e6ec; padding: 0.4em 1em 0.8em; }
+section.lead h1 { margin-top: 0.3em; }
 .warning { background: #fff6d6; border-left: 4px solid #e0a800; padding: 0.3em 0.6em; }
 .error { background: #fde2e1; border-left: 4px solid #c62828; padding: 0.3em 0.6em;
          font-weight: 600; }
@@ -50,6 +55,9 @@ figcaption { color: #4a5263; font-size: 0.92em; }
 
 _CAPTIONS = {
     "ttft.png": "Time to first token of every measured request (jittered), with the median.",
+    "latency.png": "ITL (every gap between content chunks) and E2E latency (request written "
+                   "→ end of stream) of every valid measured request: the CDFs the latency "
+                   "table's percentiles summarize, p50, p90 and p99 marked.",
     "timeline.png": "Every measured request from send to first token to last token, one row "
                     "per session.",
     "prefill.png": "Prefill rate (prompt tokens / TTFT) against prompt depth.",
@@ -145,12 +153,42 @@ def _figures(result: RunResult) -> str:
     return "".join(out)
 
 
+def _lead_texts(result: RunResult) -> set[str]:
+    """The console lines the lead holds (besides every warning and error): the
+    headline (a sweep's: where it sits), the SLO's lines and the verdicts."""
+    headline = report.sweep_line(result) if result.cells is not None else report.run_line(result)
+    lines = [b.text for b in goodput.blocks(result) if isinstance(b, Line)]
+    return {headline, *lines, *(text for text, _ in verdict_lines(result))}
+
+
+def _lead(result: RunResult, blocks: list[Block]) -> tuple[list[Line], list[Block]]:
+    """``blocks`` split into the lead's lines (in the console's order) and the rest."""
+    texts = _lead_texts(result)
+    lead: list[Line] = []
+    rest: list[Block] = []
+    for block in blocks:
+        if isinstance(block, Line) and (block.text in texts
+                                        or block.style in ("warning", "error")):
+            lead.append(block)
+        else:
+            rest.append(block)
+    return lead, rest
+
+
+def _line(block: Line) -> str:
+    cls = {"bold": "headline", "warning": "warning", "error": "error"}.get(block.style, "")
+    return f'<p class="{cls}">{_e(block.text)}</p>' if cls else f"<p>{_e(block.text)}</p>"
+
+
 def html_report(result: RunResult, *, with_plots: bool = True) -> str:
-    """The whole report as one HTML document (UTF-8, no external resources)."""
+    """The whole report as one HTML document (UTF-8, no external resources), the lead
+    first."""
     parts: list[str] = []
-    blocks = report.blocks(result)
     title = report.header_line(result)
-    for block in blocks[1:]:  # the first is the header line: the page's <h1>
+    # the first block is the header line: the lead's <h1>
+    lead, rest = _lead(result, report.blocks(result)[1:])
+    top = "".join(_line(b) for b in lead)
+    for block in rest:
         if isinstance(block, ReportTable):
             parts.append(_table(block))
         elif isinstance(block, Pairs):
@@ -159,15 +197,13 @@ def html_report(result: RunResult, *, with_plots: bool = True) -> str:
             if block.style == "bold" and block.text.startswith("Window"):
                 parts.append(f'<h2 id="window">{_e(block.text)}</h2>')
             else:
-                cls = {"bold": "headline", "warning": "warning", "error": "error"}.get(
-                    block.style, "")
-                parts.append(f'<p class="{cls}">{_e(block.text)}</p>' if cls
-                             else f"<p>{_e(block.text)}</p>")
+                parts.append(_line(block))
     figures = _figures(result) if with_plots else ""
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
-        f"<h1>{_e(title)}</h1>{_provenance(result)}{''.join(parts)}{figures}"
+        f'<section class="lead" id="lead"><h1>{_e(title)}</h1>{top}</section>'
+        f"{_provenance(result)}{''.join(parts)}{figures}"
         "</body></html>\n"
     )
 

@@ -14,6 +14,9 @@ band and jitter helpers, and change together when the report's figures do.
   when every cell is C1) and the post-first rate of every valid turn;
 * ``ttft.png`` — per turn (per cell for a sweep): every valid measured request's TTFT,
   jittered, with the median;
+* ``latency.png`` — ITL (every gap between content chunks, ms, log scale) and E2E latency
+  (request written → end of stream, s) of every valid measured request as CDFs, p50, p90
+  and p99 marked; one line per cell for a sweep;
 * ``prefill.png`` — prefill rate (prompt / TTFT, and uncached) of every valid measured
   request against its prompt tokens (log2 when depths vary);
 * ``cache.png`` — a sweep's prefix cache per cell: cache effectiveness and hit rate from
@@ -635,8 +638,71 @@ def _sizes(result: RunResult, path: Path | IO[bytes]) -> None:
     plt.close(fig)
 
 
+def _cdf(ax: Any, series: list[tuple[str | None, list[float]]], xlabel: str,
+         missing: str) -> None:
+    """Empirical CDFs, one step line per series (with its n), the p50, p90 and p99 levels
+    marked; ``missing`` written in the panel when no series has a value."""
+    if not any(values for _, values in series):
+        ax.text(0.5, 0.5, missing, ha="center", va="center", wrap=True, fontsize=9,
+                transform=ax.transAxes)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        return
+    for number, (name, values) in enumerate(series):
+        if not values:
+            continue
+        color = _SESSION_COLORS[number % len(_SESSION_COLORS)]
+        xs = sorted(values)
+        ys = [(i + 1) / len(xs) for i in range(len(xs))]
+        xs, ys = [xs[0], *xs], [0.0, *ys]  # the step up at the least value shows
+        label = f"{name} (n {len(xs):,})" if name else f"n {len(xs):,}"
+        ax.step(xs, ys, where="post", color=color, label=label)
+    for level in (0.5, 0.9, 0.99):
+        ax.axhline(level, color="tab:gray", linewidth=0.8, linestyle=":")
+    ax.set_yticks([0, 0.5, 0.9, 0.99], ["0", "p50", "p90", "p99"])
+    ax.set_ylabel("share of values at or below")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel(xlabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+
+
+def _latency(result: RunResult, path: Path | IO[bytes]) -> None:
+    """ITL (every chunk gap) and E2E latency of the valid measured requests as CDFs: the
+    distributions the latency table's percentiles summarize; one line per cell in a
+    sweep (never pooled over cells)."""
+    valid = [r for r in result.records if not r.warmup and r.valid]
+    if not valid:
+        return
+    groups: list[tuple[str | None, list[TurnRecord]]]
+    if result.cells is not None:
+        groups = [(f"C{c.concurrency} · prior {c.prior_tokens:,}",
+                   [r for r in valid if r.cell == c.cell]) for c in result.cells]
+    else:
+        groups = [(None, valid)]
+    Series = list[tuple[str | None, list[float]]]
+    itl: Series = [(name, [g * 1000 for g in aggregate.itl_gaps_s(rs)]) for name, rs in groups]
+    e2e: Series = [(name, [v for r in rs if (v := aggregate.e2e_s(r)) is not None])
+                   for name, rs in groups]
+    if not any(v for _, v in itl) and not any(v for _, v in e2e):
+        return
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), constrained_layout=True)
+    _cdf(axes[0], itl, "ITL ms (gaps between content chunks, log scale)",
+         "ITL not recorded: these records carry no content-chunk arrival times")
+    if any(v for _, v in itl):
+        axes[0].set_xscale("log")
+    _cdf(axes[1], e2e, "E2E s (request written → end of stream)",
+         "E2E not recorded: these records carry no send and end stamps")
+    fig.suptitle(_title(result) + "\nlatency distributions of the valid measured requests",
+                 fontsize=10)
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
 _FIGURES: list[tuple[str, Any]] = [
-    ("rates.png", _rates), ("ttft.png", _ttft), ("prefill.png", _prefill),
+    ("rates.png", _rates), ("ttft.png", _ttft), ("latency.png", _latency),
+    ("prefill.png", _prefill),
     ("cache.png", _sweep_cache), ("concurrency.png", _concurrency),
     ("timeline.png", _timeline), ("context.png", _context), ("sizes.png", _sizes),
 ]
