@@ -166,6 +166,23 @@ def test_requests_without_usage_explain_a_server_surplus():
     assert causes[0].startswith("1 measured requests ended without usage")
 
 
+def test_requests_the_client_cut_off_are_why_the_server_finished_fewer():
+    """A stop cancelled one request in flight: the server aborted it and counts 2 finished
+    requests to the client's 3 answered 200. Not counter timing."""
+    cut = rec(None, None, None, http=200).model_copy(
+        update={"status": "incomplete", "error_kind": "cancelled"})
+    end = vllm(prompt=2200 + 900, cached=1024, gen=128 + 10, length=2)
+    t, _ = figures(VLLM, vllm(), end, records=[*RECORDS, cut])
+    row = by_figure(t)["finished_requests"]
+    assert row.difference == -1
+    assert row.causes == ["1 measured requests answered 200 were ended by the client "
+                          "(cancelled by a stop, a read stall or the turn deadline): the "
+                          "server aborted them, so it never counted them finished"]
+    lagging = vllm(prompt=1000, cached=0, gen=64, length=1)
+    assert by_figure(figures(VLLM, vllm(), lagging)[0])["finished_requests"].causes[0] \
+        .startswith("counter timing")  # nothing cut off: the lag is the counter's
+
+
 def test_cached_tokens_not_reported_per_request_cannot_reconcile():
     records = [rec(1000, None, 64), rec(1200, None, 64)]
     end = vllm(prompt=2200, cached=1024, gen=128, length=2)

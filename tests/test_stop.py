@@ -93,6 +93,35 @@ def test_a_stop_without_grace_records_the_turns_in_flight_with_what_they_measure
     streaming = [r for r in result.records if r.first_content_ns is not None]
     assert streaming and all(r.content_events > 0 and r.ttft_ns for r in streaming)
     assert turn_lines(tmp_path / "cut") == [r.model_dump(mode="json") for r in result.records]
+    # Counted as cancelled, not as failed: the run ended, the server did not fail them.
+    run = result.summary.run
+    assert (run.cancelled, run.errors, run.invalid) == (3, 0, 0)
+    assert not [w for w in result.warnings if "measured turns failed" in w]
+    assert any("3 turns in flight then were cancelled" in w for w in result.warnings)
+
+
+def test_a_cancelled_turn_keeps_its_corrected_shareable_prefix(tmp_path):
+    """nonce = "run": turn 1 shares the system prefix with the other sessions' openings,
+    except for the first session to send, which finds none of them at the server yet: 0.
+    A turn cut off in flight records the same as a finished one would."""
+    with SimulatedServer() as server:
+        scenario = workloads.load_scenario("five-user-coding").with_overrides(
+            [*LONG, "nonce=run", "turns=1"])
+
+        async def go() -> workloads.RunResult:
+            stop = asyncio.Event()
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(stop_when_streaming(server, stop))
+                running = tg.create_task(workloads.run_async(
+                    scenario, server.target, out_dir=tmp_path / "cut", stop=stop,
+                    stop_grace_s=0))
+            return running.result()
+
+        result = asyncio.run(go())
+    cut = sorted(result.records, key=lambda r: r.started_ns)
+    assert len(cut) == 3 and all(r.error_kind == "cancelled" for r in cut)
+    assert cut[0].shareable_tokens == 0  # the first to send: nothing of the others yet
+    assert all(r.shareable_tokens and r.shareable_tokens > 0 for r in cut[1:])
 
 
 def start_cli(out: Path, *extra: str) -> subprocess.Popen[bytes]:

@@ -166,6 +166,11 @@ def run_into(out: Path, args: argparse.Namespace, *, console: Any, scenario: Any
         from workloads.core.load import load_result
 
         result = load_result(out)
+    if signum is not None and (early := report.stopped_early(result)) is not None:
+        # Nothing measured to report: one line, not a report of empty tables.
+        console.print(f"stopped by {signal.Signals(signum).name} {early}: nothing to report; "
+                      f"records in {out} (exit {128 + signum})")
+        return 128 + signum
     console.print(report.render(result))
     console.print(f"saved {out / 'result.json'} and {out / 'records.jsonl'}")
     try:

@@ -49,8 +49,9 @@ not the users' turns. Totals over all requests count them: records, valid, error
 rate, latency distributions, wall throughput. :func:`kinds` summarises every step kind,
 sub-agents' included, and :func:`cache_cliff` the hit rate right after compactions.
 
-Only valid turns enter the rates; invalid and failed turns are counted and shown. Warm-up
-turns never enter any figure here.
+Only valid turns enter the rates; invalid and failed turns are counted and shown. A turn
+cancelled in flight by a stop (``error_kind`` "cancelled") is counted apart, as
+``cancelled``: it did not fail, the run ended. Warm-up turns never enter any figure here.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ __all__ = [
     "RepetitionFigures",
     "TurnRepetitionFigures",
     "cache_cliff",
+    "cancelled",
     "cell_figures",
     "e2e_s",
     "generation_rate",
@@ -197,6 +199,11 @@ def _request_rate(records: Sequence[TurnRecord]) -> float | None:
     return len(finished) / ((max(ends) - min(starts)) / 1e9)
 
 
+def cancelled(records: Iterable[TurnRecord]) -> int:
+    """How many of ``records`` were cut off in flight by the end of the run (a stop)."""
+    return sum(1 for r in records if r.error_kind == "cancelled")
+
+
 def _rates(records: Iterable[TurnRecord]) -> list[float]:
     return [r.decode_tokens_per_s for r in records if r.valid and r.decode_tokens_per_s is not None]
 
@@ -267,7 +274,8 @@ def _turn_summary(
         records=len(records),
         valid=len(valid),
         invalid=len(finished) - len(valid),
-        errors=len(records) - len(finished),
+        errors=len(records) - len(finished) - cancelled(records),
+        cancelled=cancelled(records),
         aggregate_rate=stats.band(aggregate) if lockstep else None,
         streams_sum_rate=None if lockstep else stats.band(aggregate),
         wall_aggregate_rate=stats.band(wall),
@@ -396,7 +404,8 @@ def summarize(records: Iterable[TurnRecord], *, users: int, lockstep: bool = Tru
         records=len(measured),
         valid=len(valid),
         invalid=len(finished) - len(valid),
-        errors=len(measured) - len(finished),
+        errors=len(measured) - len(finished) - cancelled(measured),
+        cancelled=cancelled(measured),
         warmup_records=len(everything) - len(measured),
         per_user_rate=per_user,
         aggregate_rate=None if pooled or not lockstep else stats.median(

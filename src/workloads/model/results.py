@@ -72,8 +72,8 @@ __all__ = [
 # The format of result.json and records.jsonl together, as major.minor (the rules and the
 # history are above _LOADERS); tests/test_results_format.py fails when a saved model's
 # fields change and these do not.
-FORMAT_VERSION = 5
-FORMAT_MINOR = 2
+FORMAT_VERSION = 6
+FORMAT_MINOR = 0
 RESULT_FILE = "result.json"
 RECORDS_FILE = "records.jsonl"
 
@@ -498,6 +498,12 @@ def _upgrade_4(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _upgrade_5(data: dict[str, Any]) -> dict[str, Any]:
+    """Format 5 → 6: its summaries' ``errors`` count cancelled turns and ``cancelled`` is
+    absent (None: not counted apart); load_result recomputes both from the records."""
+    return _upgrade_6(data)
+
+
+def _upgrade_6(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
@@ -552,7 +558,14 @@ def _upgrade_5(data: dict[str, Any]) -> dict[str, Any]:
 #       spec_accepted_tokens (Σ of the responses' timings.draft_n and draft_n_accepted over
 #       the turn; optional: None, "not reported", in older files and where no response
 #       carries them; load_result recomputes them from the records).
-_LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4, 5: _upgrade_5}
+#   6.0 — 2026-12-02: turns cancelled in flight by a stop are counted apart, not as failed:
+#       TurnSummary.cancelled and RunSummary.cancelled (None in older files), and
+#       ``errors`` no longer counts them (a new meaning, so a major version; load_result
+#       recomputes both from the records). A cancelled TurnRecord keeps its shareable
+#       prefix as corrected for a finished turn (turn 1's first sender: 0), where format-5
+#       records kept the plan's.
+_LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4, 5: _upgrade_5,
+            6: _upgrade_6}
 
 
 def read_result(path: str | Path, *, stacklevel: int = 1) -> RunResult:

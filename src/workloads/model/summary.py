@@ -55,7 +55,7 @@ class TurnSummary(Frozen):
     records: int
     valid: int
     invalid: int  # finished but not valid (wrong length or finish reason)
-    errors: int  # status error or incomplete
+    errors: int  # failed: status error, or incomplete but not cancelled (format 6 on)
     # tok/s, Σ per-stream post-first rates, over full reps; lock-step only (format 5 on):
     # with free or arrivals pacing the Σ is in streams_sum_rate and this is None
     aggregate_rate: BandSummary | None
@@ -96,6 +96,9 @@ class TurnSummary(Frozen):
         if not self.spec_draft_tokens or self.spec_accepted_tokens is None:
             return None
         return self.spec_accepted_tokens / self.spec_draft_tokens
+    # Format 6: in flight when the run was stopped (error_kind "cancelled"): neither valid
+    # nor failed. None in older results, whose ``errors`` count them.
+    cancelled: int | None = None
 
 
 class RunSummary(Frozen):
@@ -108,7 +111,7 @@ class RunSummary(Frozen):
     records: int
     valid: int
     invalid: int
-    errors: int
+    errors: int  # failed, as in TurnSummary (cancelled turns apart)
     warmup_records: int
     per_user_rate: float | None  # median over every valid measured record
     # Median of per-turn Σ over (repetition, turn)s with every stream valid; None when there
@@ -132,6 +135,8 @@ class RunSummary(Frozen):
     # Finished measured requests / the repetition's span (first send → last stream end),
     # per repetition, banded; None when pooled over cells.
     request_rate: BandSummary | None = None
+    # Measured turns cancelled by a stop, as in TurnSummary (None before format 6).
+    cancelled: int | None = None
 
 
 class KindSummary(Frozen):

@@ -46,10 +46,12 @@ __all__ = [
     "run_line",
     "scenarios_table",
     "sizing_line",
+    "stopped_early",
     "sweep_line",
     "sweep_server_table",
     "sweep_table",
     "turn_table",
+    "users_label",
     "what_if_table",
 ]
 
@@ -98,7 +100,7 @@ def turn_table(result: RunResult) -> ReportTable:
             format_band(t.prefill_rate, 0, missing=missing, compact=True),
             format_band(t.uncached_prefill_rate, 0, compact=True,
                         missing=missing if not t.valid else NOT_REPORTED),
-            f"{t.valid}/{t.records}",
+            f"{t.valid}/{t.records}" + (f", {t.cancelled} cancelled" if t.cancelled else ""),
         )
     captions = [note] if (note := rates.dagger_note(result)) else []
     if len(notes) > 3:  # one line, not one clause per turn
@@ -202,6 +204,34 @@ def what_if_table(result: RunResult) -> ReportTable | None:
     return table
 
 
+LOW_IN_FLIGHT = 0.5  # of users: below it, "C32" needs the in-flight mean and its why
+
+
+def users_label(result: RunResult) -> str:
+    """"C32", and when free or arrivals pacing kept fewer requests in flight than half the
+    users, what ran and why: how many sessions were active at once on average (between
+    their first send and last response) and how much of that time each had a request in
+    flight. Their product is the time-weighted mean in flight (one request at a time per
+    session), so the why adds up to the figure it explains."""
+    s, c = result.scenario, result.concurrency
+    label = f"C{s.users}"
+    if c is None or s.pacing.mode == "lockstep" or c.mean >= LOW_IN_FLIGHT * s.users:
+        return label
+    sessions: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
+    for r in result.records:
+        end = r.done_ns or r.last_content_ns or r.first_content_ns or r.headers_ns
+        if not r.warmup and r.sent_ns is not None and end is not None and end >= r.sent_ns:
+            sessions.setdefault((r.cell, r.repetition, r.session), []).append((r.sent_ns, end))
+    spans = [max(e for _, e in v) - min(t for t, _ in v) for v in sessions.values()]
+    busy = sum(e - t for v in sessions.values() for t, e in v)
+    why = "arrivals were sparse" if s.pacing.mode == "arrivals" else "sessions paused"
+    if sum(spans) > 0 and c.span_s > 0:
+        active = sum(spans) / 1e9 / c.span_s
+        why = (f"{active:.1f} sessions active at a time on average, each with a request in "
+               f"flight {busy / sum(spans):.0%} of that time and between turns the rest")
+    return f"{label} (requests in flight averaged {c.mean:.1f}: {why})"
+
+
 def coordinates_line(result: RunResult) -> str:
     """Where this measurement sits: concurrency, actual prompt tokens, output, depth."""
     s = result.scenario
@@ -216,10 +246,10 @@ def coordinates_line(result: RunResult) -> str:
     if s.sizes_vary:  # one number per size would be wrong: name each drawn size's median
         steps = (f"up to {plural(s.turns, 'step')} per session" if s.agent is not None
                  else plural(s.turns, "turn"))
-        return (f"C{s.users} · actual prompt tokens {actual} (server count) · "
+        return (f"{users_label(result)} · actual prompt tokens {actual} (server count) · "
                 f"{agents.sizes_line(result)} · {steps} × {repetitions}")
     return (
-        f"C{s.users} · actual prompt tokens {actual} (server count) · "
+        f"{users_label(result)} · actual prompt tokens {actual} (server count) · "
         f"{describe(s.output_tokens)} generated per turn · depth "
         f"{describe(s.opening_tokens)} opening + {describe(s.turn_tokens)} new per turn · "
         f"{plural(s.turns, 'turn')} × {repetitions}"
@@ -233,11 +263,12 @@ def run_line(result: RunResult) -> str:
     faster, so such a figure reads high). With free pacing the streams need not overlap, so
     no aggregate: the wall throughput, then the per-user median."""
     r = result.summary.run
+    cut = f", {r.cancelled} cancelled" if r.cancelled else ""
     if r.per_user_rate is None:
-        return f"no valid measured turns ({r.errors} failed, {r.invalid} invalid)"
+        return f"no valid measured turns ({r.errors} failed, {r.invalid} invalid{cut})"
     ttft = f"TTFT median {num(r.ttft_s.median)} s" if r.ttft_s else "TTFT —"
     wall = f"wall throughput {format_band(r.wall_aggregate_rate)} tok/s"
-    valid = f"{r.valid:,}/{r.records:,} valid {'turn' if r.records == 1 else 'turns'}"
+    valid = f"{r.valid:,}/{r.records:,} valid {'turn' if r.records == 1 else 'turns'}{cut}"
     if r.aggregate_rate is None and r.partial_turns and not r.full_turns:
         return (
             f"no headline: in no turn of any measured repetition were all {r.users} streams "
@@ -293,7 +324,8 @@ def sweep_table(result: RunResult) -> ReportTable:
         row += [num(wall if free else run.aggregate_rate)] if concurrent else []
         row += [num(run.ttft_s.median if run.ttft_s else None, 2),
                 num(run.request_rate.median if run.request_rate else None),
-                f"{run.valid}/{run.records}"]
+                f"{run.valid}/{run.records}"
+                + (f", {run.cancelled} cancelled" if run.cancelled else "")]
         table.add_row(*row)
     return table
 
@@ -359,12 +391,15 @@ def sizing_line(result: RunResult) -> str | None:
                 f"{z.calls:,} calls, {z.seconds:.1f} s, all before the window")
     if z.exact:
         estimated = _estimate_sized(result)
+        why = "quiet sizing: no /tokenize call while streams were in flight"
+        if z.fallbacks:
+            why = "quiet sizing, or a failed /tokenize call: see warnings"
         if estimated:
             return (
                 f"depths and shareable prefixes exact, from the target's {z.tokenizer} "
                 f"({z.calls:,} calls, {z.seconds:.1f} s, none between a request and its first "
                 f"token), except {plural(estimated, 'measured turn')} sized by tiktoken "
-                "estimate, shareable prefixes ~ (see warnings)"
+                f"estimate ({why}), shareable prefixes ~"
             )
         return (
             f"depths and shareable prefixes exact, from the target's {z.tokenizer}: "
@@ -567,6 +602,18 @@ def records_notes(result: RunResult, records_path: Path) -> list[str]:
                      "the scenario sends: the run did not finish, and the figures cover only "
                      "the turns recorded")
     return notes
+
+
+def stopped_early(result: RunResult) -> str | None:
+    """When a stopped run has nothing measured to report: "before any measured turn" (none
+    sent, or none finished: each cut off in flight); None when a measured turn finished."""
+    measured = [r for r in result.records if not r.warmup]
+    cut = sum(1 for r in measured if r.error_kind == "cancelled")
+    if len(measured) > cut:
+        return None
+    if not cut:
+        return "before any measured turn"
+    return f"before any measured turn finished ({plural(cut, 'turn')} cancelled in flight)"
 
 
 def header_line(result: RunResult) -> str:

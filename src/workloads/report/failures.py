@@ -2,9 +2,10 @@
 console prints under the report when measured turns failed, and what decides the CLI's exit
 code (:func:`failure_rate`).
 
-A failed turn is a measured TurnRecord that is not valid: an error (its ``error_kind``), a
-turn cut off by the end of the run (``cancelled``), or a turn that finished but is not of the
-requested length or finish reason (``invalid``).
+A failed turn is a measured TurnRecord that is not valid: an error (its ``error_kind``) or a
+turn that finished but is not of the requested length or finish reason (``invalid``). A turn
+cut off in flight by the end of the run (``cancelled``) did not fail: the summaries count it
+apart (``cancelled``), and it is neither listed here nor in the rate.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ class Failure:
     first_message: str  # the message of the earliest of them (by the time it was sent)
 
 
+def _cancelled(record: TurnRecord) -> bool:
+    return record.error_kind == "cancelled"
+
+
 def _kind(record: TurnRecord) -> str:
     return record.error_kind or ("invalid" if record.status == "ok" else record.status)
 
@@ -46,10 +51,10 @@ def _message(record: TurnRecord, output_tokens: int) -> str:
 
 
 def failures(records: list[TurnRecord], *, output_tokens: int) -> list[Failure]:
-    """The measured records that are not valid, grouped by (turn, kind), in turn order."""
+    """The measured records that failed, grouped by (turn, kind), in turn order."""
     groups: dict[tuple[int, str], list[TurnRecord]] = {}
     for record in records:
-        if not record.warmup and not record.valid:
+        if not record.warmup and not record.valid and not _cancelled(record):
             groups.setdefault((record.turn, _kind(record)), []).append(record)
     out = []
     for (turn, kind), members in sorted(groups.items()):
@@ -59,8 +64,9 @@ def failures(records: list[TurnRecord], *, output_tokens: int) -> list[Failure]:
 
 
 def failure_rate(records: list[TurnRecord]) -> float | None:
-    """Measured turns that are not valid, as a fraction of measured turns (None: none)."""
-    measured = [r for r in records if not r.warmup]
+    """Failed measured turns, as a fraction of the measured turns that were not cancelled
+    (None: none)."""
+    measured = [r for r in records if not r.warmup and not _cancelled(r)]
     if not measured:
         return None
     return sum(not r.valid for r in measured) / len(measured)

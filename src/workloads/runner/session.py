@@ -236,7 +236,8 @@ class Session:
             response = await self.client.stream_chat(body)
         except asyncio.CancelledError as err:
             # The run ended with this turn in flight: keep it as an incomplete record, with
-            # what the client measured before the cancellation when it kept it.
+            # what the client measured before the cancellation when it kept it, and the
+            # shareable prefix as a completed turn would have it (corrected above).
             partial = partial_response(err)
             if partial is not None:
                 self.on_record(record_from_response(
@@ -245,7 +246,7 @@ class Session:
                     **about,  # type: ignore[arg-type]
                     output_tokens=step.output_tokens,
                     exact_output=self.scenario.exact_output,
-                    shareable_tokens=plan.shareable,
+                    shareable_tokens=shareable,
                     shareable_exact=plan.shareable_exact,
                 ))
                 raise
@@ -256,6 +257,8 @@ class Session:
                     error_kind="cancelled",
                     error_message="the run ended while this turn was in flight",
                     started_ns=started,
+                    shareable_tokens=shareable,
+                    shareable_exact=plan.shareable_exact,
                     **step_fields(step, self.parent),
                 )
             )

@@ -42,6 +42,9 @@ class UsageSums:
     completion: int
     draft: int | None  # llama.cpp timings.draft_n; None: no record carries it
     accepted: int | None
+    # Answered 200, then ended by the client (a stop, a read stall, the turn deadline): the
+    # server aborted them, so it never counted them finished.
+    cut_off: int = 0
 
     @classmethod
     def of(cls, records: Iterable[TurnRecord]) -> UsageSums:
@@ -60,6 +63,8 @@ class UsageSums:
             completion=sum(r.completion_tokens or 0 for r in with_usage),
             draft=_timings_sum(measured, "draft_n"),
             accepted=_timings_sum(measured, "draft_n_accepted"),
+            cut_off=sum(1 for r in measured if r.http_status == 200
+                        and r.error_kind in ("cancelled", "read_stall", "turn_deadline")),
         )
 
     def get(self, key: UsageSum) -> int | None:
@@ -374,8 +379,14 @@ def _causes(
             out.append("other traffic on the server during the window (requests not from "
                        "this run)")
     else:
+        if figure == "finished_requests" and ev.usage.cut_off:
+            out.append(
+                f"{ev.usage.cut_off} measured requests answered 200 were ended by the client "
+                "(cancelled by a stop, a read stall or the turn deadline): the server aborted "
+                "them, so it never counted them finished"
+            )
         counted = delta.read.counted if delta.read else ""
-        if counted:
+        if counted and not (figure == "finished_requests" and ev.usage.cut_off >= -difference):
             out.append(
                 f"counter timing: {names.server} adds to {delta.read.name if delta.read else ''} "
                 f"{counted}; requests not yet counted when the window closed are missing"
