@@ -90,3 +90,16 @@ def test_stamps_that_waited_over_a_millisecond_at_p99_are_reported_with_the_figu
     assert "--workers" in warning
     workers = calm.model_copy(update={"processes": 4})
     assert "more worker processes" in health_warnings(workers)[0]
+
+
+def test_with_the_embedded_simulator_the_lag_warning_names_it_and_worker_processes():
+    lagging = ClientHealth(loop_lag_samples=1000, loop_lag_p50_ms=0.1, loop_lag_p99_ms=100.0,
+                           loop_lag_max_ms=500.0, cpu_share=0.4, send_delay_p50_ms=1.0,
+                           send_delay_p99_ms=9.0)
+    (alone,) = health_warnings(lagging)
+    assert "--workers N, or --workers auto" in alone
+    (embedded,) = health_warnings(lagging, embedded=True)
+    assert ("; the embedded simulated server shares this process, and its engine delays the "
+            "client's stamps: --workers 2 sends from processes of their own") in embedded
+    sharded = lagging.model_copy(update={"processes": 2})  # the server is not in theirs
+    assert health_warnings(sharded, embedded=True) == health_warnings(sharded)

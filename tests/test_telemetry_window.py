@@ -144,6 +144,18 @@ async def test_text_that_is_not_prometheus_is_a_warning(serve_app):
     assert telemetry.server is None and "not Prometheus text" in window.warnings[0]
 
 
+async def test_prometheus_text_of_no_known_server_is_a_warning(serve_app):
+    server = MetricsText("# TYPE http_requests_total counter\nhttp_requests_total 7\n")
+    async with serve_app(server.app) as root, WindowTelemetry(
+        QUICK, metrics_url=root + "/metrics"
+    ) as window:
+        await window.start()
+        telemetry, _ = await window.finish([record(8)])
+    assert telemetry is not None and telemetry.server is None
+    assert window.warnings == [f"{root}/metrics exports no vLLM, SGLang, llama.cpp or TGI "
+                               "metrics; server figures not reported"]
+
+
 async def test_the_sampler_catches_rapl_wraps_inside_the_window(tmp_path):
     zone = tmp_path / "class" / "powercap" / "intel-rapl:0"
     zone.mkdir(parents=True)

@@ -174,25 +174,35 @@ def merged_health(here: ClientHealth, workers: Sequence[ClientHealth]) -> Client
     })
 
 
-def health_warnings(h: ClientHealth | None) -> list[str]:
-    """What the report should say when the client itself may be the bottleneck. Pure."""
+def health_warnings(h: ClientHealth | None, *, embedded: bool = False) -> list[str]:
+    """What the report should say when the client itself may be the bottleneck. Pure.
+    ``embedded``: the target is the embedded simulated server, which runs in a thread of the
+    run's own process: with no worker processes its engine competes with the client's event
+    loop for the interpreter, which the lag counts (agent-fleet on a busy 2-core machine:
+    lag p99 104 ms in one process, 16 ms with --workers 2; --workers auto keeps one process
+    up to 64 sessions), so the warning names that cause and --workers 2."""
     if h is None:
         return []
     out = []
     workers = ("; spread the sessions over more processes (--workers N, or --workers auto)"
                if h.processes == 1 else "; run more worker processes (--workers N)")
+    lag_workers = workers
+    if embedded and h.processes == 1:
+        lag_workers = ("; the embedded simulated server shares this process, and its engine "
+                       "delays the client's stamps: --workers 2 sends from processes of "
+                       "their own")
     if h.loop_lag_p99_ms is not None and h.loop_lag_p99_ms > LOOP_LAG_P99_LIMIT_MS:
         out.append(
             f"the client may be the bottleneck: event-loop lag p99 {h.loop_lag_p99_ms:.1f} ms "
             f"(max {h.loop_lag_max_ms or 0:.0f} ms; over {LOOP_LAG_P99_LIMIT_MS:g} ms) while "
             "requests were in flight: chunks waited that long to be stamped, so TTFT and "
-            f"rates may read high/low{workers}, or run on a less busy machine"
+            f"rates may read high/low{lag_workers}, or run on a less busy machine"
         )
     elif h.loop_lag_p99_ms is not None and h.loop_lag_p99_ms > STAMP_WAIT_LIMIT_MS:
         out.append(
             f"stamps waited up to {h.loop_lag_p99_ms:.1f} ms (event-loop lag p99, while "
             f"requests were in flight; over {STAMP_WAIT_LIMIT_MS:g} ms): TTFT and inter-token "
-            f"figures carry up to that much of the client's own delay{workers}"
+            f"figures carry up to that much of the client's own delay{lag_workers}"
         )
     elif h.loop_lag_max_ms is not None and h.loop_lag_max_ms > LOOP_LAG_MAX_LIMIT_MS:
         out.append(

@@ -190,10 +190,12 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
         warnings.insert(0, "TLS certificates were not verified (--insecure): the server "
                         "answering may not be the one named; use --ca-bundle FILE for a "
                         "private CA")
-    warnings += health_warnings(m.client)
+    warnings += health_warnings(m.client, embedded=m.target.simulated)
     if m.trace is None:  # a trace's prompts are its blocks, not sized depths
-        warnings += sizing_warnings(m.records, result.sizing or _sizing(m), s,
-                                    replayed=m.replay is not None)
+        warnings += sizing_warnings(
+            m.records, result.sizing or _sizing(m), s, replayed=m.replay is not None,
+            block_tokens=m.kv_capacity()[1],
+            loop_lag_max_ms=m.client.loop_lag_max_ms if m.client is not None else None)
     gate, invalid = _gate(m)
     warnings += _degenerate_warning(m.records)
     hosts = {r.host for r in m.records if r.host is not None}
@@ -248,7 +250,12 @@ def _warnings(summary: Summary, complete: bool) -> list[str]:
     out: list[str] = []
     run = summary.run
     if not complete:
-        out.append("the run was interrupted: figures cover only the turns measured before it")
+        cut = ""
+        if run.cancelled:
+            cut = (f"; {run.cancelled} turns in flight then were cancelled (counted apart, "
+                   "not as failed; no rate includes them)")
+        out.append("the run was interrupted: figures cover only the turns measured before "
+                   f"it{cut}")
     if run.errors:
         out.append(
             f"{run.errors} of {run.records} measured turns failed; see records.jsonl "
