@@ -19,7 +19,7 @@ from workloads.report.table import ReportTable
 DATA = Path(__file__).parent / "data"
 GOLDEN = DATA / "golden"
 WIDTHS = [80, 120, 200]
-RESULTS = ["v1-small-a", "v1-sweep", "v1-small-a+gaps", "v4-agents", "v5-stopped"]
+RESULTS = ["v1-small-a", "v1-sweep", "v1-small-a+gaps", "v4-agents", "v6-stopped"]
 
 
 def with_gaps(result: workloads.RunResult) -> workloads.RunResult:

@@ -261,10 +261,12 @@ def test_the_fingerprint_names_an_added_field_a_changed_one_and_a_nested_one():
 # -- a newer minor: its fields are dropped and named -----------------------------------------
 
 def newer_minor(where: Path) -> Path:
-    """A copy of the stored format-5 sweep as a newer minor would write it: new fields at the
-    top, nested in lists and in the scenario, in the header and records, and a new line kind."""
+    """A copy of the stored format-5 sweep as a newer minor of the current format would write
+    it (format 6 added only an optional field to 5): new fields at the top, nested in lists
+    and in the scenario, in the header and records, and a new line kind."""
     shutil.copytree(DATA / "v5-sweep", where)
     data = json.loads((where / "result.json").read_text())
+    data["format_version"] = FORMAT_VERSION
     data["format_minor"] = FORMAT_MINOR + 1
     data["admission"] = 12.5
     for turn in data["summary"]["turns"]:
@@ -276,6 +278,7 @@ def newer_minor(where: Path) -> Path:
     for line in (where / "records.jsonl").read_text().splitlines():
         item = json.loads(line)
         if item.get("kind") == "header":
+            item["format_version"] = FORMAT_VERSION
             item["format_minor"] = FORMAT_MINOR + 1
             item["scenario"]["pacing"]["burst"] = 3
         elif "kind" not in item:
@@ -300,8 +303,8 @@ def test_a_newer_minor_loads_without_the_fields_it_added_and_one_warning_names_t
     assert set(in_records.split(". Upgrade")[0].split(", ")) == {
         "header.scenario.pacing.burst", 'lines of kind "telemetry"', "record.queue_ns"}
     stored = workloads.load_result(DATA / "v5-sweep")
-    assert result.model_dump(exclude={"format_minor"}) == stored.model_dump(
-        exclude={"format_minor"})
+    assert result.model_dump(exclude={"format_version", "format_minor"}) == stored.model_dump(
+        exclude={"format_version", "format_minor"})
     assert result.records == stored.records
 
 
@@ -361,9 +364,10 @@ def test_a_format_4_result_reads_as_4_0_and_saves_as_the_current_format(tmp_path
 # -- a killed run: its summaries from its records ---------------------------------------------
 
 def as_saved_in_5_0(summary: Any) -> Any:
-    """A summary dump without what formats 5.1 and 5.2 added to it (the percentiles' bounds,
-    the per-turn spec decoding counts), which the stored 5.0 sweep could not save."""
-    later = {"bounds", "spec_draft_tokens", "spec_accepted_tokens"}
+    """A summary dump without what formats 5.1, 5.2 and 6 added to it (the percentiles'
+    bounds, the per-turn spec decoding counts, the cancelled turns), which the stored 5.0
+    sweep could not save."""
+    later = {"bounds", "spec_draft_tokens", "spec_accepted_tokens", "cancelled"}
     if isinstance(summary, dict):
         return {k: as_saved_in_5_0(v) for k, v in summary.items() if k not in later}
     if isinstance(summary, list):

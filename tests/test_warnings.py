@@ -37,7 +37,7 @@ BASE = ["users=2", "turns=2", "opening_tokens=300", "turn_tokens=60", "output_to
 # The client's own health depends on the machine the test runs on (a busy CI host stalls
 # the event loop), not on the run's configuration: tests/test_monitor.py causes and silences
 # those warnings with a loop blocked on purpose and with healthy figures.
-CLIENT = ("the client may be the bottleneck", "the client stalled")
+CLIENT = ("the client may be the bottleneck", "the client stalled", "stamps waited up to")
 
 
 def tiny(*more: str) -> workloads.Scenario:
