@@ -173,6 +173,16 @@ def test_a_server_that_reports_no_cached_tokens_is_named():
     assert "does not report cached tokens" in one(result, "cached tokens")
 
 
+def test_an_slo_on_a_figure_the_records_lack_has_no_goodput_and_says_why():
+    """FakeChatClient records no chunk gaps: an ITL limit cannot be judged."""
+    scenario = tiny("slo={ itl_ms = 50.0 }")
+    result = workloads.run(scenario, client=FakeChatClient(lambda body: (300, "ok " * 8)))
+    assert one(result, "no goodput").startswith(
+        "no goodput: the SLO limits itl_ms, and valid measured records carry no chunk gaps")
+    healthy = workloads.run(scenario)  # the simulator's streams: gaps recorded
+    assert healthy.goodput is not None and about_the_run(healthy) == []
+
+
 # --- sizing --------------------------------------------------------------------------------
 
 def test_estimated_sizing_says_so_and_advises_a_warm_up_only_where_it_helps():

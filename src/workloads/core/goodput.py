@@ -87,8 +87,8 @@ def missing_figure(records: Iterable[TurnRecord], slo: Slo) -> str | None:
         figures = request_figures(r)
         for key, _ in slo.limits_for(r.step_kind).items():
             if figures[key] is None:
-                what = ("chunk gaps (records from before ITL was recorded)" if key == "itl_ms"
-                        else key)
+                what = ("chunk gaps (records from before ITL was recorded, or from a "
+                        "client= that records none)" if key == "itl_ms" else key)
                 return f"the SLO limits {key}, and valid measured records carry no {what}"
     return None
 
