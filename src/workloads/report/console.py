@@ -222,14 +222,13 @@ def users_label(result: RunResult) -> str:
         end = r.done_ns or r.last_content_ns or r.first_content_ns or r.headers_ns
         if not r.warmup and r.sent_ns is not None and end is not None and end >= r.sent_ns:
             sessions.setdefault((r.cell, r.repetition, r.session), []).append((r.sent_ns, end))
-    spans = [max(e for _, e in v) - min(t for t, _ in v) for v in sessions.values()]
+    spans = sum(max(e for _, e in v) - min(t for t, _ in v) for v in sessions.values())
     busy = sum(e - t for v in sessions.values() for t, e in v)
-    why = "arrivals were sparse" if s.pacing.mode == "arrivals" else "sessions paused"
-    if sum(spans) > 0 and c.span_s > 0:
-        active = sum(spans) / 1e9 / c.span_s
-        why = (f"{active:.1f} sessions active at a time on average, each with a request in "
-               f"flight {busy / sum(spans):.0%} of that time and between turns the rest")
-    return f"{label} (requests in flight averaged {c.mean:.1f}: {why})"
+    if spans <= 0 or c.span_s <= 0:
+        return label
+    return (f"{label} (requests in flight averaged {c.mean:.1f}: "
+            f"{spans / 1e9 / c.span_s:.1f} sessions active at a time on average, each with a "
+            f"request in flight {busy / spans:.0%} of that time and between turns the rest)")
 
 
 def coordinates_line(result: RunResult) -> str:
