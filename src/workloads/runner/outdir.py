@@ -123,9 +123,15 @@ def claim_out_dir(out: Path, *, overwrite: bool = False) -> Iterator[Path]:
             except BaseException:
                 _remove_empty_files(out)
                 raise
+    except _Busy:
+        raise  # the directory is another run's now, even one this claim made: never removed
     except BaseException:
         _remove_empty(made)
         raise
+
+
+class _Busy(OutputExistsError):
+    """Another run holds the directory's lock."""
 
 
 def _existing(out: Path) -> Path:
@@ -191,7 +197,7 @@ def _locked(out: Path) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as err:
-            raise OutputExistsError(
+            raise _Busy(
                 f"--out {out} is being written by another run now; wait for it to end, or "
                 "choose another --out directory", path=str(out)) from err
         yield
