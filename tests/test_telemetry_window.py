@@ -134,26 +134,20 @@ async def test_a_failing_window_end_scrape_leaves_counters_unknown(serve_app):
     assert any("gauge samples" in w for w in window.warnings)
 
 
-async def test_text_that_is_not_prometheus_is_a_warning(serve_app):
-    server = MetricsText("<html>{ nope</html>")
-    async with serve_app(server.app) as root, WindowTelemetry(
-        QUICK, metrics_url=root + "/metrics"
-    ) as window:
-        await window.start()
-        telemetry, _ = await window.finish([])
-    assert telemetry.server is None and "not Prometheus text" in window.warnings[0]
-
-
-async def test_prometheus_text_of_no_known_server_is_a_warning(serve_app):
-    server = MetricsText("# TYPE http_requests_total counter\nhttp_requests_total 7\n")
+@pytest.mark.parametrize(("text", "warning"), [
+    ("<html>{ nope</html>", "not Prometheus text"),
+    ("# TYPE http_requests_total counter\nhttp_requests_total 7\n",
+     "/metrics exports no vLLM, SGLang, llama.cpp or TGI metrics; server figures not reported"),
+], ids=["not-prometheus", "no-known-server"])
+async def test_metrics_text_the_window_cannot_read_is_one_warning(serve_app, text, warning):
+    server = MetricsText(text)
     async with serve_app(server.app) as root, WindowTelemetry(
         QUICK, metrics_url=root + "/metrics"
     ) as window:
         await window.start()
         telemetry, _ = await window.finish([record(8)])
     assert telemetry is not None and telemetry.server is None
-    assert window.warnings == [f"{root}/metrics exports no vLLM, SGLang, llama.cpp or TGI "
-                               "metrics; server figures not reported"]
+    assert len(window.warnings) == 1 and warning in window.warnings[0]
 
 
 async def test_the_sampler_catches_rapl_wraps_inside_the_window(tmp_path):

@@ -4,8 +4,6 @@ per-user rate), the knee, and why the search stopped if it stopped early."""
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -13,7 +11,8 @@ from pydantic import Field, ValidationError
 
 from workloads._version import __version__
 from workloads.model.base import Frozen
-from workloads.model.errors import OutputExistsError, ResultFormatError
+from workloads.model.errors import ResultFormatError
+from workloads.model.files import read_json, replace_file, target_file
 from workloads.model.scenario import Scenario
 from workloads.model.slo import Slo
 
@@ -71,17 +70,10 @@ class CapacityResult(Frozen):
     stopped: str | None = None  # why the search ended before it bracketed the knee
 
     def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
-        """Write ``capacity.json`` into ``directory`` (never over one unless asked)."""
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / CAPACITY_FILE
-        if path.exists() and not overwrite:
-            raise OutputExistsError(f"{path} exists; pass overwrite=True (--overwrite) or "
-                                    "choose another --out", path=str(path))
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-        return path
+        """Write ``capacity.json`` into ``directory`` (never over one unless asked; no
+        partial file on a failed write: :class:`OutputError` names it)."""
+        path = target_file(directory, CAPACITY_FILE, overwrite=overwrite)
+        return replace_file(path, self.model_dump_json(indent=2) + "\n")
 
 
 # format_version history of capacity.json (one loader each):
@@ -94,13 +86,8 @@ def load_capacity(path: str | Path) -> CapacityResult:
     p = Path(path)
     if p.is_dir():
         p = p / CAPACITY_FILE
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError as err:
-        raise ResultFormatError(f"{p}: no such capacity file") from err
-    except json.JSONDecodeError as err:
-        raise ResultFormatError(f"{p}: not JSON ({err})") from err
-    version = data.get("format_version") if isinstance(data, dict) else None
+    data = read_json(p, missing="no such capacity file")
+    version = data.get("format_version")
     if version not in _LOADERS:
         raise ResultFormatError(f"{p}: format_version {version!r} is not a capacity format "
                                 f"this workloads reads (1 to {CAPACITY_FORMAT_VERSION})")

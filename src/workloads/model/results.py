@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import os
 import platform
 import sys
 import time
@@ -41,11 +40,11 @@ from workloads._version import __version__
 from workloads.model.base import Frozen, validate_known
 from workloads.model.errors import (
     OutputError,
-    OutputExistsError,
     ResultFormatError,
     ResultFormatWarning,
 )
 from workloads.model.figures import EnergyFigures, ServerTelemetry
+from workloads.model.files import read_json, replace_file, target_file
 from workloads.model.gate import GateResult
 from workloads.model.goodput import Goodput
 from workloads.model.likelihood import Likelihood
@@ -261,33 +260,15 @@ class RunResult(Frozen):
             current = self.model_copy(update={"format_version": FORMAT_VERSION,
                                               "format_minor": FORMAT_MINOR})
             return current.save(directory, overwrite=overwrite)
-        out = Path(directory)
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise OutputError.writing(out, err) from err
-        path = out / RESULT_FILE
-        if path.exists() and not overwrite:
-            raise OutputExistsError(
-                f"{path} exists; pass overwrite=True (--overwrite) or choose another --out",
-                path=str(path),
-            )
-        records_path = out / RECORDS_FILE
+        path = target_file(directory, RESULT_FILE, overwrite=overwrite)
+        records_path = path.parent / RECORDS_FILE
         if not records_path.exists():
             _write_new(records_path, "".join(
                 [header_line(self.header()) + "\n"]
                 + [meta_line("nonces", n.model_dump(mode="json")) + "\n" for n in self.nonces]
                 + [r.model_dump_json() + "\n" for r in self.records]
             ))
-        tmp = path.with_suffix(".json.tmp")
-        try:
-            tmp.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
-            os.replace(tmp, path)
-        except OSError as err:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
-            raise OutputError.writing(path, err) from err
-        return path
+        return replace_file(path, self.model_dump_json(indent=2) + "\n")
 
     def header(self) -> RunHeader:
         """What this result held when its run started (records.jsonl's first line)."""
@@ -593,14 +574,7 @@ def read_result(path: str | Path, *, stacklevel: int = 1) -> RunResult:
         _warn_unknown(p.parent, {RECORDS_FILE: in_records}, rebuilt,
                       stacklevel=stacklevel + 1)
         return rebuilt
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError as err:
-        raise ResultFormatError(f"{p}: no such result file (and no records.jsonl)") from err
-    except json.JSONDecodeError as err:
-        raise ResultFormatError(f"{p}: not JSON ({err})") from err
-    if not isinstance(data, dict):
-        raise ResultFormatError(f"{p}: not a result (a JSON object with format_version)")
+    data = read_json(p, missing="no such result file (and no records.jsonl)")
     data = _LOADERS[_check_version(data.get("format_version"), p)](data)
     records = (read_records_file(records_path, unknown=in_records).records
                if records_path.exists() else [])

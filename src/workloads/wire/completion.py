@@ -1,6 +1,7 @@
-"""One plain completion: ``POST {base}/completions`` (not streamed), for the correctness
-gate's text form (:data:`workloads.core.gate.TEXT_CASES`). A failure is an answer with an
-error kind, never an exception, and is not re-sent."""
+"""Plain completions: ``POST {base}/completions`` (not streamed), for the correctness gate's
+text form (:data:`workloads.core.gate.TEXT_CASES`) and the likelihood probe
+(:mod:`workloads.wire.likelihood`). A failed text case is an answer with an error kind, never
+an exception, and is not re-sent."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from typing import Any
 import aiohttp
 
 from workloads.model.errors import ErrorKind
+from workloads.wire.failures import connect_kind, status_kind
 from workloads.wire.transport import Transport
 
-__all__ = ["TextAnswer", "complete"]
+__all__ = ["TextAnswer", "complete", "post_completions"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,52 +33,41 @@ class TextAnswer:
         return self.error_kind is None
 
 
-def _status_kind(status: int) -> ErrorKind:
-    if status == 429:
-        return "http_429"
-    if 400 <= status < 500:
-        return "http_4xx"
-    if 500 <= status < 600:
-        return "http_5xx"
-    return "http_other"
+async def post_completions(
+    base_url: str, body: dict[str, Any], *, transport: Transport, timeout_s: float,
+) -> tuple[int, bytes]:
+    """``POST {base_url}/completions`` with ``body``, through ``transport`` (headers, proxy,
+    TLS), capped at ``timeout_s``: the status and the body. Raises what aiohttp raises, and
+    TimeoutError; the gate's text form and the likelihood probe read the answer their way."""
+    url = base_url.rstrip("/") + "/completions"
+    async with transport.session(url, timeout_s=timeout_s, limit=1) as session, \
+            session.post(url, json=body) as response:
+        return response.status, await response.read()
 
 
 async def complete(
     base_url: str, body: dict[str, Any], *, transport: Transport, timeout_s: float,
-    session: aiohttp.ClientSession | None = None,
 ) -> TextAnswer:
     """Send ``body`` (with ``"prompt"``) to ``{base_url}/completions`` and read the first
-    choice's text, finish_reason and ``usage.completion_tokens``. ``session``: one from
-    ``transport.session`` to reuse (else one of its own); each request is capped at
-    ``timeout_s``."""
-    url = base_url.rstrip("/") + "/completions"
+    choice's text, finish_reason and ``usage.completion_tokens``."""
     try:
-        if session is None:
-            async with transport.session(url, timeout_s=timeout_s, limit=1) as own:
-                return await _post(own, url, body, transport, timeout_s)
-        return await _post(session, url, body, transport, timeout_s)
+        status, raw = await post_completions(base_url, body, transport=transport,
+                                             timeout_s=timeout_s)
     except TimeoutError:
         return TextAnswer(error_kind="turn_deadline",
                           error_message=f"no answer within {timeout_s:g} s")
     except aiohttp.ClientConnectorError as err:
-        return TextAnswer(error_kind="connect_failed",
+        return TextAnswer(error_kind=connect_kind(err.os_error),
                           error_message=transport.redact(f"{type(err).__name__}: {err}"))
     except aiohttp.ClientError as err:
         return TextAnswer(error_kind="disconnected",
                           error_message=transport.redact(f"{type(err).__name__}: {err}"))
-
-
-async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
-                transport: Transport, timeout_s: float) -> TextAnswer:
-    async with session.post(url, json=body,
-                            timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
-        status = response.status
-        raw = await response.read()
     text = raw.decode("utf-8", "replace")
     if status != 200:
-        return TextAnswer(error_kind=_status_kind(status),
-                          error_message=transport.redact(f"{url} answered {status}: "
-                                                         f"{' '.join(text.split())[:300]}"))
+        return TextAnswer(error_kind=status_kind(status),
+                          error_message=transport.redact(
+                              f"{base_url.rstrip('/')}/completions answered {status}: "
+                              f"{' '.join(text.split())[:300]}"))
     try:
         data = json.loads(text)
         choice = data["choices"][0]

@@ -5,12 +5,14 @@ never an exception."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import aiohttp
 
 from workloads.core.likelihood import TEXT, mean_nll, prompt_logprobs
 from workloads.model.likelihood import Likelihood
+from workloads.wire.completion import post_completions
 from workloads.wire.transport import Transport
 
 __all__ = ["measure_likelihood"]
@@ -27,11 +29,9 @@ async def measure_likelihood(
     }
     url = base_url.rstrip("/") + "/completions"
     try:
-        async with (transport or Transport()).session(
-            url, timeout_s=timeout_s, limit=1
-        ) as session, session.post(url, json=body) as response:
-            status = response.status
-            data = await response.json(content_type=None) if status == 200 else None
+        status, raw = await post_completions(base_url, body, transport=transport or Transport(),
+                                             timeout_s=timeout_s)
+        data = json.loads(raw) if status == 200 else None
     except (aiohttp.ClientError, TimeoutError, ValueError) as err:
         return Likelihood(supported=False, reason=f"not supported by this server ({url}: "
                           f"{type(err).__name__})")
