@@ -20,7 +20,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
 __all__ = [
-    "GAP", "INDENT", "Block", "Line", "Pairs", "ReportTable", "blocks", "markdown", "text_lines",
+    "GAP", "INDENT", "Block", "Line", "Pairs", "ReportTable", "blocks", "markdown",
 ]
 
 INDENT = 1  # left margin of every table line
@@ -169,11 +169,6 @@ def _lines(table: ReportTable, width: int) -> Iterator[tuple[str, bool]]:
         for row in table.rows:
             for text in _row_lines(table, block, widths, row):
                 yield text, False
-
-
-def text_lines(table: ReportTable, width: int) -> list[str]:
-    """The console layout as plain lines (title, blocks, notes), without styles."""
-    return [table.title] + [line for line, _ in _lines(table, width)] + list(table.notes)
 
 
 def _md_cell(value: str) -> str:

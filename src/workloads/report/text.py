@@ -4,15 +4,12 @@ tables."""
 
 from __future__ import annotations
 
-from rich import box
-from rich.table import Table
-
 from workloads.core.stats import CONFIDENCE, needed_for_bound
 from workloads.model.summary import BandSummary, Percentiles
 
 __all__ = [
     "BOUNDS_NOTE", "NOT_REPORTED", "NO_VALID", "count", "format_band", "num",
-    "percentile_text", "plural", "span", "titled_table",
+    "percentile_text", "plural", "span",
 ]
 
 NOT_REPORTED = "not reported"
@@ -49,19 +46,8 @@ def format_band(
     return f"{median} ({low}–{high})"
 
 
-
-def titled_table(title: str, columns: list[str]) -> Table:
-    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
-                  pad_edge=False)
-    for i, name in enumerate(columns):
-        table.add_column(name, justify="right" if i else "left", no_wrap=True)
-    return table
-
-
-
 def count(value: float | None) -> str:
     return NOT_REPORTED if value is None else f"{value:,.0f}"
-
 
 
 def span(b: BandSummary | None) -> str:
@@ -70,7 +56,6 @@ def span(b: BandSummary | None) -> str:
     if b.low == b.high:
         return f"{b.low:,.0f}"
     return f"{b.low:,.0f}–{b.high:,.0f}"
-
 
 
 def plural(n: int, word: str) -> str:

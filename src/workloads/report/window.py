@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich.console import Group
-
 from workloads.model.figures import EnergyFigures, Reconciliation, ServerTelemetry
 from workloads.model.records import TurnRecord
 from workloads.model.results import RunResult, Window
@@ -17,7 +15,6 @@ from workloads.telemetry.servers import server_names
 
 __all__ = [
     "reconciliation_notes", "reconciliation_table", "window_blocks", "window_lines",
-    "window_section",
 ]
 
 
@@ -30,7 +27,6 @@ _FIGURE_NAMES = {
     "spec_draft_tokens": "draft tokens",
     "spec_accepted_tokens": "accepted tokens",
 }
-
 
 
 def _not_reported(t: ServerTelemetry, figure: str) -> str:
@@ -211,8 +207,3 @@ def window_blocks(result: RunResult) -> list[Block]:
         parts += [Line(note, "warning") for note in reconciliation_notes(t)]
     parts.append(Pairs(rows[1:]))
     return parts
-
-
-def window_section(result: RunResult) -> Group:
-    """The "Window" block of the console report."""
-    return Group(*window_blocks(result))
