@@ -111,6 +111,29 @@ def test_only_one_of_concurrent_claims_of_one_out_gets_it(tmp_path, overwrite):
     assert all(isinstance(r, FileExistsError) for r in refusals)  # what callers caught before
 
 
+def test_a_claim_that_loses_the_race_never_removes_the_winners_directory(tmp_path):
+    """Six claims of one new directory, many times over: the claim that made the directory
+    may lose the lock, and must not remove the directory before the winner has created
+    records.jsonl in it (it did: 4 races in 300 then had no winner at all)."""
+    for i in range(60):  # bounded; each race takes milliseconds
+        out = tmp_path / f"r{i}"
+        answered = threading.Semaphore(0)
+
+        def claim(out: Path = out, answered: threading.Semaphore = answered) -> str:
+            try:
+                with claim_out_dir(out):
+                    for _ in range(5):  # hold it until the other five have answered
+                        assert answered.acquire(timeout=60)
+                    return "claimed"
+            except OutputError:
+                answered.release()
+                raise
+
+        results = at_once(6, claim)
+        assert results.count("claimed") == 1, (i, results)
+        assert all(isinstance(r, OutputExistsError) for r in results if r != "claimed"), results
+
+
 def test_a_run_in_another_process_holds_its_out_until_it_ends(tmp_path):
     out = tmp_path / "r"
     holder = subprocess.Popen(
