@@ -33,7 +33,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from workloads.model.gate import TEXT_PREFIX, GateResult
+from workloads.model.gate import ECHOED, TEXT_PREFIX, GateResult
 
 __all__ = ["CASES", "ECHO_MAJORITY", "TEXT_CASES", "GateCase", "Judgement", "TextCase",
            "echoes", "judge", "judge_text", "rejudged"]
@@ -202,7 +202,7 @@ def _repeat(text: str) -> Judgement:
     if "Repeat after me" in said:
         # Echoing the whole request contains the sentence too; that is not repeating it
         # (Gemma 3 270M does exactly this).
-        return Judgement(False, f"echoed the request: {_short(text)!r}")
+        return Judgement(False, f"{ECHOED}: {_short(text)!r}")
     if " ".join(_SENTENCE.split()) in said:
         return Judgement(True, "repeated exactly")
     return Judgement(False, f"not repeated exactly: {_short(text)!r}")
@@ -214,7 +214,7 @@ def judge(case: GateCase, output: str) -> Judgement:
         judge(CASES[0], "1591.").passed  # True
     """
     if echoes(case, output):
-        return Judgement(False, f"echoed the request: {_short(output)!r}")
+        return Judgement(False, f"{ECHOED}: {_short(output)!r}")
     if case.name == "arithmetic":
         return _number(case.name, output, str(37 * 43))
     if case.name == "code":

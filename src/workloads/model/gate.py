@@ -10,7 +10,7 @@ from pydantic import Field
 
 from workloads.model.base import Frozen
 
-__all__ = ["TEXT_PREFIX", "GateForm", "GateMode", "GateOutput", "GateResult"]
+__all__ = ["ECHOED", "TEXT_PREFIX", "GateForm", "GateMode", "GateOutput", "GateResult"]
 
 GateMode = Literal["off", "report", "required"]
 # "chat": the six chat cases; "text": their text form, sent to /v1/completions, for a base
@@ -18,6 +18,9 @@ GateMode = Literal["off", "report", "required"]
 GateForm = Literal["chat", "text"]
 # The names of the text-form cases start with this ("text:recall").
 TEXT_PREFIX = "text:"
+# What a chat case's ``why`` says when the model answered with its own request (a base model),
+# judged or cut short by the deadline: GateResult.echoed counts these.
+ECHOED = "echoed the request"
 
 
 class GateOutput(Frozen):
@@ -60,7 +63,7 @@ class GateResult(Frozen):
         (what made the gate send the text form)."""
         return sum(1 for o in self.outputs if o.phase == "before"
                    and not o.case.startswith(TEXT_PREFIX)
-                   and (o.why.startswith("echoed") or "after echoing the request" in o.why))
+                   and ECHOED in o.why)
 
     @property
     def cases(self) -> list[str]:

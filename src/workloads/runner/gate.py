@@ -31,7 +31,7 @@ from workloads.core.gate import (
     judge,
     judge_text,
 )
-from workloads.model.gate import TEXT_PREFIX, GateOutput
+from workloads.model.gate import ECHOED, TEXT_PREFIX, GateOutput
 from workloads.model.scenario import Scenario, Timeouts
 from workloads.model.target import Target
 from workloads.wire.client import ChatClient, ChatResponse, HttpChatClient
@@ -191,7 +191,7 @@ def _output(case: GateCase, phase: Literal["before", "after"], response: ChatRes
         message = response.error_message or "no message"
         if response.error_kind == "turn_deadline":
             message += f" (the gate's deadline, {deadline:g} s: timeouts.gate_s)"
-        echoed = " after echoing the request" if echoes(case, response.text) else ""
+        echoed = f" ({ECHOED} first)" if echoes(case, response.text) else ""
         return GateOutput(
             case=case.name, phase=phase, passed=False, output=response.text,
             why=f"the request failed ({response.error_kind}){echoed}: {message}",
