@@ -34,6 +34,7 @@ from workloads.cli.common import (
     EXIT_TARGET,
     UsageError,
     flag_words,
+    override_arguments,
     prog,
     run_safety_arguments,
     scale_arguments,
@@ -79,10 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "vLLM's; llama.cpp reuses any prefix length: 1)")
     run.add_argument("--out", help="directory for result.json and records.jsonl "
                      "(default: runs/NAME-TIMESTAMP)")
-    run.add_argument("--set", action="append", metavar="FIELD=VALUE",
-                     help="override a scenario field (dotted path), e.g. --set users=2")
-    run.add_argument("--sim", action="append", metavar="FIELD=VALUE",
-                     help="override a simulator profile field, e.g. --sim kv_capacity_tokens=46202")
+    override_arguments(run)
     run.add_argument("--metrics-url", metavar="URL|off",
                      help="the server's Prometheus metrics (default: the target's root + "
                      "/metrics); 'off' reads no server counters")

@@ -16,6 +16,7 @@ from workloads.cli.common import (
     UsageError,
     launch,
     make_console,
+    override_arguments,
     parse_assignments,
     slo_argument,
     slo_option,
@@ -54,11 +55,7 @@ def add_capacity_parser(sub: Any) -> None:
     cap.add_argument("--max-minutes", type=float, default=60.0, metavar="MINUTES",
                      help="wall time of the whole search, checked between runs (default: "
                      "%(default)s)")
-    cap.add_argument("--set", action="append", metavar="FIELD=VALUE",
-                     help="override a scenario field (dotted path), e.g. --set turns=4")
-    cap.add_argument("--sim", action="append", metavar="FIELD=VALUE",
-                     help="override a simulator profile field, e.g. --sim "
-                     "kv_capacity_tokens=46202 (the embedded simulator only)")
+    override_arguments(cap)
     cap.add_argument("--out", help="directory for capacity.json, capacity.png and each run "
                      "under points/ (default: runs/capacity-NAME-TIMESTAMP)")
     cap.add_argument("--overwrite", action="store_true",

@@ -176,6 +176,15 @@ def target_arguments(parser: argparse.ArgumentParser, launch_does: str) -> None:
                         "report say so)")
 
 
+def override_arguments(parser: argparse.ArgumentParser) -> None:
+    """--set, --sim: the scenario's and the embedded simulator's fields, overridden."""
+    parser.add_argument("--set", action="append", metavar="FIELD=VALUE",
+                        help="override a scenario field (dotted path), e.g. --set users=2")
+    parser.add_argument("--sim", action="append", metavar="FIELD=VALUE",
+                        help="override a field of the embedded simulator's profile, e.g. "
+                        "--sim kv_capacity_tokens=46202")
+
+
 def run_safety_arguments(run: argparse.ArgumentParser) -> None:
     """--overwrite, --max-error-rate, --grace: what a run may replace, fail and wait for."""
     run.add_argument("--overwrite", action="store_true",
