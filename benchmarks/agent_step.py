@@ -72,8 +72,13 @@ def fake_reply(corpus: Corpus, rng: random.Random, n: int, calls: bool) -> tuple
     for i in range(k):
         words = " ".join(rng.choice(WORDS) for _ in range(filler // k))
         call_id = "call_" + hashlib.sha256(f"{n}:{i}:{rng.random()}".encode()).hexdigest()[:24]
-        out.append({"id": call_id, "type": "function", "function": {
-            "name": rng.choice(NAMES), "arguments": json.dumps({"path": words})}})
+        out.append(
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": rng.choice(NAMES), "arguments": json.dumps({"path": words})},
+            }
+        )
     return content, out
 
 
@@ -93,10 +98,17 @@ async def build(
     seed = scenario.content.seed
     sizing = new_sizing(scenario)
     nonces = make_nonces(b"agent-step-bench", cell=0, repetition=0, users=1, mode=scenario.nonce)
-    conv = Conversation(corpus=corpus, style=scenario.content.style, seed=seed, session=0,
-                        nonce=nonces.sessions[0], run_nonce=nonces.run)
-    plan = draw_plan(scenario, corpus.rng(seed, "sizes", 0, 0, 0),
-                     corpus.rng(seed, "pacing", 0, 0, 0))
+    conv = Conversation(
+        corpus=corpus,
+        style=scenario.content.style,
+        seed=seed,
+        session=0,
+        nonce=nonces.sessions[0],
+        run_nonce=nonces.run,
+    )
+    plan = draw_plan(
+        scenario, corpus.rng(seed, "sizes", 0, 0, 0), corpus.rng(seed, "pacing", 0, 0, 0)
+    )
     n_system = await sizing.fit_shared(conv, probe_nonce(nonces))
     messages, _, _ = await sizing.fit_opening(conv, n_system, plan[0].prior_tokens)
     conv.set_opening(messages)
@@ -108,15 +120,21 @@ async def build(
         if step.children:  # the sub-agents' final replies head the tool result
             conv.heads[step.turn] = corpus.reply_text(replies, 300)
         prepared = await sizing.fit_turn(
-            conv, step.turn, None, exact=False, new_tokens=step.new_tokens,
-            prompt_tokens=step.prior_tokens + step.new_tokens if step.turn == 1 else None)
+            conv,
+            step.turn,
+            None,
+            exact=False,
+            new_tokens=step.new_tokens,
+            prompt_tokens=step.prior_tokens + step.new_tokens if step.turn == 1 else None,
+        )
         conv.commit(prepared.messages)
-        text, calls = fake_reply(corpus, replies, step.output_tokens,
-                                 calls=steps[i + 1].kind == "tool")
+        text, calls = fake_reply(
+            corpus, replies, step.output_tokens, calls=steps[i + 1].kind == "tool"
+        )
         conv.add_reply(text, calls)
         have = len(await sizing.estimate.render(conv.messages, "continue"))
         if have >= depth:
-            return sizing, conv, steps[i + 1:], have
+            return sizing, conv, steps[i + 1 :], have
     raise SystemExit(f"the plan ended at {have:,} tokens, before {depth:,}: raise --turns")
 
 
@@ -126,8 +144,12 @@ class Tally:
     new content alone, and the conversation's cuts of that content. Wraps the instances'
     methods (none of these calls nests in another)."""
 
-    PARTS = ("render history (continue)", "render + new (generate)", "encode new content",
-             "cut new content")
+    PARTS = (
+        "render history (continue)",
+        "render + new (generate)",
+        "encode new content",
+        "cut new content",
+    )
 
     def __init__(self, est: EstimateTokenizer, conv: Conversation) -> None:
         self.objects = (est, conv)
@@ -178,8 +200,12 @@ class Tally:
         out = []
         for part in self.PARTS:
             calls = sorted(c[part] for _, c in self.steps)
-            out.append((f"{part}, {calls[len(calls) // 2]} call(s)",
-                        [ns[part] / 1e6 for ns, _ in self.steps]))
+            out.append(
+                (
+                    f"{part}, {calls[len(calls) // 2]} call(s)",
+                    [ns[part] / 1e6 for ns, _ in self.steps],
+                )
+            )
         return out
 
 
@@ -226,19 +252,21 @@ def main() -> None:
     seed = base.content.seed
     per_step = []
     for r in range(args.n):
-        gens = [(corpus.rng(seed, "sizes", 0, r, s), corpus.rng(seed, "pacing", 0, r, s))
-                for s in range(DRAWS_PER_REPETITION)]
+        gens = [
+            (corpus.rng(seed, "sizes", 0, r, s), corpus.rng(seed, "pacing", 0, r, s))
+            for s in range(DRAWS_PER_REPETITION)
+        ]
         plans: list[tuple[Step, ...]] = []
-        ns = cpu_ns(lambda gens=gens, plans=plans: plans.extend(
-            draw_plan(base, a, b) for a, b in gens))
+        ns = cpu_ns(
+            lambda gens=gens, plans=plans: plans.extend(draw_plan(base, a, b) for a, b in gens)
+        )
         per_step.append(ns / 1e3 / sum(plan_steps(p) for p in plans))
     rows.append(("draw_plan (coding-agents), per step", "µs", per_step))
 
     # 2. fit_turn on the 100K history: steady (memo warm), then cold (a new memo)
     def fit(sizing: CellSizing, step: Step) -> Any:
         conv.kinds[step.turn] = step.kind
-        return run(sizing.fit_turn(conv, step.turn, None, exact=False,
-                                   new_tokens=step.new_tokens))
+        return run(sizing.fit_turn(conv, step.turn, None, exact=False, new_tokens=step.new_tokens))
 
     steps = ahead[: args.n]
     profiler = cProfile.Profile() if args.profile else None
@@ -263,33 +291,52 @@ def main() -> None:
 
     # 3. the messages alone, and the render alone
     texts = [(s, conv.content(s.turn, s.new_tokens)) for s in steps]
-    rows.append(("with_text (new content given)", "ms",
-                 [cpu_ns(lambda s=s, t=t: conv.with_text(t, s.kind)) / 1e6 for s, t in texts]))
-    rows.append(("with_turn (content cut from its stream)", "ms",
-                 [cpu_ns(lambda s=s: conv.with_turn(s.turn, s.new_tokens)) / 1e6
-                  for s in steps]))
+    rows.append(
+        (
+            "with_text (new content given)",
+            "ms",
+            [cpu_ns(lambda s=s, t=t: conv.with_text(t, s.kind)) / 1e6 for s, t in texts],
+        )
+    )
+    rows.append(
+        (
+            "with_turn (content cut from its stream)",
+            "ms",
+            [cpu_ns(lambda s=s: conv.with_turn(s.turn, s.new_tokens)) / 1e6 for s in steps],
+        )
+    )
     est = sizing.estimate
-    rows.append(("render the history (estimate, memo warm)", "ms",
-                 [cpu_ns(lambda: run(est.render(history, "continue"))) / 1e6
-                  for _ in steps]))
+    rows.append(
+        (
+            "render the history (estimate, memo warm)",
+            "ms",
+            [cpu_ns(lambda: run(est.render(history, "continue"))) / 1e6 for _ in steps],
+        )
+    )
 
     kinds = {k: sum(s.kind == k for s in steps) for k in ("human", "tool")}
-    print(f"history: {depth:,} estimate tokens, {len(history)} messages, built in "
-          f"{built_s:.1f} s CPU; steps sized: {kinds['human']} human, {kinds['tool']} tool, "
-          f"new tokens median {sorted(s.new_tokens for s in steps)[len(steps) // 2]:,}")
+    print(
+        f"history: {depth:,} estimate tokens, {len(history)} messages, built in "
+        f"{built_s:.1f} s CPU; steps sized: {kinds['human']} human, {kinds['tool']} tool, "
+        f"new tokens median {sorted(s.new_tokens for s in steps)[len(steps) // 2]:,}"
+    )
     print(f"{'CPU per step':<58} {'n':>3} {'median':>9} {'p90':>9} {'max':>9}")
     for name, unit, values in rows:
         med, p90, top = summary(values)
-        print(f"{name + ' (' + unit + ')':<58} {len(values):>3} {med:>9.3f} {p90:>9.3f} "
-              f"{top:>9.3f}")
+        print(
+            f"{name + ' (' + unit + ')':<58} {len(values):>3} {med:>9.3f} {p90:>9.3f} {top:>9.3f}"
+        )
     draw_ms = summary(per_step)[0] / 1e3
     total = [draw_ms + s for s in steady]
     med, p90, top = summary(total)
-    verdict = "met" if p90 < TARGET_MS else "met at the median only" if med < TARGET_MS \
-        else "NOT met"
-    print(f"draw + fit_turn steady: median {med:.2f} ms, p90 {p90:.2f} ms, max {top:.2f} ms "
-          f"of CPU against {TARGET_MS:.0f} ms: {verdict}; the cold first render "
-          f"{summary(cold)[0]:.1f} ms (once per history, not per step)")
+    verdict = (
+        "met" if p90 < TARGET_MS else "met at the median only" if med < TARGET_MS else "NOT met"
+    )
+    print(
+        f"draw + fit_turn steady: median {med:.2f} ms, p90 {p90:.2f} ms, max {top:.2f} ms "
+        f"of CPU against {TARGET_MS:.0f} ms: {verdict}; the cold first render "
+        f"{summary(cold)[0]:.1f} ms (once per history, not per step)"
+    )
     if profiler:
         profiler.dump_stats(args.profile)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(14)

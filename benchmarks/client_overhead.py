@@ -167,13 +167,18 @@ def client_main(config: dict[str, Any]) -> None:
     else:
         result = start(run)
     cpu_after = time.process_time()
-    print(json.dumps({
-        "import_cpu_s": cpu_imported - cpu_start,
-        "run_cpu_s": cpu_after - cpu_before,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "complete": result.complete,
-        "warnings": result.warnings,
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "import_cpu_s": cpu_imported - cpu_start,
+                "run_cpu_s": cpu_after - cpu_before,
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "complete": result.complete,
+                "warnings": result.warnings,
+            }
+        ),
+        flush=True,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,13 +204,28 @@ def bare_main(config: dict[str, Any]) -> None:
     records: list[dict[str, Any]] = []
     url = config["url"].rstrip("/") + "/chat/completions"
 
-    async def turn(http: aiohttp.ClientSession, rep: int, session: int, number: int,
-                   history: list[dict[str, str]]) -> None:
-        history.append({"role": "user", "content": f"session {session} turn {number}: "
-                        + "write about the sea " * 6})
-        body = {"model": MODEL, "messages": history, "stream": True,
-                "stream_options": {"include_usage": True}, "max_tokens": config["tokens"],
-                "ignore_eos": True, "min_tokens": config["tokens"]}
+    async def turn(
+        http: aiohttp.ClientSession,
+        rep: int,
+        session: int,
+        number: int,
+        history: list[dict[str, str]],
+    ) -> None:
+        history.append(
+            {
+                "role": "user",
+                "content": f"session {session} turn {number}: " + "write about the sea " * 6,
+            }
+        )
+        body = {
+            "model": MODEL,
+            "messages": history,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": config["tokens"],
+            "ignore_eos": True,
+            "min_tokens": config["tokens"],
+        }
         sent = clock()
         first = last = None
         request_id = None
@@ -229,13 +249,21 @@ def bare_main(config: dict[str, Any]) -> None:
         done = clock()
         reply = "".join(parts)
         history.append({"role": "assistant", "content": reply})
-        records.append({
-            "repetition": rep, "session": session, "turn": number,
-            "valid": completion == config["tokens"], "completion_tokens": completion,
-            "request_id": request_id, "sent_ns": sent, "done_ns": done,
-            "first_content_ns": first, "last_content_ns": last,
-            "ttft_ns": None if first is None else first - sent,
-        })
+        records.append(
+            {
+                "repetition": rep,
+                "session": session,
+                "turn": number,
+                "valid": completion == config["tokens"],
+                "completion_tokens": completion,
+                "request_id": request_id,
+                "sent_ns": sent,
+                "done_ns": done,
+                "first_content_ns": first,
+                "last_content_ns": last,
+                "ttft_ns": None if first is None else first - sent,
+            }
+        )
 
     async def session(http: aiohttp.ClientSession, rep: int, index: int) -> None:
         history: list[dict[str, str]] = [{"role": "system", "content": "You are terse."}]
@@ -264,13 +292,18 @@ def bare_main(config: dict[str, Any]) -> None:
     cpu_after = time.process_time()
     with (out / "records.jsonl").open("w") as f:
         f.writelines(json.dumps(r) + "\n" for r in records)
-    print(json.dumps({
-        "import_cpu_s": cpu_imported - cpu_start,
-        "run_cpu_s": cpu_after - cpu_before,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "complete": True,
-        "warnings": [],
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "import_cpu_s": cpu_imported - cpu_start,
+                "run_cpu_s": cpu_after - cpu_before,
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "complete": True,
+                "warnings": [],
+            }
+        ),
+        flush=True,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -371,10 +404,22 @@ def interpolate(samples: list[tuple[int, int]], t: int) -> float:
 def start_server(mode: str, truth: Path, setup: Setup) -> tuple[subprocess.Popen[str], str]:
     ttft, itl = PACED if mode == "paced" else (0.0, 0.0)
     proc = spawn(
-        [sys.executable, str(SERVER), "--cpu", str(setup.server_cpu), "--truth", str(truth),
-         "--ttft-ms", str(ttft), "--itl-ms", str(itl),
-         "--burst", str(setup.burst if mode == "zero" else 1)],
-        setup, stdout=subprocess.PIPE,
+        [
+            sys.executable,
+            str(SERVER),
+            "--cpu",
+            str(setup.server_cpu),
+            "--truth",
+            str(truth),
+            "--ttft-ms",
+            str(ttft),
+            "--itl-ms",
+            str(itl),
+            "--burst",
+            str(setup.burst if mode == "zero" else 1),
+        ],
+        setup,
+        stdout=subprocess.PIPE,
     )
     assert proc.stdout is not None
     deadline = time.monotonic() + SERVER_START_S
@@ -398,16 +443,25 @@ def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> None:
 
 
 def run_client(
-    mode: str, users: int, tokens: int, reps: int, work: Path, setup: Setup,
-    profile: Path | None = None, python: str = sys.executable,
+    mode: str,
+    users: int,
+    tokens: int,
+    reps: int,
+    work: Path,
+    setup: Setup,
+    profile: Path | None = None,
+    python: str = sys.executable,
 ) -> Run:
     """One fresh server, one client process; the figures of that run."""
     tag = f"{mode}-c{users}-n{tokens}-{time.monotonic_ns()}"
     out = work / tag
     out.mkdir(parents=True)
     scenario = out / "scenario.toml"
-    scenario.write_text(SCENARIO.format(users=users, tokens=tokens, reps=reps,
-                                        turns=setup.turns, pacing=setup.pacing))
+    scenario.write_text(
+        SCENARIO.format(
+            users=users, tokens=tokens, reps=reps, turns=setup.turns, pacing=setup.pacing
+        )
+    )
     truth_path = out / "truth.jsonl"
     run = Run(mode=mode, users=users, tokens=tokens, reps=reps, python=python)
     server, url = start_server(mode, truth_path, setup)
@@ -415,17 +469,27 @@ def run_client(
     server_samples: list[tuple[int, int]] = []
     try:
         interpreter, _, loop = python.partition(":")
-        config = {"cpu": setup.client_cpu, "scenario": str(scenario), "url": url,
-                  "out": str(out / "run"), "profile": str(profile) if profile else None,
-                  "loop": loop or "auto", "users": users, "tokens": tokens, "reps": reps,
-                  "turns": setup.turns}
+        config = {
+            "cpu": setup.client_cpu,
+            "scenario": str(scenario),
+            "url": url,
+            "out": str(out / "run"),
+            "profile": str(profile) if profile else None,
+            "loop": loop or "auto",
+            "users": users,
+            "tokens": tokens,
+            "reps": reps,
+            "turns": setup.turns,
+        }
         role = "--client"
         reaped = children_cpu()  # the server is reaped later: the growth is the client's
         if interpreter == BARE:
             interpreter, role = sys.executable, "--bare-client"
         client = spawn(
             [interpreter, str(Path(__file__).resolve()), role, json.dumps(config)],
-            setup, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            setup,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while client.poll() is None and time.monotonic() < deadline:
@@ -464,14 +528,18 @@ def run_client(
     windows = streaming_windows(records)
     run.window_s = sum(end - start for start, end in windows) / 1e9
     if len(samples) >= 2:
-        run.window_cpu_s = sum(
-            interpolate(samples, end) - interpolate(samples, start) for start, end in windows
-        ) / 1e9
+        run.window_cpu_s = (
+            sum(interpolate(samples, end) - interpolate(samples, start) for start, end in windows)
+            / 1e9
+        )
     if len(server_samples) >= 2:
-        run.server_cpu_s = sum(
-            interpolate(server_samples, end) - interpolate(server_samples, start)
-            for start, end in windows
-        ) / 1e9
+        run.server_cpu_s = (
+            sum(
+                interpolate(server_samples, end) - interpolate(server_samples, start)
+                for start, end in windows
+            )
+            / 1e9
+        )
     return run
 
 
@@ -549,9 +617,7 @@ class Row:
     lag_max_ms: float | None = None  # the library's self-watch: its worst event-loop stall
 
 
-def summarize(
-    client: str, mode: str, users: int, long: list[Run], short: list[Run]
-) -> Row:
+def summarize(client: str, mode: str, users: int, long: list[Run], short: list[Run]) -> Row:
     ok = [r for r in long if r.error is None and r.valid]
     row = Row(client, mode, users, len(ok), ok[0].requests if ok else 0)
     if not ok:
@@ -559,14 +625,14 @@ def summarize(
     row.allin_us = median_of([r.run_cpu_s / r.streamed * 1e6 for r in ok])
     timed = [r for r in ok if r.window_cpu_s is not None and r.window_s >= MIN_WINDOW_S]
     if timed:
-        row.stream_us = median_of([r.window_cpu_s / r.streamed * 1e6 for r in timed
-                                   if r.window_cpu_s])
-        row.client_core = median_of([r.window_cpu_s / r.window_s for r in timed
-                                     if r.window_cpu_s])
-        row.server_core = median_of([r.server_cpu_s / r.window_s for r in timed
-                                     if r.server_cpu_s])
-        row.tokens_per_core_s = median_of([r.streamed / r.window_cpu_s for r in timed
-                                           if r.window_cpu_s])
+        row.stream_us = median_of(
+            [r.window_cpu_s / r.streamed * 1e6 for r in timed if r.window_cpu_s]
+        )
+        row.client_core = median_of([r.window_cpu_s / r.window_s for r in timed if r.window_cpu_s])
+        row.server_core = median_of([r.server_cpu_s / r.window_s for r in timed if r.server_cpu_s])
+        row.tokens_per_core_s = median_of(
+            [r.streamed / r.window_cpu_s for r in timed if r.window_cpu_s]
+        )
     short_ok = [r for r in short if r.error is None and r.valid]
     if short_ok:
         cpu_long = statistics.median(r.run_cpu_s for r in ok)
@@ -650,9 +716,11 @@ def machine() -> str:
     except OSError:
         pass
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"{platform.node()} · {model} · {os.cpu_count()} cores · "
-            f"{platform.python_implementation()} {platform.python_version()} · "
-            f"aiohttp {aiohttp.__version__} · load average {load}")
+    return (
+        f"{platform.node()} · {model} · {os.cpu_count()} cores · "
+        f"{platform.python_implementation()} {platform.python_version()} · "
+        f"aiohttp {aiohttp.__version__} · load average {load}"
+    )
 
 
 def fmt(value: float | None, spec: str) -> str:
@@ -660,33 +728,54 @@ def fmt(value: float | None, spec: str) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    columns = [("client", "", 21, "<"), ("mode", "", 6, "<"), ("C", "", 5, ">"),
-               ("req", "", 6, ">"),
-               ("all-in", "µs/tok", 8, ">"), ("margin", "µs/tok", 8, ">"),
-               ("fixed", "ms/req", 8, ">"), ("stream", "µs/tok", 8, ">"),
-               ("client", "core", 7, ">"), ("server", "core", 7, ">"),
-               ("tok/s", "/core", 8, ">"), ("RSS", "MB", 6, ">"),
-               ("TTFT bias ms", "p50 / p99", 20, ">"), ("downlink ms", "p50 / p99", 18, ">"),
-               ("ITL bias µs", "p50 / p99", 20, ">"), ("stall", "ms", 7, ">"),
-               ("proc", "CPU s", 7, ">")]
+    columns = [
+        ("client", "", 21, "<"),
+        ("mode", "", 6, "<"),
+        ("C", "", 5, ">"),
+        ("req", "", 6, ">"),
+        ("all-in", "µs/tok", 8, ">"),
+        ("margin", "µs/tok", 8, ">"),
+        ("fixed", "ms/req", 8, ">"),
+        ("stream", "µs/tok", 8, ">"),
+        ("client", "core", 7, ">"),
+        ("server", "core", 7, ">"),
+        ("tok/s", "/core", 8, ">"),
+        ("RSS", "MB", 6, ">"),
+        ("TTFT bias ms", "p50 / p99", 20, ">"),
+        ("downlink ms", "p50 / p99", 18, ">"),
+        ("ITL bias µs", "p50 / p99", 20, ">"),
+        ("stall", "ms", 7, ">"),
+        ("proc", "CPU s", 7, ">"),
+    ]
 
     def line(cells: list[str]) -> str:
         return "".join(f"{c:{a}{w}}" for c, (_, _, w, a) in zip(cells, columns, strict=True))
 
     lines = [line([c[0] for c in columns]), line([c[1] for c in columns])]
     for r in rows:
-        lines.append(line([
-            r.client[:20], r.mode, str(r.users), str(r.requests), fmt(r.allin_us, ".1f"),
-            fmt(r.marginal_us, ".1f"), fmt(r.fixed_ms, ".2f"), fmt(r.stream_us, ".1f"),
-            "–" if r.client_core is None else f"{r.client_core:.0%}",
-            "–" if r.server_core is None else f"{r.server_core:.0%}",
-            "–" if r.tokens_per_core_s is None else f"{r.tokens_per_core_s / 1e3:.1f}k",
-            fmt(r.peak_rss_mb, ".0f"),
-            f"{fmt(r.ttft_p50_ms, '.2f')} / {fmt(r.ttft_p99_ms, '.2f')}",
-            f"{fmt(r.downlink_p50_ms, '.2f')} / {fmt(r.downlink_p99_ms, '.2f')}",
-            f"{fmt(r.itl_p50_us, '.1f')} / {fmt(r.itl_p99_us, '.1f')}",
-            fmt(r.lag_max_ms, ".1f"), fmt(r.total_cpu_s, ".2f"),
-        ]))
+        lines.append(
+            line(
+                [
+                    r.client[:20],
+                    r.mode,
+                    str(r.users),
+                    str(r.requests),
+                    fmt(r.allin_us, ".1f"),
+                    fmt(r.marginal_us, ".1f"),
+                    fmt(r.fixed_ms, ".2f"),
+                    fmt(r.stream_us, ".1f"),
+                    "–" if r.client_core is None else f"{r.client_core:.0%}",
+                    "–" if r.server_core is None else f"{r.server_core:.0%}",
+                    "–" if r.tokens_per_core_s is None else f"{r.tokens_per_core_s / 1e3:.1f}k",
+                    fmt(r.peak_rss_mb, ".0f"),
+                    f"{fmt(r.ttft_p50_ms, '.2f')} / {fmt(r.ttft_p99_ms, '.2f')}",
+                    f"{fmt(r.downlink_p50_ms, '.2f')} / {fmt(r.downlink_p99_ms, '.2f')}",
+                    f"{fmt(r.itl_p50_us, '.1f')} / {fmt(r.itl_p99_us, '.1f')}",
+                    fmt(r.lag_max_ms, ".1f"),
+                    fmt(r.total_cpu_s, ".2f"),
+                ]
+            )
+        )
     return "\n".join(lines)
 
 
@@ -728,32 +817,62 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one run of each, fewer requests")
     parser.add_argument("--runs", type=int, help="runs per figure (median); default 3, quick 1")
     parser.add_argument("--users", type=int, nargs="+", default=list(CONCURRENCIES))
-    parser.add_argument("--modes", nargs="+", choices=("zero", "paced"),
-                        default=["zero", "paced"])
-    parser.add_argument("--cpus", type=int, nargs=2, default=(0, 1), metavar=("SERVER", "CLIENT"),
-                        help="the cores for the server (and harness) and for the client")
-    parser.add_argument("--burst", type=int, default=1,
-                        help="zero delay: content chunks per server write (default 1, one "
-                        "token per chunk: vLLM's framing)")
-    parser.add_argument("--turns", type=int, default=1,
-                        help="turns per session (default 1, lock-step); more than one: free "
-                        "pacing, each session's next turn sent as its reply ends, so turn ends "
-                        "(records, sizing, transcripts) overlap other streams' first tokens")
-    parser.add_argument("--no-bare", dest="bare", action="store_false",
-                        help=f"leave out the reference client ({BARE}: a bare aiohttp read "
-                        "loop, run beside the library's in every configuration)")
-    parser.add_argument("--nice", type=int, default=0, metavar="N",
-                        help="run the harness, server and client at this nice value, each in "
-                        "an autogroup of its own (-20..19; negative needs root): on cores "
-                        "shared with other work, -19 keeps them from waiting behind it")
+    parser.add_argument("--modes", nargs="+", choices=("zero", "paced"), default=["zero", "paced"])
+    parser.add_argument(
+        "--cpus",
+        type=int,
+        nargs=2,
+        default=(0, 1),
+        metavar=("SERVER", "CLIENT"),
+        help="the cores for the server (and harness) and for the client",
+    )
+    parser.add_argument(
+        "--burst",
+        type=int,
+        default=1,
+        help="zero delay: content chunks per server write (default 1, one "
+        "token per chunk: vLLM's framing)",
+    )
+    parser.add_argument(
+        "--turns",
+        type=int,
+        default=1,
+        help="turns per session (default 1, lock-step); more than one: free "
+        "pacing, each session's next turn sent as its reply ends, so turn ends "
+        "(records, sizing, transcripts) overlap other streams' first tokens",
+    )
+    parser.add_argument(
+        "--no-bare",
+        dest="bare",
+        action="store_false",
+        help=f"leave out the reference client ({BARE}: a bare aiohttp read "
+        "loop, run beside the library's in every configuration)",
+    )
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the harness, server and client at this nice value, each in "
+        "an autogroup of its own (-20..19; negative needs root): on cores "
+        "shared with other work, -19 keeps them from waiting behind it",
+    )
     parser.add_argument("--json", type=Path, help="write every run's raw figures here")
-    parser.add_argument("--profile", type=Path,
-                        help="also profile one client run at C64 zero delay; stats file here")
-    parser.add_argument("--python", nargs="+", default=[sys.executable], metavar="PY",
-                        help="the clients' interpreters (e.g. venvs of two checkouts, before "
-                        "and after): runs alternate between them, so each comparison is made "
-                        "under the same machine state; default: this interpreter. PY:asyncio "
-                        "runs that client on the standard loop even where uvloop is installed")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="also profile one client run at C64 zero delay; stats file here",
+    )
+    parser.add_argument(
+        "--python",
+        nargs="+",
+        default=[sys.executable],
+        metavar="PY",
+        help="the clients' interpreters (e.g. venvs of two checkouts, before "
+        "and after): runs alternate between them, so each comparison is made "
+        "under the same machine state; default: this interpreter. PY:asyncio "
+        "runs that client on the standard loop even where uvloop is installed",
+    )
     parser.add_argument("--client", help=argparse.SUPPRESS)  # internal: the client process
     parser.add_argument("--bare-client", help=argparse.SUPPRESS)  # internal: the reference
     args = parser.parse_args(argv)
@@ -779,24 +898,34 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     print(machine(), flush=True)
     if args.nice:
-        print(f"nice {args.nice} (process and autogroup): harness, server and client",
-              flush=True)
+        print(f"nice {args.nice} (process and autogroup): harness, server and client", flush=True)
     if os.getloadavg()[0] > BUSY_LOAD:
-        print(f"warning: load average {os.getloadavg()[0]:.1f} before the runs: other work "
-              "shares these cores; CPU figures are inflated and the biases are not the "
-              "client's alone", flush=True)
+        print(
+            f"warning: load average {os.getloadavg()[0]:.1f} before the runs: other work "
+            "shares these cores; CPU figures are inflated and the biases are not the "
+            "client's alone",
+            flush=True,
+        )
     names = {py: client_name(py) for py in args.python}
-    imports = {py: startup_cpu("import aiohttp" if py == BARE else "import workloads",
-                               sys.executable if py == BARE else py.partition(":")[0])
-               for py in args.python}
+    imports = {
+        py: startup_cpu(
+            "import aiohttp" if py == BARE else "import workloads",
+            sys.executable if py == BARE else py.partition(":")[0],
+        )
+        for py in args.python
+    }
     bare_s = startup_cpu("pass")
     yardstick_us = calibrate(setup.client_cpu)
     for py in args.python:
         what = "aiohttp" if py == BARE else "workloads"
-        print(f"start-up CPU ({names[py]}): python -c 'import {what}' {imports[py]:.2f} s "
-              f"(python -c pass {bare_s:.2f} s), median of 5", flush=True)
-    print(f"yardstick: json.loads of one chunk {yardstick_us:.2f} µs on the client core",
-          flush=True)
+        print(
+            f"start-up CPU ({names[py]}): python -c 'import {what}' {imports[py]:.2f} s "
+            f"(python -c pass {bare_s:.2f} s), median of 5",
+            flush=True,
+        )
+    print(
+        f"yardstick: json.loads of one chunk {yardstick_us:.2f} µs on the client core", flush=True
+    )
     rows: list[Row] = []
     raw: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="client-overhead-") as tmp:
@@ -812,52 +941,83 @@ def main(argv: list[str] | None = None) -> int:
                 short: dict[str, list[Run]] = {py: [] for py in args.python}
                 for _ in range(runs):
                     for py in args.python:  # alternating: the same machine state for each
-                        long[py].append(run_client(mode, users, STREAM_TOKENS, reps, work,
-                                                   setup, python=py))
+                        long[py].append(
+                            run_client(mode, users, STREAM_TOKENS, reps, work, setup, python=py)
+                        )
                         if marginal:
-                            short[py].append(run_client(mode, users, SHORT_TOKENS, reps, work,
-                                                        setup, python=py))
+                            short[py].append(
+                                run_client(mode, users, SHORT_TOKENS, reps, work, setup, python=py)
+                            )
                 for py in args.python:
                     for r in long[py] + short[py]:
                         if r.error:
-                            print(f"  {names[py]} {mode} C{users} n{r.tokens}: {r.error}",
-                                  file=sys.stderr)
+                            print(
+                                f"  {names[py]} {mode} C{users} n{r.tokens}: {r.error}",
+                                file=sys.stderr,
+                            )
                         elif r.valid < r.requests or r.unmatched:
-                            print(f"  {names[py]} {mode} C{users} n{r.tokens}: {r.valid}/"
-                                  f"{r.requests} valid, {r.unmatched} unmatched",
-                                  file=sys.stderr)
+                            print(
+                                f"  {names[py]} {mode} C{users} n{r.tokens}: {r.valid}/"
+                                f"{r.requests} valid, {r.unmatched} unmatched",
+                                file=sys.stderr,
+                            )
                     raw += [asdict(r) for r in long[py] + short[py]]
                     rows.append(summarize(names[py], mode, users, long[py], short[py]))
-                print(f"  {mode} C{users}: {runs} run(s) done, "
-                      f"{time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
-        modes = {"zero": "zero delay",
-                 "paced": "paced (TTFT {:g} ms, {:g} ms between tokens)".format(*PACED)}
-        shape = ("1 turn, lock-step" if setup.turns == 1
-                 else f"{setup.turns} turns per session, free pacing")
-        print(f"\n{' and '.join(modes[m] for m in args.modes)} · {STREAM_TOKENS}-token streams"
-              f" (marginal: against {SHORT_TOKENS}) · {shape} · median of {runs} run(s)")
+                print(
+                    f"  {mode} C{users}: {runs} run(s) done, {time.monotonic() - started:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        modes = {
+            "zero": "zero delay",
+            "paced": "paced (TTFT {:g} ms, {:g} ms between tokens)".format(*PACED),
+        }
+        shape = (
+            "1 turn, lock-step"
+            if setup.turns == 1
+            else f"{setup.turns} turns per session, free pacing"
+        )
+        print(
+            f"\n{' and '.join(modes[m] for m in args.modes)} · {STREAM_TOKENS}-token streams"
+            f" (marginal: against {SHORT_TOKENS}) · {shape} · median of {runs} run(s)"
+        )
         print(table(rows))
         if args.bare:
             print(ratios(rows))
         for row in rows:
             if row.mode == "zero" and row.server_core and row.server_core > SERVER_BUSY:
-                print(f"warning: zero delay C{row.users}: the server core was "
-                      f"{row.server_core:.0%} busy; the server may have set the pace")
+                print(
+                    f"warning: zero delay C{row.users}: the server core was "
+                    f"{row.server_core:.0%} busy; the server may have set the pace"
+                )
         if args.profile:
-            run_client("zero", 64, STREAM_TOKENS, zero_reps[64], work, setup, args.profile,
-                       args.python[0])
-            print(f"\ncProfile of the client ({names[args.python[0]]}) at C64, zero delay "
-                  f"(stats: {args.profile}):")
+            run_client(
+                "zero", 64, STREAM_TOKENS, zero_reps[64], work, setup, args.profile, args.python[0]
+            )
+            print(
+                f"\ncProfile of the client ({names[args.python[0]]}) at C64, zero delay "
+                f"(stats: {args.profile}):"
+            )
             print(hot_spots(args.profile))
-    print(f"yardstick after: {calibrate(setup.client_cpu):.2f} µs · load average after: "
-          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} · "
-          f"{time.monotonic() - started:.0f} s in all")
+    print(
+        f"yardstick after: {calibrate(setup.client_cpu):.2f} µs · load average after: "
+        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} · "
+        f"{time.monotonic() - started:.0f} s in all"
+    )
     if args.json:
-        args.json.write_text(json.dumps({
-            "machine": machine(), "import_cpu_s": imports, "bare_python_cpu_s": bare_s,
-            "yardstick_us": yardstick_us,
-            "rows": [asdict(r) for r in rows], "runs": raw,
-        }, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "machine": machine(),
+                    "import_cpu_s": imports,
+                    "bare_python_cpu_s": bare_s,
+                    "yardstick_us": yardstick_us,
+                    "rows": [asdict(r) for r in rows],
+                    "runs": raw,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

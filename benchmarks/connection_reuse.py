@@ -25,8 +25,13 @@ from pathlib import Path
 from workloads.wire.client import AiohttpChatClient, ChatResponse
 
 SERVER = Path(__file__).resolve().parent / "stream_server.py"
-BODY = {"model": "bench-model", "messages": [{"role": "user", "content": "hi"}], "stream": True,
-        "max_tokens": 16, "stream_options": {"include_usage": True}}
+BODY = {
+    "model": "bench-model",
+    "messages": [{"role": "user", "content": "hi"}],
+    "stream": True,
+    "max_tokens": 16,
+    "stream_options": {"include_usage": True},
+}
 
 
 async def run(url: str, users: int, turns: int, reuse: bool) -> list[ChatResponse]:
@@ -49,8 +54,21 @@ def main() -> None:
     users, turns = int(sys.argv[1]), int(sys.argv[2])
     truth_path = Path(tempfile.mkdtemp()) / "truth.jsonl"
     server = subprocess.Popen(
-        [sys.executable, str(SERVER), "--cpu", "0", "--ttft-ms", "100", "--itl-ms", "10",
-         "--truth", str(truth_path)], stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            str(SERVER),
+            "--cpu",
+            "0",
+            "--ttft-ms",
+            "100",
+            "--itl-ms",
+            "10",
+            "--truth",
+            str(truth_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert server.stdout is not None
     url = server.stdout.readline().split()[-1]
     os.sched_setaffinity(0, {1})
@@ -71,12 +89,15 @@ def main() -> None:
         for r in responses:
             assert r.sent_ns is not None and r.first_content_ns is not None
             t = truths[r.request_id]
-            bias.append(((r.first_content_ns - r.sent_ns) - (t["first_ns"] - t["received_ns"]))
-                        / 1e6)
+            bias.append(
+                ((r.first_content_ns - r.sent_ns) - (t["first_ns"] - t["received_ns"])) / 1e6
+            )
             wait.append((r.sent_ns - r.started_ns) / 1e6)
-        print(f"C{users} reuse={reuse}: n={len(responses)} TTFT bias p50 "
-              f"{quantile(bias, .5):.2f} / p99 {quantile(bias, .99):.2f} ms; started->sent p50 "
-              f"{quantile(wait, .5):.2f} / p99 {quantile(wait, .99):.2f} ms")
+        print(
+            f"C{users} reuse={reuse}: n={len(responses)} TTFT bias p50 "
+            f"{quantile(bias, 0.5):.2f} / p99 {quantile(bias, 0.99):.2f} ms; started->sent p50 "
+            f"{quantile(wait, 0.5):.2f} / p99 {quantile(wait, 0.99):.2f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -20,10 +20,16 @@ from workloads.core.corpus import load_corpus
 from workloads.core.tokens import EstimateTokenizer
 from workloads.runner.sizing import CellSizing
 
-SCENARIO = workloads.Scenario.model_validate({
-    "name": "sizing-115k", "users": 1, "turns": 4, "opening_tokens": 115_404,
-    "turn_tokens": 1000, "output_tokens": 512,
-})
+SCENARIO = workloads.Scenario.model_validate(
+    {
+        "name": "sizing-115k",
+        "users": 1,
+        "turns": 4,
+        "opening_tokens": 115_404,
+        "turn_tokens": 1000,
+        "output_tokens": 512,
+    }
+)
 
 
 async def main() -> None:
@@ -32,14 +38,22 @@ async def main() -> None:
     tok = EstimateTokenizer()
     sizing = CellSizing(SCENARIO, tok)
     nonces = make_nonces(b"b" * 16, cell=0, repetition=0, users=1, mode=SCENARIO.nonce)
-    conv = Conversation(corpus=corpus, style=SCENARIO.content.style, seed=0, session=0,
-                        nonce=nonces.sessions[0], run_nonce=nonces.run)
+    conv = Conversation(
+        corpus=corpus,
+        style=SCENARIO.content.style,
+        seed=0,
+        session=0,
+        nonce=nonces.sessions[0],
+        run_nonce=nonces.run,
+    )
     wall, cpu = time.perf_counter(), time.process_time()
     n_system = await sizing.fit_shared(conv, probe_nonce(nonces))
     messages, ids, _ = await sizing.fit_opening(conv, n_system)
     conv.set_opening(messages)
-    print(f"opening {len(ids):,} tokens: {time.perf_counter() - wall:.3f} s wall, "
-          f"{time.process_time() - cpu:.3f} s CPU")
+    print(
+        f"opening {len(ids):,} tokens: {time.perf_counter() - wall:.3f} s wall, "
+        f"{time.process_time() - cpu:.3f} s CPU"
+    )
     base = len(ids)
     for turn in range(1, SCENARIO.turns + 1):
         wall, cpu = time.perf_counter(), time.process_time()
@@ -49,8 +63,10 @@ async def main() -> None:
         reply = corpus.reply_text(corpus.rng(0, "reply", turn), 512)
         conv.add_reply(reply)
         base = len(prepared.ids) + len(await tok.encode(reply))
-        print(f"turn {turn}: prompt {len(prepared.ids):,} tokens: {took[0] * 1000:.0f} ms wall, "
-              f"{took[1] * 1000:.0f} ms CPU")
+        print(
+            f"turn {turn}: prompt {len(prepared.ids):,} tokens: {took[0] * 1000:.0f} ms wall, "
+            f"{took[1] * 1000:.0f} ms CPU"
+        )
 
 
 if __name__ == "__main__":

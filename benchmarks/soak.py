@@ -69,28 +69,45 @@ def segment(args: argparse.Namespace, index: int, out: Path) -> dict[str, object
     # A stall longer than the read-gap timeout, so it ends as a timeout, not a slow turn;
     # the gap is wide enough that a busy shared machine alone does not reach it (at load 11
     # on 2 cores, 6 s did: TTFT at C16 then runs to several seconds).
-    sim |= {"faults.stall_s": 25.0, "faults.retry_after_s": 0.0, "faults.after_tokens": 8,
-            "seed": index}
-    scenario = workloads.load_scenario("five-user-coding").with_overrides([
-        f"users={args.users}", f"turns={args.turns}", "opening_tokens=1500", "turn_tokens=200",
-        "output_tokens=48", "repetitions.warmup=0", f"repetitions.measured={args.repetitions}",
-        "timeouts.read_gap_s=20", "pacing.mode=free",
-    ])
+    sim |= {
+        "faults.stall_s": 25.0,
+        "faults.retry_after_s": 0.0,
+        "faults.after_tokens": 8,
+        "seed": index,
+    }
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(
+        [
+            f"users={args.users}",
+            f"turns={args.turns}",
+            "opening_tokens=1500",
+            "turn_tokens=200",
+            "output_tokens=48",
+            "repetitions.warmup=0",
+            f"repetitions.measured={args.repetitions}",
+            "timeouts.read_gap_s=20",
+            "pacing.mode=free",
+        ]
+    )
     seen: list[workloads.TurnRecord] = []
     directory = out / f"segment-{index:03d}"
     with SimulatedServer(sim=sim, debug=True) as server:
-        result = workloads.run(scenario, server.target, out_dir=directory,
-                               on_record=seen.append, telemetry=workloads.TelemetryOptions(
-                                   energy="off"))
+        result = workloads.run(
+            scenario,
+            server.target,
+            out_dir=directory,
+            on_record=seen.append,
+            telemetry=workloads.TelemetryOptions(energy="off"),
+        )
         truths = server.truths()
-    lines = [json.loads(line) for line in (directory / "records.jsonl").read_text()
-             .splitlines()]
+    lines = [json.loads(line) for line in (directory / "records.jsonl").read_text().splitlines()]
     in_file = sum("kind" not in line for line in lines)
     attempted = args.users * args.turns * args.repetitions
     problems = []
     if not len(result.records) == len(seen) == in_file == attempted:
-        problems.append(f"records lost: attempted {attempted}, returned {len(result.records)}, "
-                        f"on_record {len(seen)}, records.jsonl {in_file}")
+        problems.append(
+            f"records lost: attempted {attempted}, returned {len(result.records)}, "
+            f"on_record {len(seen)}, records.jsonl {in_file}"
+        )
     untyped = [r for r in result.records if r.status != "ok" and r.error_kind is None]
     if untyped:
         problems.append(f"{len(untyped)} failed records without an error_kind")
@@ -107,9 +124,11 @@ def segment(args: argparse.Namespace, index: int, out: Path) -> dict[str, object
     failed = sum(not r.valid for r in result.records)
     faulted = sum(n for fault, n in drawn.items() if fault != "none")
     if failed != faulted:
-        problems.append(f"{failed} records failed but the server injected {faulted} faults; "
-                        "fault -> client class: " + ", ".join(
-                            f"{a} -> {b}: {n}" for (a, b), n in sorted(cross.items())))
+        problems.append(
+            f"{failed} records failed but the server injected {faulted} faults; "
+            "fault -> client class: "
+            + ", ".join(f"{a} -> {b}: {n}" for (a, b), n in sorted(cross.items()))
+        )
     resends = sum(r.resends for r in result.records)
     return {
         "segment": index,
@@ -132,15 +151,21 @@ def main() -> int:
     parser.add_argument("--users", type=int, default=16)
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--repetitions", type=int, default=2, help="measured, per segment")
-    parser.add_argument("--fault-rate", type=float, default=0.02,
-                        help="probability of each of the 7 faults per request")
+    parser.add_argument(
+        "--fault-rate",
+        type=float,
+        default=0.02,
+        help="probability of each of the 7 faults per request",
+    )
     parser.add_argument("--out", help="keep the segments' results here (default: a temp dir)")
     parser.add_argument("--json", help="write every segment's figures to this file")
     args = parser.parse_args()
-    print(f"{time.strftime('%Y-%m-%d %H:%M')} · {platform.node()} · {platform.machine()} · "
-          f"CPython {platform.python_version()} · C{args.users} · {args.turns} turns × "
-          f"{args.repetitions} reps per segment · each fault at {args.fault_rate:.0%}",
-          flush=True)
+    print(
+        f"{time.strftime('%Y-%m-%d %H:%M')} · {platform.node()} · {platform.machine()} · "
+        f"CPython {platform.python_version()} · C{args.users} · {args.turns} turns × "
+        f"{args.repetitions} reps per segment · each fault at {args.fault_rate:.0%}",
+        flush=True,
+    )
     deadline = time.monotonic() + args.minutes * 60
     segments: list[dict[str, object]] = []
     totals: collections.Counter[str] = collections.Counter()
@@ -157,29 +182,34 @@ def main() -> int:
             figures["seconds"] = round(time.monotonic() - t0, 1)
             figures["rss_mib"] = round(rss_mib(), 1)
             segments.append(figures)
-            for key in ("attempted", "records", "requests_served", "resends", "failed",
-                        "faulted"):
+            for key in ("attempted", "records", "requests_served", "resends", "failed", "faulted"):
                 totals[key] += int(figures[key])  # type: ignore[call-overload]
             cross.update(figures["cross"])  # type: ignore[arg-type]
             problems += [f"segment {index}: {p}" for p in figures["problems"]]  # type: ignore[attr-defined]
-            print(f"segment {index:3d} · {figures['seconds']:6.1f} s · records "
-                  f"{figures['records']}/{figures['attempted']} · failed {figures['failed']} "
-                  f"(faults drawn {figures['faulted']}) · RSS {figures['rss_mib']} MiB"
-                  + ("" if not figures["problems"] else f" · {figures['problems']}"),
-                  flush=True)
+            print(
+                f"segment {index:3d} · {figures['seconds']:6.1f} s · records "
+                f"{figures['records']}/{figures['attempted']} · failed {figures['failed']} "
+                f"(faults drawn {figures['faulted']}) · RSS {figures['rss_mib']} MiB"
+                + ("" if not figures["problems"] else f" · {figures['problems']}"),
+                flush=True,
+            )
             index += 1
         elapsed = time.monotonic() - started
     rss = [float(s["rss_mib"]) for s in segments]  # type: ignore[arg-type]
     half = len(rss) // 2
-    print(f"\n{len(segments)} segments in {elapsed / 60:.1f} min · turns attempted "
-          f"{totals['attempted']} · records {totals['records']} · requests served "
-          f"{totals['requests_served']} · re-sends {totals['resends']} · failed "
-          f"{totals['failed']} · faults drawn {totals['faulted']}")
+    print(
+        f"\n{len(segments)} segments in {elapsed / 60:.1f} min · turns attempted "
+        f"{totals['attempted']} · records {totals['records']} · requests served "
+        f"{totals['requests_served']} · re-sends {totals['resends']} · failed "
+        f"{totals['failed']} · faults drawn {totals['faulted']}"
+    )
     if rss:
         later = rss[half:] or rss
-        print(f"RSS MiB: first segment {rss[0]}, min {min(rss)}, max {max(rss)}, "
-              f"median of the first half {sorted(rss[:half] or rss)[len(rss[:half] or rss) // 2]}"
-              f", of the second half {sorted(later)[len(later) // 2]}")
+        print(
+            f"RSS MiB: first segment {rss[0]}, min {min(rss)}, max {max(rss)}, "
+            f"median of the first half {sorted(rss[:half] or rss)[len(rss[:half] or rss) // 2]}"
+            f", of the second half {sorted(later)[len(later) // 2]}"
+        )
     print("server fault -> client class (records):")
     for key, n in sorted(cross.items()):
         print(f"  {key:40s} {n:6d}")

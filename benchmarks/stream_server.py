@@ -85,13 +85,28 @@ class Stream:
     """One streamed completion: its pre-encoded chunks, schedule and truth stamps."""
 
     __slots__ = (
-        "chunk_ns", "conn", "done_ns", "due_ns", "frames", "headers_ns", "id", "max_tokens",
-        "prompt_tokens", "received_ns", "sent",
+        "chunk_ns",
+        "conn",
+        "done_ns",
+        "due_ns",
+        "frames",
+        "headers_ns",
+        "id",
+        "max_tokens",
+        "prompt_tokens",
+        "received_ns",
+        "sent",
     )
 
     def __init__(
-        self, conn: Connection, request_id: str, max_tokens: int, prompt_tokens: int,
-        headers_ns: int, received_ns: int, due_ns: int,
+        self,
+        conn: Connection,
+        request_id: str,
+        max_tokens: int,
+        prompt_tokens: int,
+        headers_ns: int,
+        received_ns: int,
+        due_ns: int,
     ) -> None:
         self.conn = conn
         self.id = request_id
@@ -108,8 +123,13 @@ class Stream:
             f'"created":{int(time.time())},"model":"{MODEL}","choices":'
         ).encode()
         self.frames = [
-            _frame(b'data: ' + head + b'[{"index":0,"delta":{"content":"' + word.encode()
-                   + b'"},"logprobs":null,"finish_reason":null}]}\n\n')
+            _frame(
+                b"data: "
+                + head
+                + b'[{"index":0,"delta":{"content":"'
+                + word.encode()
+                + b'"},"logprobs":null,"finish_reason":null}]}\n\n'
+            )
             for word in WORDS
         ]
 
@@ -159,9 +179,7 @@ class Stream:
 class Engine:
     """The step loop: writes content chunks to due streams, one per stream per step."""
 
-    def __init__(
-        self, ttft_ns: int, itl_ns: int, truth: IO[str] | None, burst: int = 1
-    ) -> None:
+    def __init__(self, ttft_ns: int, itl_ns: int, truth: IO[str] | None, burst: int = 1) -> None:
         self.ttft_ns = ttft_ns
         self.itl_ns = itl_ns
         self.burst = burst  # content chunks per stream per step, in one write (zero delay)
@@ -319,8 +337,10 @@ class Connection(asyncio.Protocol):
         headers_ns, self.headers_ns = self.headers_ns, 0
         self.close_after = fields.get("connection", "").lower() == "close"
         if method == "GET" and path == "/v1/models":
-            listing = {"object": "list", "data": [{"id": MODEL, "object": "model",
-                                                   "owned_by": "benchmarks"}]}
+            listing = {
+                "object": "list",
+                "data": [{"id": MODEL, "object": "model", "owned_by": "benchmarks"}],
+            }
             self._reply("200 OK", listing, self.close_after)
         elif method == "POST" and path == "/v1/chat/completions":
             self._chat(body, headers_ns, now)
@@ -337,36 +357,53 @@ class Connection(asyncio.Protocol):
     def _chat(self, raw: bytes, headers_ns: int, received_ns: int) -> None:
         try:
             request = json.loads(raw)
-            max_tokens = int(request.get("max_completion_tokens") or request.get("max_tokens")
-                             or 16)
+            max_tokens = int(
+                request.get("max_completion_tokens") or request.get("max_tokens") or 16
+            )
             messages = request.get("messages") or []
             stream = request.get("stream") is True
         except (ValueError, TypeError, AttributeError) as err:
             self._reply("400 Bad Request", {"error": f"bad request: {err}"}, self.close_after)
             return
         if not stream or not 1 <= max_tokens <= MAX_TOKENS_CAP:
-            self._reply("400 Bad Request", {"error": "stream=true and 1 <= max_tokens needed"},
-                        self.close_after)
+            self._reply(
+                "400 Bad Request",
+                {"error": "stream=true and 1 <= max_tokens needed"},
+                self.close_after,
+            )
             return
         chars = sum(len(m.get("content") or "") for m in messages if isinstance(m, dict))
         engine = self.engine
-        item = Stream(self, engine.new_id(), max_tokens, 1 + chars // 4, headers_ns,
-                      received_ns, received_ns + engine.ttft_ns)
+        item = Stream(
+            self,
+            engine.new_id(),
+            max_tokens,
+            1 + chars // 4,
+            headers_ns,
+            received_ns,
+            received_ns + engine.ttft_ns,
+        )
         self.busy = True
         self.transport.write(item.opening())
         engine.add(item)
 
 
 async def serve(
-    host: str, port: int, ttft_ms: float, itl_ms: float, truth: str | None, burst: int = 1,
+    host: str,
+    port: int,
+    ttft_ms: float,
+    itl_ms: float,
+    truth: str | None,
+    burst: int = 1,
     reuse_port: bool = False,
 ) -> None:
     out = open(truth, "a", buffering=1 << 20) if truth else None  # noqa: SIM115
     try:
         engine = Engine(round(ttft_ms * 1e6), round(itl_ms * 1e6), out, burst)
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: Connection(engine), host, port, backlog=4096,
-                                          reuse_port=reuse_port or None)
+        server = await loop.create_server(
+            lambda: Connection(engine), host, port, backlog=4096, reuse_port=reuse_port or None
+        )
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
@@ -388,13 +425,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ttft-ms", type=float, default=0.0, help="request read → first token")
     parser.add_argument("--itl-ms", type=float, default=0.0, help="between content chunks")
     parser.add_argument("--truth", help="append one JSONL line of stamps per request here")
-    parser.add_argument("--burst", type=int, default=1,
-                        help="zero delay only: content chunks per stream per step, written "
-                        "at once (for a client faster than one write per chunk)")
+    parser.add_argument(
+        "--burst",
+        type=int,
+        default=1,
+        help="zero delay only: content chunks per stream per step, written "
+        "at once (for a client faster than one write per chunk)",
+    )
     parser.add_argument("--cpu", type=int, help="pin this process to that CPU core")
-    parser.add_argument("--reuse-port", action="store_true",
-                        help="SO_REUSEPORT: several server processes on one --port, the kernel "
-                        "spreading the connections (for more streams than one core writes)")
+    parser.add_argument(
+        "--reuse-port",
+        action="store_true",
+        help="SO_REUSEPORT: several server processes on one --port, the kernel "
+        "spreading the connections (for more streams than one core writes)",
+    )
     args = parser.parse_args(argv)
     if args.burst < 1 or (args.burst > 1 and (args.ttft_ms or args.itl_ms)):
         parser.error("--burst N needs N >= 1, and N > 1 only at zero delay")
@@ -402,8 +446,15 @@ def main(argv: list[str] | None = None) -> None:
         os.sched_setaffinity(0, {args.cpu})
     try:
         asyncio.run(
-            serve(args.host, args.port, args.ttft_ms, args.itl_ms, args.truth, args.burst,
-                  args.reuse_port)
+            serve(
+                args.host,
+                args.port,
+                args.ttft_ms,
+                args.itl_ms,
+                args.truth,
+                args.burst,
+                args.reuse_port,
+            )
         )
     except KeyboardInterrupt:
         sys.exit(130)

@@ -69,16 +69,30 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[rank]
 
 
-def start_servers(count: int, port: int, args: argparse.Namespace,
-                  out: Path) -> list[subprocess.Popen[str]]:
+def start_servers(
+    count: int, port: int, args: argparse.Namespace, out: Path
+) -> list[subprocess.Popen[str]]:
     servers = []
     for i in range(count):
-        servers.append(subprocess.Popen(
-            [sys.executable, str(SERVER), "--port", str(port), "--reuse-port",
-             "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms),
-             "--truth", str(out / f"truth-{i}.jsonl")],
-            stdout=subprocess.PIPE, text=True,
-        ))
+        servers.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(SERVER),
+                    "--port",
+                    str(port),
+                    "--reuse-port",
+                    "--ttft-ms",
+                    str(args.ttft_ms),
+                    "--itl-ms",
+                    str(args.itl_ms),
+                    "--truth",
+                    str(out / f"truth-{i}.jsonl"),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
     for server in servers:
         assert server.stdout is not None
         line = server.stdout.readline()
@@ -91,16 +105,30 @@ def one_run(workers: int, args: argparse.Namespace, out: Path) -> dict[str, Any]
     port = free_port()
     servers = start_servers(args.servers, port, args, out)
     try:
-        scenario = workloads.load_scenario("five-user-coding").with_overrides([
-            f"users={args.concurrency}", "turns=1", "opening_tokens=0", "turn_tokens=32",
-            f"output_tokens={args.tokens}", "repetitions.warmup=0", "repetitions.measured=1",
-            "gate=off", "tokenizer=tiktoken",
-        ])
+        scenario = workloads.load_scenario("five-user-coding").with_overrides(
+            [
+                f"users={args.concurrency}",
+                "turns=1",
+                "opening_tokens=0",
+                "turn_tokens=32",
+                f"output_tokens={args.tokens}",
+                "repetitions.warmup=0",
+                "repetitions.measured=1",
+                "gate=off",
+                "tokenizer=tiktoken",
+            ]
+        )
         target = Target(f"http://127.0.0.1:{port}/v1", "bench-model")
         before = [cpu_seconds(s.pid) for s in servers]
         started = time.perf_counter()
-        result = workloads.run(scenario, target, workers=workers, out_dir=out / "run",
-                               overwrite=True, transcripts=False)
+        result = workloads.run(
+            scenario,
+            target,
+            workers=workers,
+            out_dir=out / "run",
+            overwrite=True,
+            transcripts=False,
+        )
         wall = time.perf_counter() - started
         server_cpu = [cpu_seconds(s.pid) - b for s, b in zip(servers, before, strict=True)]
     finally:
@@ -134,14 +162,17 @@ def one_run(workers: int, args: argparse.Namespace, out: Path) -> dict[str, Any]
     c = result.client
     stream_s = (args.ttft_ms + args.itl_ms * (args.tokens - 1)) / 1e3
     return {
-        "workers": workers, "requests": len(result.records), "valid": valid,
+        "workers": workers,
+        "requests": len(result.records),
+        "valid": valid,
         "unmatched": unmatched,
-        "ttft_bias_p50_ms": percentile(ttft_bias, 50), "ttft_bias_p99_ms": percentile(
-            ttft_bias, 99),
-        "downlink_p50_ms": percentile(downlink, 50), "downlink_p99_ms": percentile(downlink, 99),
+        "ttft_bias_p50_ms": percentile(ttft_bias, 50),
+        "ttft_bias_p99_ms": percentile(ttft_bias, 99),
+        "downlink_p50_ms": percentile(downlink, 50),
+        "downlink_p99_ms": percentile(downlink, 99),
         "uplink_p50_ms": percentile(uplink, 50),
-        "itl_bias_p50_us": percentile(itl_bias, 50), "itl_bias_p99_us": percentile(itl_bias,
-                                                                                   99),
+        "itl_bias_p50_us": percentile(itl_bias, 50),
+        "itl_bias_p99_us": percentile(itl_bias, 99),
         "loop_lag_p99_ms": c.loop_lag_p99_ms if c else None,
         "loop_lag_max_ms": c.loop_lag_max_ms if c else None,
         "cpu_share": c.cpu_share if c else None,
@@ -166,12 +197,18 @@ def main() -> None:
     parser.add_argument("--itl-ms", type=float, default=10.0)
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
-    print(f"# {platform.node()} · {os.cpu_count()} CPUs · {platform.python_version()} · "
-          f"load {os.getloadavg()[0]:.2f} · C{args.concurrency} · {args.tokens} tokens at "
-          f"{args.ttft_ms:g} ms TTFT, {args.itl_ms:g} ms/token · {args.servers} server "
-          "processes", flush=True)
-    print("workers  valid  TTFT bias ms p50/p99  downlink ms p50/p99  uplink ms  "
-          "ITL bias µs p50/p99  lag p99/max ms   CPU  server core  wall s", flush=True)
+    print(
+        f"# {platform.node()} · {os.cpu_count()} CPUs · {platform.python_version()} · "
+        f"load {os.getloadavg()[0]:.2f} · C{args.concurrency} · {args.tokens} tokens at "
+        f"{args.ttft_ms:g} ms TTFT, {args.itl_ms:g} ms/token · {args.servers} server "
+        "processes",
+        flush=True,
+    )
+    print(
+        "workers  valid  TTFT bias ms p50/p99  downlink ms p50/p99  uplink ms  "
+        "ITL bias µs p50/p99  lag p99/max ms   CPU  server core  wall s",
+        flush=True,
+    )
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for workers in args.workers:
@@ -179,16 +216,19 @@ def main() -> None:
             out.mkdir()
             row = one_run(workers, args, out)
             rows.append(row)
-            ttft = (f"{fmt(row['ttft_bias_p50_ms'], '7.2f')} / "
-                    f"{fmt(row['ttft_bias_p99_ms'], '6.2f')}")
-            down = (f"{fmt(row['downlink_p50_ms'], '6.2f')} / "
-                    f"{fmt(row['downlink_p99_ms'], '6.2f')}")
+            ttft = (
+                f"{fmt(row['ttft_bias_p50_ms'], '7.2f')} / {fmt(row['ttft_bias_p99_ms'], '6.2f')}"
+            )
+            down = f"{fmt(row['downlink_p50_ms'], '6.2f')} / {fmt(row['downlink_p99_ms'], '6.2f')}"
             itl = f"{fmt(row['itl_bias_p50_us'], '6.1f')} / {fmt(row['itl_bias_p99_us'], '6.1f')}"
             lag = f"{fmt(row['loop_lag_p99_ms'], '5.1f')} / {fmt(row['loop_lag_max_ms'], '4.0f')}"
-            print(f"{workers:>7}  {row['valid']:>5}  {ttft}      {down}  "
-                  f"{fmt(row['uplink_p50_ms'], '9.2f')}  {itl}  {lag:>14}  "
-                  f"{fmt(row['cpu_share'], '.2f')}  {row['server_core']:>10.0%}  "
-                  f"{row['wall_s']:>6.1f}", flush=True)
+            print(
+                f"{workers:>7}  {row['valid']:>5}  {ttft}      {down}  "
+                f"{fmt(row['uplink_p50_ms'], '9.2f')}  {itl}  {lag:>14}  "
+                f"{fmt(row['cpu_share'], '.2f')}  {row['server_core']:>10.0%}  "
+                f"{row['wall_s']:>6.1f}",
+                flush=True,
+            )
             for warning in row["warnings"]:
                 print(f"         warning: {warning[:110]}…", flush=True)
     if args.json:

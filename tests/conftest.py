@@ -5,8 +5,7 @@ from hypothesis import HealthCheck, settings
 
 # A test must not fail because a machine is slow: no per-example deadline, and no health
 # check on how long generating examples takes (CI builds llama.cpp beside the tests).
-settings.register_profile("workloads", deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("workloads", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("workloads")
 
 # The simulated_server fixture and run_scenario come from workloads' own pytest plugin

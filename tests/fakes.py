@@ -100,8 +100,9 @@ class WordTokenizer:
     @staticmethod
     def template(messages: list[dict[str, Any]]) -> str:
         """Llama-3-like: role header, blank line, trimmed content, end marker."""
-        out = [f"{START}{m['role']}\n\n{str(m.get('content') or '').strip()}{END}"
-               for m in messages]
+        out = [
+            f"{START}{m['role']}\n\n{str(m.get('content') or '').strip()}{END}" for m in messages
+        ]
         return "".join(out) + f"{START}assistant\n\n"
 
 
@@ -153,9 +154,12 @@ class LlamaCppLikeServer:
             await resp.write(chunk({"id": "x", "choices": [{"index": 0, "delta": delta}]}))
         done = {"index": 0, "delta": {}, "finish_reason": "length"}
         await resp.write(chunk({"id": "x", "choices": [done]}))
-        usage = {"prompt_tokens": len(prompt), "completion_tokens": n,
-                 "total_tokens": len(prompt) + n,
-                 "prompt_tokens_details": {"cached_tokens": 0}}
+        usage = {
+            "prompt_tokens": len(prompt),
+            "completion_tokens": n,
+            "total_tokens": len(prompt) + n,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        }
         await resp.write(chunk({"id": "x", "choices": [], "usage": usage}))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()

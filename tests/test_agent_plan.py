@@ -56,8 +56,7 @@ def test_steps_per_session_median_15_p90_135():
 
 @pytest.fixture(scope="module")
 def preset():
-    return coding_agents(
-        ["pacing.time_scale=1", f"turns={TURNS}"])
+    return coding_agents(["pacing.time_scale=1", f"turns={TURNS}"])
 
 
 @pytest.fixture(scope="module")
@@ -200,8 +199,7 @@ def test_without_agent_every_step_after_the_first_is_a_tool_step_of_fixed_sizes(
 
 @pytest.fixture(scope="module")
 def compacting():
-    return coding_agents(
-        ["turns=60", "agent.compaction.at_tokens=40000"])
+    return coding_agents(["turns=60", "agent.compaction.at_tokens=40000"])
 
 
 def test_compaction_comes_once_the_context_passes_at_tokens(compacting):
@@ -230,14 +228,17 @@ def test_compaction_comes_once_the_context_passes_at_tokens(compacting):
 
 
 def test_the_summary_length_is_drawn_from_summary_tokens(compacting):
-    summaries = [s.output_tokens for i in range(20)
-                 for s in draw_plan(compacting, *rngs("summary", i)) if s.kind == "compaction"]
+    summaries = [
+        s.output_tokens
+        for i in range(20)
+        for s in draw_plan(compacting, *rngs("summary", i))
+        if s.kind == "compaction"
+    ]
     assert len(set(summaries)) > 1 and all(1500 <= n <= 6000 for n in summaries)
 
 
 def test_subagents_have_their_own_plans_and_unique_session_numbers():
-    s = coding_agents(
-        ["turns=30", "agent.subagents.share=0.5"])
+    s = coding_agents(["turns=30", "agent.subagents.share=0.5"])
     numbers = []
     for session in range(s.users):
         plan = draw_plan(s, *rngs("subagents", session))
@@ -260,8 +261,7 @@ def test_subagents_have_their_own_plans_and_unique_session_numbers():
 
 
 def test_turns_bound_the_steps():
-    s = coding_agents(
-        ["turns=5", "agent.subagents.share=1.0", "agent.compaction.at_tokens=256"])
+    s = coding_agents(["turns=5", "agent.subagents.share=1.0", "agent.compaction.at_tokens=256"])
     for i in range(10):
         plan = draw_plan(s, *rngs("turns", i))
         assert len(plan) == 5
@@ -269,8 +269,7 @@ def test_turns_bound_the_steps():
 
 
 def test_scaled_multiplies_every_pause_children_included():
-    s = coding_agents(
-        ["turns=40", "pacing.time_scale=1", "agent.subagents.share=0.3"])
+    s = coding_agents(["turns=40", "pacing.time_scale=1", "agent.subagents.share=0.3"])
     plan = draw_plan(s, *rngs("scaled", 0))
     assert any(step.children for step in plan)
     assert scaled(plan, 1.0) == plan

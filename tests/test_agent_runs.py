@@ -19,9 +19,16 @@ TRACE = Path(__file__).resolve().parents[1] / "traces" / "agent-sample.jsonl"
 # Small enough for ~15 s on two shared cores: short replies and summaries, pauses 2,000 times
 # faster, a quicker simulated step; the sizes stay distributions.
 SMALL = [
-    "users=2", "turns=8", "repetitions.warmup=1", "repetitions.measured=1",
-    "agent.compaction.at_tokens=27000", "agent.subagents.share=0.5", "agent.subagents.steps=2",
-    "pacing.time_scale=0.0005", "gate=off", "output_tokens.max=400",
+    "users=2",
+    "turns=8",
+    "repetitions.warmup=1",
+    "repetitions.measured=1",
+    "agent.compaction.at_tokens=27000",
+    "agent.subagents.share=0.5",
+    "agent.subagents.steps=2",
+    "pacing.time_scale=0.0005",
+    "gate=off",
+    "output_tokens.max=400",
     "agent.compaction.summary_tokens=500",
 ]
 SIM = {"step_fixed_s": 0.0005}
@@ -80,7 +87,7 @@ def test_tool_calls_are_answered_by_tool_messages_of_their_ids(agents_run):
             if m["role"] != "assistant" or not m.get("tool_calls"):
                 continue
             ids = [c["id"] for c in m["tool_calls"]]
-            following = messages[i + 1: i + 1 + len(ids)]
+            following = messages[i + 1 : i + 1 + len(ids)]
             assert [f["role"] for f in following] == ["tool"] * len(ids), t.turn
             assert [f["tool_call_id"] for f in following] == ids
             answered += 1
@@ -112,8 +119,9 @@ def test_sizing_counts_the_tool_schemas_the_request_sends(agents_run):
     tokenized = [r for r in records if r["tokenized_prompt_tokens"] is not None]
     assert tokenized
     # the simulator's /tokenize renders a chat exactly as its chat endpoint does
-    assert [r["prompt_tokens"] - r["tokenized_prompt_tokens"] for r in tokenized] == [
-        0] * len(tokenized)
+    assert [r["prompt_tokens"] - r["tokenized_prompt_tokens"] for r in tokenized] == [0] * len(
+        tokenized
+    )
 
 
 def test_subagents_are_sessions_of_their_own_with_a_parent(agents_run):
@@ -130,11 +138,20 @@ def test_subagents_are_sessions_of_their_own_with_a_parent(agents_run):
 
 
 def test_lockstep_sessions_play_their_drawn_plans(tmp_path):
-    scenario = workloads.load_scenario("coding-agents").with_overrides([
-        "users=2", "turns=4", "repetitions.warmup=0", "repetitions.measured=1",
-        'pacing.mode="lockstep"', "agent.subagents.share=0.5", "agent.subagents.steps=2",
-        "pacing.time_scale=0.0005", "gate=off", "output_tokens.max=300",
-    ])
+    scenario = workloads.load_scenario("coding-agents").with_overrides(
+        [
+            "users=2",
+            "turns=4",
+            "repetitions.warmup=0",
+            "repetitions.measured=1",
+            'pacing.mode="lockstep"',
+            "agent.subagents.share=0.5",
+            "agent.subagents.steps=2",
+            "pacing.time_scale=0.0005",
+            "gate=off",
+            "output_tokens.max=300",
+        ]
+    )
     result = workloads.run(scenario, out_dir=tmp_path / "run", sim=SIM)
     assert result.complete
     records = read_records(tmp_path / "run")
@@ -145,15 +162,22 @@ def test_lockstep_sessions_play_their_drawn_plans(tmp_path):
     expected = 0
     for session in range(scenario.users):
         # the runner's generators: (content seed, purpose, cell, repetition, session)
-        plan = draw_plan(scenario, corpus.rng(seed, "sizes", 0, 0, session),
-                         corpus.rng(seed, "pacing", 0, 0, session))
+        plan = draw_plan(
+            scenario,
+            corpus.rng(seed, "sizes", 0, 0, session),
+            corpus.rng(seed, "pacing", 0, 0, session),
+        )
         kids = [c for step in plan for c in step.children]
         for number, child in [(session, plan)] + [
-                (child_session(scenario.users, session, k), c) for k, c in enumerate(kids)]:
+            (child_session(scenario.users, session, k), c) for k, c in enumerate(kids)
+        ]:
             for step in child:
                 r = played[(number, step.turn)]
                 assert (r["step_kind"], r["new_tokens"], r["output_tokens"]) == (
-                    step.kind, step.new_tokens, step.output_tokens)
+                    step.kind,
+                    step.new_tokens,
+                    step.output_tokens,
+                )
                 assert r["completion_tokens"] == step.output_tokens and r["valid"]
                 expected += 1
     assert len(records) == expected
@@ -170,8 +194,20 @@ def trace_steps() -> dict[int, list[dict]]:
 
 def test_run_trace_plays_an_agent_trace_step_by_step(tmp_path, capsys):
     out = tmp_path / "trace"
-    code = main(["run", "--trace", str(TRACE), "--set", "pacing.time_scale=0.02",
-                 "--set", "gate=\"off\"", "--out", str(out), "--quiet"])
+    code = main(
+        [
+            "run",
+            "--trace",
+            str(TRACE),
+            "--set",
+            "pacing.time_scale=0.02",
+            "--set",
+            'gate="off"',
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     capsys.readouterr()
     assert code == 0
     records = [r for r in read_records(out) if not r["warmup"]]

@@ -19,14 +19,42 @@ from workloads.model.summary import BandSummary
 S = 1_000_000_000  # ns per second
 
 
-def rec(*, rep=1, session=0, turn=1, warmup=False, sent=0, first=S // 2, last=S // 2 + 2 * S,
-        completion=11, prompt=1000, cached=0, shareable=0, valid=True, status="ok", cell=0):
+def rec(
+    *,
+    rep=1,
+    session=0,
+    turn=1,
+    warmup=False,
+    sent=0,
+    first=S // 2,
+    last=S // 2 + 2 * S,
+    completion=11,
+    prompt=1000,
+    cached=0,
+    shareable=0,
+    valid=True,
+    status="ok",
+    cell=0,
+):
     return TurnRecord(
-        cell=cell, repetition=rep, warmup=warmup, session=session, turn=turn, status=status,
-        finish_reason="length" if valid else "stop", valid=valid, prompt_tokens=prompt,
-        completion_tokens=completion, cached_tokens=cached, shareable_tokens=shareable,
-        configured_prior_tokens=900, ttft_ns=first - sent, started_ns=sent, sent_ns=sent,
-        first_content_ns=first, last_content_ns=last,
+        cell=cell,
+        repetition=rep,
+        warmup=warmup,
+        session=session,
+        turn=turn,
+        status=status,
+        finish_reason="length" if valid else "stop",
+        valid=valid,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cached_tokens=cached,
+        shareable_tokens=shareable,
+        configured_prior_tokens=900,
+        ttft_ns=first - sent,
+        started_ns=sent,
+        sent_ns=sent,
+        first_content_ns=first,
+        last_content_ns=last,
         decode_tokens_per_s=(completion - 1) / ((last - first) / S),
     )
 
@@ -65,8 +93,10 @@ def test_warmup_and_invalid_turns_never_enter_rates():
 
 
 def test_cache_effectiveness_and_uncached_prefill():
-    records = [rec(turn=2, cached=900, shareable=1000), rec(turn=2, session=1, cached=1000,
-                                                            shareable=1000)]
+    records = [
+        rec(turn=2, cached=900, shareable=1000),
+        rec(turn=2, session=1, cached=1000, shareable=1000),
+    ]
     turn = summarize(records, users=2).turns[0]
     assert turn.cache_effectiveness == pytest.approx(0.95)
     assert turn.uncached_prefill_rate is not None
@@ -96,8 +126,7 @@ def test_no_run_aggregate_from_turns_whose_streams_were_not_all_valid():
     assert (run.full_turns, run.partial_turns) == (0, 1)
 
 
-@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=50),
-       st.floats(0, 100))
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=50), st.floats(0, 100))
 def test_percentiles_stay_within_min_and_max(values, q):
     p = stats.percentile(values, q)
     assert p is not None and min(values) <= p <= max(values)
@@ -123,8 +152,10 @@ def test_cells_of_a_sweep_are_never_summed_together():
 def test_unknown_aggregate_rate_is_none_and_short_repetitions_are_excluded():
     # Two users. Rep 1: both streams valid (5 + 10). Rep 2: one failed → only 5 known.
     records = [
-        rec(rep=1, session=0), rec(rep=1, session=1, last=S // 2 + S),
-        rec(rep=2, session=0), rec(rep=2, session=1, valid=False, status="error"),
+        rec(rep=1, session=0),
+        rec(rep=1, session=1, last=S // 2 + S),
+        rec(rep=2, session=0),
+        rec(rep=2, session=1, valid=False, status="error"),
     ]
     turn = summarize(records, users=2).turns[0]
     assert turn.aggregate_rate is not None
@@ -148,16 +179,17 @@ def test_cache_effectiveness_counts_only_records_with_both_known():
 
 
 def test_hit_rate_is_cached_over_prompt_per_turn():
-    records = [rec(turn=2, cached=900, prompt=1000),
-               rec(turn=2, session=1, cached=None, prompt=1000),  # type: ignore[arg-type]
-               rec(turn=2, session=2, cached=100, prompt=1000)]
+    records = [
+        rec(turn=2, cached=900, prompt=1000),
+        rec(turn=2, session=1, cached=None, prompt=1000),  # type: ignore[arg-type]
+        rec(turn=2, session=2, cached=100, prompt=1000),
+    ]
     assert summarize(records, users=3).turns[0].hit_rate == pytest.approx(0.5)
     assert summarize(records[1:2], users=1).turns[0].hit_rate is None
 
 
 def test_repetitions_give_the_run_figures_of_each_repetition():
-    records = [rec(rep=r, session=s, last=S // 2 + (s + r) * S)
-               for r in (1, 2) for s in (0, 1)]
+    records = [rec(rep=r, session=s, last=S // 2 + (s + r) * S) for r in (1, 2) for s in (0, 1)]
     reps = repetitions(records, users=2)
     assert [(f.cell, f.repetition) for f in reps] == [(0, 1), (0, 2)]
     # rep 1: rates 10, 5 → median 7.5 → 2 × 7.5; rep 2: 5, 3.33 → 4.17
@@ -170,8 +202,12 @@ def test_repetitions_give_the_run_figures_of_each_repetition():
 
 
 def test_generation_rate_is_every_valid_measured_rate():
-    records = [rec(), rec(session=1, last=S // 2 + S), rec(session=2, warmup=True),
-               rec(session=3, valid=False)]
+    records = [
+        rec(),
+        rec(session=1, last=S // 2 + S),
+        rec(session=2, warmup=True),
+        rec(session=3, valid=False),
+    ]
     band = generation_rate(records)
     assert band is not None and (band.low, band.high, band.n) == pytest.approx((5.0, 10.0, 2))
 
@@ -181,9 +217,12 @@ def test_band_summary_is_the_one_band_type():
 
 
 def test_turn_repetitions_give_each_repetitions_turn_figures():
-    records = [rec(rep=r, session=s, turn=t, last=S // 2 + (s + 1) * S, cached=900,
-                   shareable=1000)
-               for r in (1, 2) for s in (0, 1) for t in (1, 2)]
+    records = [
+        rec(rep=r, session=s, turn=t, last=S // 2 + (s + 1) * S, cached=900, shareable=1000)
+        for r in (1, 2)
+        for s in (0, 1)
+        for t in (1, 2)
+    ]
     records.append(rec(rep=3, session=0, turn=1))  # rep 3: one of two streams
     figures = turn_repetitions(records, users=2)
     assert [(f.repetition, f.turn) for f in figures] == [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1)]
@@ -192,19 +231,51 @@ def test_turn_repetitions_give_each_repetitions_turn_figures():
     assert figures[-1].aggregate_rate is None and figures[-1].streams == 1
 
 
-def step(kind, *, session=0, turn=1, parent=None, prompt=1000, cached=0, shareable=None,
-         new=100, output=11, pause=0.0, valid=True, rep=1, first=S // 2):
-    r = rec(session=session, turn=turn, prompt=prompt, cached=cached, valid=valid, rep=rep,
-            first=first, shareable=shareable if shareable is not None else cached)
-    return r.model_copy(update={"step_kind": kind, "parent_session": parent, "new_tokens": new,
-                                "output_tokens": output, "pause_s": pause})
+def step(
+    kind,
+    *,
+    session=0,
+    turn=1,
+    parent=None,
+    prompt=1000,
+    cached=0,
+    shareable=None,
+    new=100,
+    output=11,
+    pause=0.0,
+    valid=True,
+    rep=1,
+    first=S // 2,
+):
+    r = rec(
+        session=session,
+        turn=turn,
+        prompt=prompt,
+        cached=cached,
+        valid=valid,
+        rep=rep,
+        first=first,
+        shareable=shareable if shareable is not None else cached,
+    )
+    return r.model_copy(
+        update={
+            "step_kind": kind,
+            "parent_session": parent,
+            "new_tokens": new,
+            "output_tokens": output,
+            "pause_s": pause,
+        }
+    )
 
 
 def test_sub_agents_steps_stay_out_of_the_per_turn_figures_and_the_aggregate():
     # Two users, turn 1: user 1's stream failed; a sub-agent of user 0 (session 2) has a
     # valid turn 1 of its own. Counting it would make two valid streams: a "full" turn.
-    records = [step("human", session=0), step("human", session=1, valid=False),
-               step("subagent", session=2, parent=0)]
+    records = [
+        step("human", session=0),
+        step("human", session=1, valid=False),
+        step("subagent", session=2, parent=0),
+    ]
     summary = summarize(records, users=2)
     turn = summary.turns[0]
     assert (turn.records, turn.valid) == (2, 1)
@@ -221,13 +292,33 @@ def test_sub_agents_steps_stay_out_of_the_per_turn_figures_and_the_aggregate():
 def test_kinds_summarise_each_step_kind_present_sub_agents_included():
     records = [
         step("human", session=0, prompt=1000, cached=0, new=150, pause=2.0),
-        step("tool", session=0, turn=2, prompt=2000, cached=1500, shareable=1600, new=400,
-             output=40, pause=0.5),
-        step("tool", session=0, turn=3, prompt=3000, cached=2900, shareable=2950, new=50,
-             output=20, pause=0.1, valid=False),
+        step(
+            "tool",
+            session=0,
+            turn=2,
+            prompt=2000,
+            cached=1500,
+            shareable=1600,
+            new=400,
+            output=40,
+            pause=0.5,
+        ),
+        step(
+            "tool",
+            session=0,
+            turn=3,
+            prompt=3000,
+            cached=2900,
+            shareable=2950,
+            new=50,
+            output=20,
+            pause=0.1,
+            valid=False,
+        ),
         step("subagent", session=2, parent=0, prompt=800, cached=600, new=300),
         step("human", session=0, turn=9, prompt=500, cached=100, rep=0, new=7).model_copy(
-            update={"warmup": True}),
+            update={"warmup": True}
+        ),
     ]
     kinds = {k.kind: k for k in summarize(records, users=1).kinds or []}
     assert list(kinds) == ["human", "tool", "subagent"]  # no compaction: none present
@@ -273,6 +364,7 @@ def test_the_cache_cliff_is_the_step_right_after_each_compaction():
 def test_spec_acceptance_per_turn_sums_the_responses_own_draft_counts():
     """llama.cpp's per-response timings: Σ accepted / Σ drafted per turn, each turn its own;
     a turn whose responses carry no draft counts is not reported (None), not zero."""
+
     def drafted(record: TurnRecord, timings: dict[str, int] | None) -> TurnRecord:
         return record.model_copy(update={"timings": timings})
 

@@ -31,15 +31,27 @@ def test_arrivals_and_its_settings_go_together():
     with pytest.raises(ValidationError, match="go together"):
         workloads.Scenario.model_validate({**base, "pacing": {"mode": "arrivals"}})
     with pytest.raises(ValidationError, match="outcome of the arrival rate"):
-        workloads.Scenario.model_validate({
-            **base, "concurrency": [1, 2],
-            "pacing": {"mode": "arrivals", "arrivals": {"rate_per_s": 1}},
-        })
+        workloads.Scenario.model_validate(
+            {
+                **base,
+                "concurrency": [1, 2],
+                "pacing": {"mode": "arrivals", "arrivals": {"rate_per_s": 1}},
+            }
+        )
 
 
 def _rec(sent: int, done: int | None, *, warmup: bool = False) -> TurnRecord:
-    return TurnRecord(repetition=0, warmup=warmup, session=0, turn=1, status="ok",
-                      configured_prior_tokens=0, started_ns=sent, sent_ns=sent, done_ns=done)
+    return TurnRecord(
+        repetition=0,
+        warmup=warmup,
+        session=0,
+        turn=1,
+        status="ok",
+        configured_prior_tokens=0,
+        started_ns=sent,
+        sent_ns=sent,
+        done_ns=done,
+    )
 
 
 def test_concurrency_is_the_time_weighted_count_of_requests_in_flight():
@@ -53,12 +65,22 @@ def test_concurrency_is_the_time_weighted_count_of_requests_in_flight():
 
 
 def test_an_arrivals_run_on_the_simulator_reports_concurrency_as_an_outcome(simulated_server):
-    scenario = workloads.Scenario.model_validate({
-        "name": "fleet", "users": 6, "turns": 2, "opening_tokens": 400, "turn_tokens": 60,
-        "output_tokens": 16, "repetitions": {"warmup": 0, "measured": 1},
-        "pacing": {"mode": "arrivals", "arrivals": {"rate_per_s": 40.0, "duration_s": 30.0},
-                   "tool_time": {"median": 0.05}},
-    })
+    scenario = workloads.Scenario.model_validate(
+        {
+            "name": "fleet",
+            "users": 6,
+            "turns": 2,
+            "opening_tokens": 400,
+            "turn_tokens": 60,
+            "output_tokens": 16,
+            "repetitions": {"warmup": 0, "measured": 1},
+            "pacing": {
+                "mode": "arrivals",
+                "arrivals": {"rate_per_s": 40.0, "duration_s": 30.0},
+                "tool_time": {"median": 0.05},
+            },
+        }
+    )
     result = workloads.run(scenario, simulated_server.target)
     measured = [r for r in result.records if not r.warmup]
     assert len(measured) == 12 and all(r.valid for r in measured)

@@ -15,14 +15,25 @@ from workloads.model.errors import OptionsError
 from workloads.runner.capacity import CapacityLimits, capacity
 
 # Two short turns of 16 tokens: a run of three repetitions takes a second or two.
-TINY = ["turns=2", "opening_tokens=100", "turn_tokens=20", "output_tokens=16",
-        "repetitions.warmup=0", "gate=off", "tokenizer=tiktoken"]
+TINY = [
+    "turns=2",
+    "opening_tokens=100",
+    "turn_tokens=20",
+    "output_tokens=16",
+    "repetitions.warmup=0",
+    "gate=off",
+    "tokenizer=tiktoken",
+]
 # Decode steps of 4 ms + 4 ms per sequence (no attention or prefill cost to speak of): a
 # request's TPOT is about 4·(1 + C) ms, so an SLO of TPOT ≤ 30 ms holds up to C6 and, at
 # half the decode rate (8 ms + 8 ms per sequence), up to C2. Steps this long keep the
 # figures the simulator's on a busy machine (its scheduling noise is well under a ms).
-DECODE = {"step_fixed_s": 0.004, "decode_s_per_seq": 0.004, "attend_s_per_token": 0.0,
-          "prefill_s_per_token": 1e-6}
+DECODE = {
+    "step_fixed_s": 0.004,
+    "decode_s_per_seq": 0.004,
+    "attend_s_per_token": 0.0,
+    "prefill_s_per_token": 1e-6,
+}
 
 
 def tiny() -> workloads.Scenario:
@@ -33,11 +44,24 @@ def tiny() -> workloads.Scenario:
 def test_the_knee_moves_down_when_the_decode_rate_is_halved(tmp_path):
     half = {**DECODE, "step_fixed_s": 0.008, "decode_s_per_seq": 0.008}
     seen = []
-    full = capacity(tiny(), slo="tpot_ms=30", goal=0.5, start=4, sim=DECODE,
-                    out_dir=tmp_path / "full", on_point=seen.append,
-                    limits=CapacityLimits(max_points=6, max_repetitions=9))
-    slow = capacity(tiny(), slo="tpot_ms=30", goal=0.5, start=4, sim=half,
-                    limits=CapacityLimits(max_points=6, max_repetitions=9))
+    full = capacity(
+        tiny(),
+        slo="tpot_ms=30",
+        goal=0.5,
+        start=4,
+        sim=DECODE,
+        out_dir=tmp_path / "full",
+        on_point=seen.append,
+        limits=CapacityLimits(max_points=6, max_repetitions=9),
+    )
+    slow = capacity(
+        tiny(),
+        slo="tpot_ms=30",
+        goal=0.5,
+        start=4,
+        sim=half,
+        limits=CapacityLimits(max_points=6, max_repetitions=9),
+    )
     assert full.knee is not None and slow.knee is not None
     assert slow.knee < full.knee
     for result in (full, slow):  # the knee met the goal, the load above it did not
@@ -51,8 +75,9 @@ def test_the_knee_moves_down_when_the_decode_rate_is_halved(tmp_path):
     assert seen and {p.load for p in seen} == {p.load for p in full.points}
     assert load_capacity(tmp_path / "full") == full
     for p in full.points:  # every run kept, with its records
-        assert p.runs and all((tmp_path / "full" / run / "records.jsonl").exists()
-                              for run in p.runs)
+        assert p.runs and all(
+            (tmp_path / "full" / run / "records.jsonl").exists() for run in p.runs
+        )
 
 
 def test_capacity_refuses_what_cannot_work():
@@ -71,23 +96,41 @@ def test_a_load_that_stays_undecided_is_cannot_tell_and_bounded():
     # load measures more, up to max_repetitions, then says "cannot tell", which the search
     # treats as not meeting: at the lowest load, no knee.
     scenario = tiny().with_overrides(["users=1", "turns=1"])
-    result = capacity(scenario, slo="ttft_s=60", goal=0.95,
-                      limits=CapacityLimits(max_repetitions=6))
+    result = capacity(
+        scenario, slo="ttft_s=60", goal=0.95, limits=CapacityLimits(max_repetitions=6)
+    )
     [point] = result.points
     assert (point.load, point.repetitions, point.verdict) == (1.0, 6, "cannot tell")
     assert point.session_share == 1.0 and point.low is not None and point.low < 0.95
     assert (result.knee, result.first_failing, result.stopped) == (None, 1.0, None)
     # out of points before the knee is bracketed: the search says so
-    result = capacity(scenario, slo="ttft_s=60", goal=0.95, start=2,
-                      limits=CapacityLimits(max_points=1, max_repetitions=3))
+    result = capacity(
+        scenario,
+        slo="ttft_s=60",
+        goal=0.95,
+        start=2,
+        limits=CapacityLimits(max_points=1, max_repetitions=3),
+    )
     assert [p.load for p in result.points] == [2.0]
     assert result.knee is None and "max_points" in (result.stopped or "")
 
 
 def test_the_command_reports_the_knee_and_writes_its_files(tmp_path, capsys):
     out = tmp_path / "cap"
-    args = ["capacity", "five-user-coding", "--slo", "ttft_s=60", "--goal", "50",
-            "--start", "1", "--max-load", "2", "--out", str(out)]
+    args = [
+        "capacity",
+        "five-user-coding",
+        "--slo",
+        "ttft_s=60",
+        "--goal",
+        "50",
+        "--start",
+        "1",
+        "--max-load",
+        "2",
+        "--out",
+        str(out),
+    ]
     args += [a for item in [*TINY, "turns=1"] for a in ("--set", item)]
     assert main(args) == 0
     text = capsys.readouterr().out
@@ -98,8 +141,7 @@ def test_the_command_reports_the_knee_and_writes_its_files(tmp_path, capsys):
 
 
 def test_the_command_names_a_bad_slo_in_one_line(tmp_path, capsys):
-    code = main(["capacity", "five-user-coding", "--slo", "ttft=2", "--out",
-                 str(tmp_path / "x")])
+    code = main(["capacity", "five-user-coding", "--slo", "ttft=2", "--out", str(tmp_path / "x")])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "--slo 'ttft=2'" in err
     code = main(["capacity", "five-user-coding", "--out", str(tmp_path / "x")])
@@ -117,12 +159,37 @@ def test_capacity_on_llamacpp(tmp_path, capsys):
             pytest.fail("WORKLOADS_REQUIRE_LLAMACPP is set but the llamacpp extra is missing")
         pytest.skip("the llamacpp extra is not installed (pip install '.[llamacpp]')")
     out = tmp_path / "cap"
-    args = ["capacity", "five-user-coding", "--launch", "llama.cpp", "--slo", "e2e_s=120",
-            "--goal", "50", "--start", "2", "--max-load", "2", "--max-points", "1",
-            "--no-plots", "--out", str(out)]
-    args += [a for item in ["turns=1", "opening_tokens=200", "turn_tokens=20",
-                            "output_tokens=8", "repetitions.warmup=0", "gate=off"]
-             for a in ("--set", item)]
+    args = [
+        "capacity",
+        "five-user-coding",
+        "--launch",
+        "llama.cpp",
+        "--slo",
+        "e2e_s=120",
+        "--goal",
+        "50",
+        "--start",
+        "2",
+        "--max-load",
+        "2",
+        "--max-points",
+        "1",
+        "--no-plots",
+        "--out",
+        str(out),
+    ]
+    args += [
+        a
+        for item in [
+            "turns=1",
+            "opening_tokens=200",
+            "turn_tokens=20",
+            "output_tokens=8",
+            "repetitions.warmup=0",
+            "gate=off",
+        ]
+        for a in ("--set", item)
+    ]
     assert main(args) == 0
     result = load_capacity(out)
     assert result.model and result.target.startswith("http://127.0.0.1")
@@ -132,11 +199,20 @@ def test_capacity_on_llamacpp(tmp_path, capsys):
 
 
 def test_an_open_loop_scenario_searches_the_arrival_rate():
-    fleet = workloads.load_scenario("agent-fleet").with_overrides([
-        "users=4", "turns=1", "opening_tokens=100", "turn_tokens=20", "output_tokens=16",
-        "pacing.arrivals.rate_per_s=20", "pacing.arrivals.duration_s=1",
-        'pacing.tool_time={kind = "constant", median = 0}', "gate=off",
-        "tokenizer=tiktoken"])
+    fleet = workloads.load_scenario("agent-fleet").with_overrides(
+        [
+            "users=4",
+            "turns=1",
+            "opening_tokens=100",
+            "turn_tokens=20",
+            "output_tokens=16",
+            "pacing.arrivals.rate_per_s=20",
+            "pacing.arrivals.duration_s=1",
+            'pacing.tool_time={kind = "constant", median = 0}',
+            "gate=off",
+            "tokenizer=tiktoken",
+        ]
+    )
     result = capacity(fleet, slo="ttft_s=60", goal=0.5, limits=CapacityLimits(max_points=2))
     assert result.axis == "rate"
     assert [(p.load, p.verdict) for p in result.points] == [(20.0, "meets"), (40.0, "meets")]

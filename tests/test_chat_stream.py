@@ -18,11 +18,22 @@ delta = st.one_of(
     st.fixed_dictionaries({"role": st.just("assistant"), "content": st.just("")}),
     st.fixed_dictionaries({"reasoning_content": text}),
     st.fixed_dictionaries({"tool_calls": st.just([{"index": 0}])}),
-    st.fixed_dictionaries({"content": st.lists(
-        st.fixed_dictionaries({"type": st.just("text"), "text": text}), max_size=2)}),
+    st.fixed_dictionaries(
+        {
+            "content": st.lists(
+                st.fixed_dictionaries({"type": st.just("text"), "text": text}), max_size=2
+            )
+        }
+    ),
     st.fixed_dictionaries({"content": st.none()}),
-    st.fixed_dictionaries({"role": st.none(), "content": text, "reasoning_content": st.none(),
-                           "tool_calls": st.none()}),  # SGLang's nulls
+    st.fixed_dictionaries(
+        {
+            "role": st.none(),
+            "content": text,
+            "reasoning_content": st.none(),
+            "tool_calls": st.none(),
+        }
+    ),  # SGLang's nulls
     st.fixed_dictionaries({"content": text, "reasoning": text}),
 )
 choice = st.fixed_dictionaries(
@@ -31,8 +42,14 @@ choice = st.fixed_dictionaries(
 )
 chunk = st.fixed_dictionaries(
     {"id": st.just("c1"), "choices": st.lists(choice, min_size=0, max_size=1)},
-    optional={"usage": st.one_of(st.none(), st.fixed_dictionaries({
-        "prompt_tokens": st.integers(0, 10**6), "completion_tokens": st.integers(0, 10**6)}))},
+    optional={
+        "usage": st.one_of(
+            st.none(),
+            st.fixed_dictionaries(
+                {"prompt_tokens": st.integers(0, 10**6), "completion_tokens": st.integers(0, 10**6)}
+            ),
+        )
+    },
 )
 
 
@@ -43,9 +60,12 @@ chunk = st.fixed_dictionaries(
     cuts=st.lists(st.integers(0, 10**5), max_size=12),
 )
 def test_the_stream_says_what_each_chunk_says(chunks, ascii_only, cuts):
-    wire = b"".join(
-        b"data: " + json.dumps(c, ensure_ascii=ascii_only).encode() + b"\n\n" for c in chunks
-    ) + b"data: [DONE]\n\n"
+    wire = (
+        b"".join(
+            b"data: " + json.dumps(c, ensure_ascii=ascii_only).encode() + b"\n\n" for c in chunks
+        )
+        + b"data: [DONE]\n\n"
+    )
     points = sorted({c % (len(wire) + 1) for c in cuts})
     reads = [wire[a:b] for a, b in zip([0, *points], [*points, len(wire)], strict=True)]
     stream = ChatStream()
@@ -70,13 +90,16 @@ def test_the_stream_says_what_each_chunk_says(chunks, ascii_only, cuts):
         assert stream.first_content_ns <= stream.last_content_ns
 
 
-@pytest.mark.parametrize(("data", "kind"), [
-    (b"data: {oops\n\n", "malformed"),
-    (b"data: [1]\n\n", "malformed"),
-    (b"data: \xff\xfe\n\n", "malformed"),
-    (b'data: {"error": {"message": "overloaded"}}\n\n', "error_event"),
-    (b"event: error\ndata: {}\n\n", "error_event"),
-])
+@pytest.mark.parametrize(
+    ("data", "kind"),
+    [
+        (b"data: {oops\n\n", "malformed"),
+        (b"data: [1]\n\n", "malformed"),
+        (b"data: \xff\xfe\n\n", "malformed"),
+        (b'data: {"error": {"message": "overloaded"}}\n\n', "error_event"),
+        (b"event: error\ndata: {}\n\n", "error_event"),
+    ],
+)
 def test_what_is_not_a_chunk_raises_its_kind(data, kind):
     with pytest.raises(RequestError) as caught:
         ChatStream().feed(data, 1)
@@ -107,8 +130,15 @@ def test_records_of_a_real_run_carry_chunk_gaps(simulated_server):
     import workloads
 
     scenario = workloads.load_scenario("five-user-coding").with_overrides(
-        ["users=2", "turns=1", "opening_tokens=300", "output_tokens=12",
-         "repetitions.warmup=0", "repetitions.measured=1"])
+        [
+            "users=2",
+            "turns=1",
+            "opening_tokens=300",
+            "output_tokens=12",
+            "repetitions.warmup=0",
+            "repetitions.measured=1",
+        ]
+    )
     result = workloads.run(scenario, simulated_server.target)
     for r in result.records:
         assert r.chunk_gaps_us is not None and len(r.chunk_gaps_us) == r.content_events - 1
@@ -116,20 +146,25 @@ def test_records_of_a_real_run_carry_chunk_gaps(simulated_server):
     assert result.summary.run.itl_percentiles is not None
 
 
-@pytest.mark.parametrize(("delta", "output"), [
-    ({"content": "Hel"}, ("Hel", "", None)),
-    ({"role": "assistant", "content": ""}, ("", "", None)),
-    ({"role": "assistant"}, ("", "", None)),
-    ({"role": None, "content": "x", "reasoning_content": None, "tool_calls": None},
-     ("x", "", None)),
-    ({"content": [{"type": "text", "text": "a"}, {"type": "image_url"}]}, ("a", "", None)),
-    ({"content": None, "reasoning_content": "hm"}, ("", "hm", None)),
-    ({"content": None, "reasoning_content": "", "reasoning": "hm"}, ("", "hm", None)),
-    ({"tool_calls": [{"index": 0}]}, ("", "", [{"index": 0}])),
-    ({"tool_calls": []}, ("", "", None)),
-    ({"tool_calls": {"index": 0}}, ("", "", None)),  # not a list: not tool calls
-    ({"content": 5, "reasoning_content": ["x"]}, ("", "", None)),
-])
+@pytest.mark.parametrize(
+    ("delta", "output"),
+    [
+        ({"content": "Hel"}, ("Hel", "", None)),
+        ({"role": "assistant", "content": ""}, ("", "", None)),
+        ({"role": "assistant"}, ("", "", None)),
+        (
+            {"role": None, "content": "x", "reasoning_content": None, "tool_calls": None},
+            ("x", "", None),
+        ),
+        ({"content": [{"type": "text", "text": "a"}, {"type": "image_url"}]}, ("a", "", None)),
+        ({"content": None, "reasoning_content": "hm"}, ("", "hm", None)),
+        ({"content": None, "reasoning_content": "", "reasoning": "hm"}, ("", "hm", None)),
+        ({"tool_calls": [{"index": 0}]}, ("", "", [{"index": 0}])),
+        ({"tool_calls": []}, ("", "", None)),
+        ({"tool_calls": {"index": 0}}, ("", "", None)),  # not a list: not tool calls
+        ({"content": 5, "reasoning_content": ["x"]}, ("", "", None)),
+    ],
+)
 def test_what_a_delta_generated(delta, output):
     assert generated(delta) == output
     chunk = {"id": "c1", "choices": [{"index": 0, "delta": delta}]}

@@ -13,10 +13,22 @@ from workloads.cli import main
 
 DATA = Path(__file__).parent / "data"
 TINY = [
-    "--set", "users=2", "--set", "turns=2", "--set", "opening_tokens=300",
-    "--set", "turn_tokens=50", "--set", "output_tokens=8",
-    "--set", "repetitions.warmup=0", "--set", "repetitions.measured=1",
-    "--quiet", "--no-plots",
+    "--set",
+    "users=2",
+    "--set",
+    "turns=2",
+    "--set",
+    "opening_tokens=300",
+    "--set",
+    "turn_tokens=50",
+    "--set",
+    "output_tokens=8",
+    "--set",
+    "repetitions.warmup=0",
+    "--set",
+    "repetitions.measured=1",
+    "--quiet",
+    "--no-plots",
 ]
 
 
@@ -28,8 +40,17 @@ def one_line(capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_a_run_whose_turns_all_fail_exits_3_and_prints_the_failures_by_kind(tmp_path, capsys):
-    code = main(["run", "five-user-coding", "--out", str(tmp_path / "r"), *TINY,
-                 "--sim", "faults.rate_500=1.0"])
+    code = main(
+        [
+            "run",
+            "five-user-coding",
+            "--out",
+            str(tmp_path / "r"),
+            *TINY,
+            "--sim",
+            "faults.rate_500=1.0",
+        ]
+    )
     assert code == 3
     out = capsys.readouterr().out
     assert "Failed measured turns: 4 of 4" in out
@@ -42,9 +63,21 @@ def test_a_run_whose_turns_all_fail_exits_3_and_prints_the_failures_by_kind(tmp_
 
 
 def test_failures_within_max_error_rate_exit_0(tmp_path, capsys):
-    code = main(["run", "five-user-coding", "--out", str(tmp_path / "r"), *TINY,
-                 "--sim", "faults.rate_early_stop=1.0", "--sim", "faults.after_tokens=2",
-                 "--max-error-rate", "1"])
+    code = main(
+        [
+            "run",
+            "five-user-coding",
+            "--out",
+            str(tmp_path / "r"),
+            *TINY,
+            "--sim",
+            "faults.rate_early_stop=1.0",
+            "--sim",
+            "faults.after_tokens=2",
+            "--max-error-rate",
+            "1",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "invalid" in out and "finish_reason 'stop'" in out
@@ -58,19 +91,33 @@ def test_a_clean_run_exits_0_and_prints_no_failure_table(tmp_path, capsys):
 def test_a_model_the_target_does_not_serve_exits_4_listing_what_it_offers(
     simulated_server, tmp_path, capsys
 ):
-    code = main(["run", "five-user-coding", "--target", simulated_server.base_url,
-                 "--model", "no-such-model", "--out", str(tmp_path / "r"), *TINY])
+    code = main(
+        [
+            "run",
+            "five-user-coding",
+            "--target",
+            simulated_server.base_url,
+            "--model",
+            "no-such-model",
+            "--out",
+            str(tmp_path / "r"),
+            *TINY,
+        ]
+    )
     assert code == 4
     err = one_line(capsys)
     assert "'no-such-model' is not served" in err and simulated_server.model in err
     assert not (tmp_path / "r" / "records.jsonl").exists()
 
 
-@pytest.mark.parametrize(("url", "says"), [
-    ("127.0.0.1:8000/v1", "has no scheme; write it in full, e.g. http://127.0.0.1:8000/v1"),
-    ("ftp://127.0.0.1/v1", "is not HTTP (ftp://)"),
-    ("http:///v1", "names no host"),
-])
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("127.0.0.1:8000/v1", "has no scheme; write it in full, e.g. http://127.0.0.1:8000/v1"),
+        ("ftp://127.0.0.1/v1", "is not HTTP (ftp://)"),
+        ("http:///v1", "names no host"),
+    ],
+)
 def test_a_target_url_that_is_not_http_is_one_line(tmp_path, capsys, url, says):
     code = main(["run", "five-user-coding", "--target", url, "--out", str(tmp_path / "r")])
     assert code == 2
@@ -80,8 +127,18 @@ def test_a_target_url_that_is_not_http_is_one_line(tmp_path, capsys, url, says):
 
 
 def test_sim_with_target_is_refused(simulated_server, tmp_path, capsys):
-    code = main(["run", "five-user-coding", "--target", simulated_server.base_url,
-                 "--sim", "spec_tokens=2", "--out", str(tmp_path / "r")])
+    code = main(
+        [
+            "run",
+            "five-user-coding",
+            "--target",
+            simulated_server.base_url,
+            "--sim",
+            "spec_tokens=2",
+            "--out",
+            str(tmp_path / "r"),
+        ]
+    )
     assert code == 2
     assert "--sim" in one_line(capsys)
 

@@ -26,16 +26,32 @@ def chunk(obj: dict) -> bytes:
 
 
 def content(text: str) -> bytes:
-    return chunk({"id": "c1", "choices": [{"index": 0, "delta": {"content": text},
-                                            "finish_reason": None}]})
+    return chunk(
+        {"id": "c1", "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+    )
 
 
-ROLE = chunk({"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                       "finish_reason": None}]})
+ROLE = chunk(
+    {
+        "id": "c1",
+        "choices": [
+            {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+        ],
+    }
+)
 FINISH = chunk({"id": "c1", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
-USAGE = chunk({"id": "c1", "choices": [], "usage": {
-    "prompt_tokens": 100, "completion_tokens": 3, "total_tokens": 103,
-    "prompt_tokens_details": {"cached_tokens": 64}}})
+USAGE = chunk(
+    {
+        "id": "c1",
+        "choices": [],
+        "usage": {
+            "prompt_tokens": 100,
+            "completion_tokens": 3,
+            "total_tokens": 103,
+            "prompt_tokens_details": {"cached_tokens": 64},
+        },
+    }
+)
 DONE = b"data: [DONE]\n\n"
 
 
@@ -52,8 +68,9 @@ async def read_request(reader: asyncio.StreamReader) -> bytes | None:
 
 
 async def start_stream(writer: asyncio.StreamWriter) -> None:
-    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                 b"Transfer-Encoding: chunked\r\n\r\n")
+    writer.write(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
     await writer.drain()
 
 
@@ -147,8 +164,9 @@ async def full_stream(writer: asyncio.StreamWriter, *parts: bytes) -> None:
 
 
 async def respond(writer: asyncio.StreamWriter, status: str, headers: str, body: bytes) -> None:
-    writer.write(f"HTTP/1.1 {status}\r\n{headers}Content-Length: {len(body)}\r\n\r\n".encode()
-                 + body)
+    writer.write(
+        f"HTTP/1.1 {status}\r\n{headers}Content-Length: {len(body)}\r\n\r\n".encode() + body
+    )
     await writer.drain()
 
 
@@ -212,9 +230,10 @@ async def test_without_reuse_every_request_opens_its_own_connection():
         await full_stream(writer, content("x"), FINISH, USAGE, DONE)
         return True
 
-    async with scripted_server(handler) as s, AiohttpChatClient(
-        s.url, reuse_connections=False
-    ) as client:
+    async with (
+        scripted_server(handler) as s,
+        AiohttpChatClient(s.url, reuse_connections=False) as client,
+    ):
         responses = [await client.stream_chat(BODY) for _ in range(3)]
     assert all(r.ok for r in responses) and s.connections == 3
 
@@ -295,9 +314,7 @@ async def test_turn_cancelled_while_waiting_to_retry_keeps_the_attempt():
         await respond(writer, "429 Too Many Requests", "Retry-After: 30\r\n", b"busy")
         return True
 
-    async with scripted_server(handler) as s, AiohttpChatClient(
-        s.url, retry_on={"429"}
-    ) as client:
+    async with scripted_server(handler) as s, AiohttpChatClient(s.url, retry_on={"429"}) as client:
         task = asyncio.create_task(client.stream_chat(BODY))
         for _ in range(200):  # until the 429 arrived
             await asyncio.sleep(0.01)
@@ -339,8 +356,12 @@ async def test_http_4xx_and_5xx_and_redirects_not_followed():
 
 async def test_a_200_html_page_is_not_an_event_stream():
     async def handler(reader, writer, index):
-        await respond(writer, "200 OK", "Content-Type: text/html\r\n",
-                      b"<html><body>Please log in</body></html>")
+        await respond(
+            writer,
+            "200 OK",
+            "Content-Type: text/html\r\n",
+            b"<html><body>Please log in</body></html>",
+        )
         return True
 
     _, r = await one(handler)
@@ -398,8 +419,16 @@ async def test_stream_ended_without_done_is_truncated_even_after_the_finish_reas
     assert r.error_kind == "truncated" and not r.saw_done
     assert r.text == "ab" and r.finish_reason == "length" and r.content_events == 2
     record = record_from_response(
-        r, repetition=0, warmup=False, session=0, turn=1, configured_prior_tokens=0,
-        output_tokens=2, exact_output=False, shareable_tokens=None, shareable_exact=False,
+        r,
+        repetition=0,
+        warmup=False,
+        session=0,
+        turn=1,
+        configured_prior_tokens=0,
+        output_tokens=2,
+        exact_output=False,
+        shareable_tokens=None,
+        shareable_exact=False,
     )
     assert record.status == "error" and not record.valid and record.error_kind == "truncated"
 
@@ -532,8 +561,16 @@ async def test_cancelled_turn_keeps_what_it_measured():
     assert r.text == "so far" and r.content_events == 1
     assert r.sent_ns <= r.headers_ns <= r.first_content_ns < r.error_ns
     record = record_from_response(
-        r, repetition=0, warmup=False, session=0, turn=1, configured_prior_tokens=0,
-        output_tokens=2, exact_output=False, shareable_tokens=None, shareable_exact=False,
+        r,
+        repetition=0,
+        warmup=False,
+        session=0,
+        turn=1,
+        configured_prior_tokens=0,
+        output_tokens=2,
+        exact_output=False,
+        shareable_tokens=None,
+        shareable_exact=False,
     )
     assert record.status == "incomplete" and record.error_kind == "cancelled"
     assert record.first_content_ns == r.first_content_ns and record.error_ns == r.error_ns
@@ -541,8 +578,13 @@ async def test_cancelled_turn_keeps_what_it_measured():
 
 async def test_early_stop_is_ok_but_not_valid_for_an_exact_length_turn():
     stop = chunk({"id": "c1", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-    usage = chunk({"id": "c1", "choices": [], "usage": {
-        "prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}})
+    usage = chunk(
+        {
+            "id": "c1",
+            "choices": [],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+        }
+    )
 
     async def handler(reader, writer, index):
         await full_stream(writer, content("a"), content("b"), stop, usage, DONE)
@@ -551,33 +593,53 @@ async def test_early_stop_is_ok_but_not_valid_for_an_exact_length_turn():
     _, r = await one(handler)
     assert r.ok and r.finish_reason == "stop"
     record = record_from_response(
-        r, repetition=0, warmup=False, session=0, turn=1, configured_prior_tokens=0,
-        output_tokens=8, exact_output=True, shareable_tokens=None, shareable_exact=False,
+        r,
+        repetition=0,
+        warmup=False,
+        session=0,
+        turn=1,
+        configured_prior_tokens=0,
+        output_tokens=8,
+        exact_output=True,
+        shareable_tokens=None,
+        shareable_exact=False,
     )
     assert record.status == "ok" and record.error_kind is None and not record.valid
 
 
 def test_records_written_with_the_old_kinds_still_load():
-    base = dict(repetition=0, warmup=False, session=0, turn=1, status="error",
-                configured_prior_tokens=0, started_ns=0)
+    base = dict(
+        repetition=0,
+        warmup=False,
+        session=0,
+        turn=1,
+        status="error",
+        configured_prior_tokens=0,
+        started_ns=0,
+    )
     cases = [
         ("http", 429, "HTTP 429: slow", "http_429"),
         ("http", 404, "HTTP 404: nope", "http_4xx"),
         ("http", 500, "HTTP 500: boom", "http_5xx"),
         ("protocol", 200, "error in stream: KV", "error_event"),
         ("protocol", 200, "malformed JSON in stream: x", "malformed"),
-        ("timeout", 200, "no data for too long: Timeout on reading data from socket",
-         "read_stall"),
+        ("timeout", 200, "no data for too long: Timeout on reading data from socket", "read_stall"),
         ("timeout", None, "request exceeded 600 s", "turn_deadline"),
-        ("connect", None, "cannot connect to http://h/v1/chat/completions: Cannot connect to "
-         "host h:1 ssl:default [Connect call failed ('127.0.0.1', 1)]", "connect_refused"),
+        (
+            "connect",
+            None,
+            "cannot connect to http://h/v1/chat/completions: Cannot connect to "
+            "host h:1 ssl:default [Connect call failed ('127.0.0.1', 1)]",
+            "connect_refused",
+        ),
         ("connect", None, "ServerDisconnectedError: Server disconnected", "disconnected"),
         ("disconnected", 200, "stream broken", "disconnected"),
         ("cancelled", None, None, "cancelled"),
     ]
     for old, status, message, new in cases:
-        line = json.dumps({**base, "error_kind": old, "http_status": status,
-                           "error_message": message})
+        line = json.dumps(
+            {**base, "error_kind": old, "http_status": status, "error_message": message}
+        )
         assert TurnRecord.model_validate_json(line).error_kind == new, old
 
 
@@ -629,8 +691,12 @@ async def test_no_ttft_is_shorter_than_the_servers_own_read_to_first_token():
     from workloads.servers.simulated import SimulatedServer
 
     async with SimulatedServer("fast", debug=True) as server:
-        body = {"model": server.model, "stream": True, "max_tokens": 4,
-                "messages": [{"role": "user", "content": "hi"}]}
+        body = {
+            "model": server.model,
+            "stream": True,
+            "max_tokens": 4,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
         async with AiohttpChatClient(server.base_url, connections=8) as client:
             responses = []
             for _ in range(5):  # 5 rounds of 8 at once: new and kept-alive connections

@@ -35,8 +35,10 @@ def test_same_workload_twice_is_matched_within_the_tokenizer_delta():
 def hashed(result: workloads.RunResult) -> workloads.RunResult:
     """A copy whose records carry prompt hashes (these stored v1 files predate them): equal
     for the same (repetition, session, turn) and prompt size."""
-    return edit(result, lambda r: {"prompt_sha256": f"{r.repetition}.{r.session}.{r.turn}."
-                                                    f"{r.prompt_tokens}"})
+    return edit(
+        result,
+        lambda r: {"prompt_sha256": f"{r.repetition}.{r.session}.{r.turn}.{r.prompt_tokens}"},
+    )
 
 
 def test_byte_identical_prompts_are_matched_and_an_arm_is_not_significant_against_itself():
@@ -69,16 +71,17 @@ def test_different_scenarios_are_refused_unless_forced():
 
 def test_prompts_more_than_one_percent_apart_are_refused():
     a = load("v1-small-a")
-    bigger = [r.model_copy(update={"prompt_tokens": (r.prompt_tokens or 0) * 2})
-              for r in a.records]
+    bigger = [r.model_copy(update={"prompt_tokens": (r.prompt_tokens or 0) * 2}) for r in a.records]
     with pytest.raises(workloads.IncomparableError, match="prompt tokens differ"):
         compare(a, a.model_copy(update={"records": bigger}))
 
 
 def test_a_doubled_rate_is_significant_with_its_ratio():
     a = load("v1-small-a")
-    faster = [r.model_copy(update={"decode_tokens_per_s": (r.decode_tokens_per_s or 0) * 2})
-              for r in a.records]
+    faster = [
+        r.model_copy(update={"decode_tokens_per_s": (r.decode_tokens_per_s or 0) * 2})
+        for r in a.records
+    ]
     result = compare(a, a.model_copy(update={"records": faster}))
     per_user = next(m for m in result.metrics if m.name == "per-user median")
     assert per_user.significant and per_user.ratio == pytest.approx(2.0)
@@ -95,8 +98,10 @@ def test_compare_plot_draws_every_row_of_the_table_under_its_name(tmp_path, caps
     from workloads.report.compare_plot import plot_rows
 
     a = workloads.load_result(DATA / "v1-small-a")
-    faster = [r.model_copy(update={"decode_tokens_per_s": (r.decode_tokens_per_s or 0) * 2})
-              for r in a.records]
+    faster = [
+        r.model_copy(update={"decode_tokens_per_s": (r.decode_tokens_per_s or 0) * 2})
+        for r in a.records
+    ]
     result = compare(a, a.model_copy(update={"records": faster}))
     rows = plot_rows(result)
     assert [r.label for r in rows] == [row[0] for row in comparison_table(result).rows]
@@ -105,8 +110,10 @@ def test_compare_plot_draws_every_row_of_the_table_under_its_name(tmp_path, caps
     assert per_user.low is not None and per_user.ratio is not None and per_user.high is not None
     assert per_user.low < per_user.ratio < per_user.high
     plot = tmp_path / "ab.png"
-    assert main(["compare", str(DATA / "v1-small-a"), str(DATA / "v1-small-b"),
-                 "--plot", str(plot)]) == 0
+    assert (
+        main(["compare", str(DATA / "v1-small-a"), str(DATA / "v1-small-b"), "--plot", str(plot)])
+        == 0
+    )
     assert f"plot: {plot}" in capsys.readouterr().out
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -141,8 +148,11 @@ def test_one_repetition_a_side_is_never_significant():
 def test_a_difference_below_the_minimum_effect_is_not_significant():
     a = load("v1-small-a")
     slightly = edit(a, lambda r: {"decode_tokens_per_s": (r.decode_tokens_per_s or 0) * 1.01})
-    rows = [m for m in compare(a, slightly).metrics if "TTFT" not in m.name
-            and "prefill" not in m.name and "cache" not in m.name]
+    rows = [
+        m
+        for m in compare(a, slightly).metrics
+        if "TTFT" not in m.name and "prefill" not in m.name and "cache" not in m.name
+    ]
     assert rows and all(m.outcome == "not significant" for m in rows)
     faster = edit(a, lambda r: {"decode_tokens_per_s": (r.decode_tokens_per_s or 0) * 1.5})
     aggregate = next(m for m in compare(a, faster).metrics if m.name == "aggregate")
@@ -163,8 +173,14 @@ def test_opposite_per_turn_prompt_differences_do_not_cancel():
 def test_a_different_failure_pattern_is_still_the_same_workload():
     a = load("v1-small-a")
     # One turn-2 request of B finished invalid (its prompt was still counted by the server).
-    b = edit(a, lambda r: {"valid": False, "finish_reason": "stop"}
-             if (r.repetition, r.session, r.turn) == (2, 0, 2) else None)
+    b = edit(
+        a,
+        lambda r: (
+            {"valid": False, "finish_reason": "stop"}
+            if (r.repetition, r.session, r.turn) == (2, 0, 2)
+            else None
+        ),
+    )
     result = compare(hashed(a), hashed(b))
     assert result.match == "matched" and result.prompt_delta_tokens == 0
 
@@ -195,13 +211,21 @@ def test_compare_uses_the_reports_aggregate_the_median_turn_sum_of_each_repetiti
     aggregate = next(m for m in result.metrics if m.name == "aggregate")
     assert aggregate.a is not None and aggregate.a.n == 3
     for figures, value in zip(repetitions(a.records, users=2), aggregate.a_values, strict=True):
-        sums = [t.aggregate_rate for t in turn_repetitions(a.records, users=2)
-                if t.repetition == figures.repetition]
-        assert value == pytest.approx(sorted(sums)[len(sums) // 2] if len(sums) % 2
-                                      else sum(sums) / 2)
+        sums = [
+            t.aggregate_rate
+            for t in turn_repetitions(a.records, users=2)
+            if t.repetition == figures.repetition
+        ]
+        assert value == pytest.approx(
+            sorted(sums)[len(sums) // 2] if len(sums) % 2 else sum(sums) / 2
+        )
     names = {m.name for m in result.metrics}
-    assert {"wall throughput", "TTFT median", "turn 2 cache effectiveness",
-            "turn 1 prefill rate"} <= names
+    assert {
+        "wall throughput",
+        "TTFT median",
+        "turn 2 cache effectiveness",
+        "turn 1 prefill rate",
+    } <= names
 
 
 def test_a_sweep_is_compared_cell_by_cell():
@@ -219,8 +243,9 @@ def test_a_sweep_is_compared_cell_by_cell():
 def test_sweeps_with_different_cells_are_refused_unless_forced():
     sweep = load("v1-sweep")
     c1 = [r for r in sweep.records if r.cell == 0]
-    fewer = sweep.model_copy(update={
-        "scenario": sweep.scenario.with_overrides(["concurrency=[1]"]), "records": c1})
+    fewer = sweep.model_copy(
+        update={"scenario": sweep.scenario.with_overrides(["concurrency=[1]"]), "records": c1}
+    )
     with pytest.raises(workloads.IncomparableError, match="different cells"):
         compare(sweep, fewer)
     forced = compare(sweep, fewer, force=True)
@@ -232,23 +257,44 @@ def test_stored_sweep_cells_are_summarized_apart():
     assert sweep.cells is not None
     pooled = summarize(sweep.records, users=sweep.scenario.users)
     assert pooled.turns[0].aggregate_rate is None  # pooled over C1 and C2: no Σ
-    c1, c2 = (summarize([r for r in sweep.records if r.cell == c.cell], users=c.concurrency)
-              .turns[0].aggregate_rate for c in sweep.cells)
+    c1, c2 = (
+        summarize([r for r in sweep.records if r.cell == c.cell], users=c.concurrency)
+        .turns[0]
+        .aggregate_rate
+        for c in sweep.cells
+    )
     assert c1 is not None and c2 is not None and c2.median > c1.median
     assert c1.n == c2.n == 2
 
 
 def test_two_same_configuration_simulator_runs_are_not_significant_on_every_row(
-        tmp_path, capsys, monkeypatch):
+    tmp_path, capsys, monkeypatch
+):
     # Two runs of one configuration, 3 repetitions each, must differ only by chance, which
     # the test must call "not significant". With the fast profile (2.5 ms steps) this shared
     # 2-core machine's load shifts a whole run by up to 8 % (seen: per-user 307 vs 326 tok/s
     # for two arms run at once): a real difference between the two runs, not chance. Steps
     # of 20 ms keep the figures the simulator's, whatever else runs here.
-    args = ["--set", "users=2", "--set", "turns=2", "--set", "opening_tokens=600",
-            "--set", "turn_tokens=120", "--set", "output_tokens=24",
-            "--set", "repetitions.measured=3", "--gate", "off",
-            "--sim", "step_fixed_s=0.02", "--quiet", "--no-plots"]
+    args = [
+        "--set",
+        "users=2",
+        "--set",
+        "turns=2",
+        "--set",
+        "opening_tokens=600",
+        "--set",
+        "turn_tokens=120",
+        "--set",
+        "output_tokens=24",
+        "--set",
+        "repetitions.measured=3",
+        "--gate",
+        "off",
+        "--sim",
+        "step_fixed_s=0.02",
+        "--quiet",
+        "--no-plots",
+    ]
     for arm in ("a", "b"):
         assert main(["run", "five-user-coding", "--out", str(tmp_path / arm), *args]) == 0
     capsys.readouterr()
@@ -257,7 +303,7 @@ def test_two_same_configuration_simulator_runs_are_not_significant_on_every_row(
     out = capsys.readouterr().out
     lines = out.splitlines()
     rule = next(i for i, line in enumerate(lines) if line.strip() and set(line.strip()) == {"─"})
-    rows = [line for line in lines[rule + 1:] if line.strip()]
+    rows = [line for line in lines[rule + 1 :] if line.strip()]
     assert len(rows) >= 10
     assert all("not significant" in row for row in rows), out
     assert all(row.endswith(", n = 3/3") for row in rows), out
@@ -265,8 +311,9 @@ def test_two_same_configuration_simulator_runs_are_not_significant_on_every_row(
 
 def test_the_declared_variable_under_test_may_differ_and_nothing_else(capsys):
     a = load("v1-small-a")
-    greedy = a.model_copy(update={"scenario": a.scenario.with_overrides(
-        ["sampling.temperature=0"])})
+    greedy = a.model_copy(
+        update={"scenario": a.scenario.with_overrides(["sampling.temperature=0"])}
+    )
     with pytest.raises(workloads.IncomparableError, match="sampling"):
         compare(a, greedy)
     result = compare(a, greedy, variable="sampling")
@@ -274,15 +321,26 @@ def test_the_declared_variable_under_test_may_differ_and_nothing_else(capsys):
     assert result.variable_values is not None and "0.0" in result.variable_values[1]
     dotted = compare(a, greedy, variable="sampling.temperature")
     assert not dotted.forced_over
-    other = greedy.model_copy(update={"scenario": greedy.scenario.with_overrides(
-        ["output_tokens=17"])})
+    other = greedy.model_copy(
+        update={"scenario": greedy.scenario.with_overrides(["output_tokens=17"])}
+    )
     with pytest.raises(workloads.IncomparableError, match="output_tokens"):
         compare(a, other, variable="sampling")
 
 
 def test_cli_compare_prints_the_variable_and_the_gate_lines(tmp_path, capsys):
-    assert main(["compare", str(DATA / "v1-small-a"), str(DATA / "v1-small-b"),
-                 "--variable", "draft INT4"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                str(DATA / "v1-small-a"),
+                str(DATA / "v1-small-b"),
+                "--variable",
+                "draft INT4",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "variable under test: draft INT4" in out
     assert "identity of gate outputs: not compared (an arm ran without the gate)" in out
@@ -292,23 +350,34 @@ def test_identity_and_correctness_are_judged_against_the_baseline():
     from workloads.model.gate import GateOutput, GateResult
 
     def gated(result: workloads.RunResult, outputs: dict[str, str], passed: set[str]):
-        gate = GateResult(mode="report", outputs=[
-            GateOutput(case=c, phase="before", passed=c in passed, why="", output=text)
-            for c, text in outputs.items()])
+        gate = GateResult(
+            mode="report",
+            outputs=[
+                GateOutput(case=c, phase="before", passed=c in passed, why="", output=text)
+                for c, text in outputs.items()
+            ],
+        )
         greedy = result.scenario.with_overrides(["sampling.temperature=0"])
         return result.model_copy(update={"gate": gate, "scenario": greedy})
 
     base = edit(load("v1-small-a"), lambda r: {"completion_sha256": f"{r.session}.{r.turn}"})
     a = gated(base, {"arithmetic": "1591", "code": "x", "recall": "?"}, {"arithmetic", "code"})
-    b = gated(edit(base, lambda r: {"completion_sha256": "other"} if r.turn == 2 else None),
-              {"arithmetic": "1592", "code": "x", "recall": "4827"}, {"code", "recall"})
+    b = gated(
+        edit(base, lambda r: {"completion_sha256": "other"} if r.turn == 2 else None),
+        {"arithmetic": "1592", "code": "x", "recall": "4827"},
+        {"code", "recall"},
+    )
     result = compare(a, b)
     gate, measured = result.identity
-    assert gate.line() == ("identity of gate outputs: 1/3 byte-identical, 2 differ; first "
-                           "difference at arithmetic (before), character 3")
+    assert gate.line() == (
+        "identity of gate outputs: 1/3 byte-identical, 2 differ; first "
+        "difference at arithmetic (before), character 3"
+    )
     assert measured.compared == 12 and measured.identical == 6
-    assert result.correctness == ("correctness: A 2/3, B 2/3 · B FAILS where A passed: "
-                                  "arithmetic · B passes where A failed: recall")
+    assert result.correctness == (
+        "correctness: A 2/3, B 2/3 · B FAILS where A passed: "
+        "arithmetic · B passes where A failed: recall"
+    )
 
 
 def test_an_incomplete_arm_is_named_and_gets_no_verdict_unless_forced(tmp_path, capsys):
@@ -334,7 +403,8 @@ def test_an_incomplete_arm_is_named_and_gets_no_verdict_unless_forced(tmp_path, 
     aggregate = next(m for m in withheld.metrics if m.name == "aggregate")
     assert aggregate.outcome == "no verdict" and not aggregate.verdict.endswith("better")
     assert aggregate.verdict.startswith("1.50x [") and aggregate.verdict.endswith(
-        ", no verdict (B incomplete), n = 3/3")
+        ", no verdict (B incomplete), n = 3/3"
+    )
     forced = compare(a, stopped, force=True)
     assert not forced.withheld
     assert next(m for m in forced.metrics if m.name == "aggregate").outcome == "better"
@@ -342,8 +412,9 @@ def test_an_incomplete_arm_is_named_and_gets_no_verdict_unless_forced(tmp_path, 
 
 def test_a_sweep_with_a_declared_variable_pairs_its_cells_by_position():
     sweep = load("v1-sweep")
-    deeper = sweep.model_copy(update={
-        "scenario": sweep.scenario.with_overrides(["opening_tokens=400"])})
+    deeper = sweep.model_copy(
+        update={"scenario": sweep.scenario.with_overrides(["opening_tokens=400"])}
+    )
     with pytest.raises(workloads.IncomparableError, match="different cells"):
         compare(sweep, deeper)  # by (concurrency, prior tokens): nothing in common
     result = compare(sweep, deeper, variable="opening_tokens")
@@ -351,8 +422,9 @@ def test_a_sweep_with_a_declared_variable_pairs_its_cells_by_position():
     names = [m.name for m in result.metrics]
     assert "C1 · prior 300 vs prior 400 · aggregate" in names
     assert "C2 · prior 300 vs prior 400 · turn 2 aggregate" in names
-    wider = sweep.model_copy(update={
-        "scenario": sweep.scenario.with_overrides(["concurrency=[1, 2, 4]"])})
+    wider = sweep.model_copy(
+        update={"scenario": sweep.scenario.with_overrides(["concurrency=[1, 2, 4]"])}
+    )
     with pytest.raises(workloads.IncomparableError, match="B only: C4 · prior 300"):
         compare(sweep, wider, variable="concurrency")
 
@@ -375,8 +447,11 @@ def test_differing_server_fingerprints_and_simulator_profiles_are_listed():
     assert a.target.simulator_profile is not None
     profile = {**a.target.simulator_profile, "step_fixed_s": 0.02, "seed": 9}
     server = a.target.server.model_copy(update={"system_fingerprint": "fp-other"})
-    b = a.model_copy(update={"target": a.target.model_copy(
-        update={"simulator_profile": profile, "server": server})})
+    b = a.model_copy(
+        update={
+            "target": a.target.model_copy(update={"simulator_profile": profile, "server": server})
+        }
+    )
     result = compare(a, b)
     assert result.targets == [
         "server system_fingerprint: A 'workloads-sim-0.1.0-fast-d0b8787e' · B 'fp-other'",
@@ -388,17 +463,43 @@ def test_differing_server_fingerprints_and_simulator_profiles_are_listed():
     assert compare(a, a).targets == []
 
 
-SHORT_RUN = ["--set", "users=2", "--set", "turns=2", "--set", "opening_tokens=300",
-             "--set", "turn_tokens=50", "--set", "output_tokens=32",
-             "--set", "repetitions.measured=3", "--quiet", "--no-plots"]
+SHORT_RUN = [
+    "--set",
+    "users=2",
+    "--set",
+    "turns=2",
+    "--set",
+    "opening_tokens=300",
+    "--set",
+    "turn_tokens=50",
+    "--set",
+    "output_tokens=32",
+    "--set",
+    "repetitions.measured=3",
+    "--quiet",
+    "--no-plots",
+]
 
 
-def test_an_invalid_arm_is_named_first_and_gets_no_speed_verdict_unless_forced(
-        tmp_path, capsys):
+def test_an_invalid_arm_is_named_first_and_gets_no_speed_verdict_unless_forced(tmp_path, capsys):
     assert main(["run", "five-user-coding", "--out", str(tmp_path / "a"), *SHORT_RUN]) == 0
     # B: the simulator corrupts every output, so its required gate fails (exit 5).
-    assert main(["run", "five-user-coding", "--out", str(tmp_path / "b"), *SHORT_RUN,
-                 "--gate", "required", "--sim", "faults.rate_corrupt=1"]) == EXIT_INVALID_RUN
+    assert (
+        main(
+            [
+                "run",
+                "five-user-coding",
+                "--out",
+                str(tmp_path / "b"),
+                *SHORT_RUN,
+                "--gate",
+                "required",
+                "--sim",
+                "faults.rate_corrupt=1",
+            ]
+        )
+        == EXIT_INVALID_RUN
+    )
     capsys.readouterr()
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == EXIT_INVALID_RUN
     out = capsys.readouterr().out
@@ -406,7 +507,7 @@ def test_an_invalid_arm_is_named_first_and_gets_no_speed_verdict_unless_forced(
     assert first[1].startswith("B is INVALID (the required correctness gate failed: arithmetic")
     assert "no verdicts (B invalid)" in " ".join(out.split())
     assert "simulator profiles differ: faults.rate_corrupt 0.0 vs 1.0" in " ".join(out.split())
-    table = out[out.index("B vs A [interval]"):]
+    table = out[out.index("B vs A [interval]") :]
     assert "no verdict (B invalid)" in table
     assert " better" not in table and " worse" not in table and "not significant" not in table
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--force"]) == 0
@@ -416,12 +517,27 @@ def test_an_invalid_arm_is_named_first_and_gets_no_speed_verdict_unless_forced(
 
 
 def test_users_and_opening_tokens_can_be_the_variable_under_test(tmp_path, capsys):
-    for arm, extra in (("a", []), ("users", ["--set", "users=3"]),
-                       ("opening", ["--set", "opening_tokens=600"])):
-        assert main(["run", "five-user-coding", "--out", str(tmp_path / arm), *SHORT_RUN,
-                     "--gate", "off", *extra]) == 0
-    a, users, opening = (workloads.load_result(tmp_path / arm)
-                         for arm in ("a", "users", "opening"))
+    for arm, extra in (
+        ("a", []),
+        ("users", ["--set", "users=3"]),
+        ("opening", ["--set", "opening_tokens=600"]),
+    ):
+        assert (
+            main(
+                [
+                    "run",
+                    "five-user-coding",
+                    "--out",
+                    str(tmp_path / arm),
+                    *SHORT_RUN,
+                    "--gate",
+                    "off",
+                    *extra,
+                ]
+            )
+            == 0
+        )
+    a, users, opening = (workloads.load_result(tmp_path / arm) for arm in ("a", "users", "opening"))
     with pytest.raises(workloads.IncomparableError, match="users"):
         compare(a, users)
     result = compare(a, users, variable="users")
@@ -432,8 +548,18 @@ def test_users_and_opening_tokens_can_be_the_variable_under_test(tmp_path, capsy
     assert deeper.match == "unmatched" and deeper.prompts_excused and not deeper.forced_over
     assert deeper.prompt_delta_fraction > 0.5
     capsys.readouterr()
-    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "opening"),
-                 "--variable", "opening_tokens"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                str(tmp_path / "a"),
+                str(tmp_path / "opening"),
+                "--variable",
+                "opening_tokens",
+            ]
+        )
+        == 0
+    )
     out = " ".join(capsys.readouterr().out.split())
     assert "the prompts differ with the variable under test" in out
     assert "variable under test: opening_tokens: A 300 · B 600" in out

@@ -51,8 +51,9 @@ def test_nonces_differ_across_cells_repetitions_and_sessions(
 @given(entropy=st.binary(min_size=16, max_size=16))
 def test_nonces_are_fresh_per_run_but_made_of_stable_words(entropy):
     a = make_nonces(entropy, cell=0, repetition=0, users=3, mode="run")
-    b = make_nonces(bytes(16) if entropy != bytes(16) else b"x" * 16, cell=0, repetition=0,
-                    users=3, mode="run")
+    b = make_nonces(
+        bytes(16) if entropy != bytes(16) else b"x" * 16, cell=0, repetition=0, users=3, mode="run"
+    )
     assert a.sessions != b.sessions and a.run != b.run
     assert all(w in NONCE_WORDS for n in a.sessions for w in n.split()[:-1])
 
@@ -134,7 +135,7 @@ def test_a_tool_step_answers_every_call_with_a_tool_message_of_its_id():
     assert conv.pending_calls() == ["call_a", "call_b", "call_c"]
     assert conv.framing() == "tool"
     messages = conv.with_text("the file's text", "tool")
-    tools = messages[len(conv.messages):]
+    tools = messages[len(conv.messages) :]
     assert [m["role"] for m in tools] == ["tool"] * 3
     assert [m["tool_call_id"] for m in tools] == ["call_a", "call_b", "call_c"]
     assert [m["content"] for m in tools] == ["the file's text", SHORT_RESULT, SHORT_RESULT]
@@ -145,15 +146,18 @@ def test_a_subagent_result_also_goes_into_the_first_tool_message():
     conv = opened()
     conv.add_reply("", CALLS[:1])
     messages = conv.with_text("the sub-agent's answer", "subagent")
-    assert messages[-1] == {"role": "tool", "tool_call_id": "call_a",
-                            "content": "the sub-agent's answer"}
+    assert messages[-1] == {
+        "role": "tool",
+        "tool_call_id": "call_a",
+        "content": "the sub-agent's answer",
+    }
 
 
 def test_a_human_request_after_tool_calls_answers_them_then_is_a_user_message():
     conv = opened()
     conv.add_reply("Two calls.", CALLS[:2])
     messages = conv.with_text("Now fix the failing test, please.", "human")
-    tail = messages[len(conv.messages):]
+    tail = messages[len(conv.messages) :]
     assert [m["role"] for m in tail] == ["tool", "tool", "user"]
     assert [m["tool_call_id"] for m in tail[:2]] == ["call_a", "call_b"]
     assert all(m["content"] == SHORT_RESULT for m in tail[:2])
@@ -193,14 +197,16 @@ def test_compact_keeps_the_system_message_and_a_summary():
     conv.commit(conv.with_text(COMPACT, "compaction"))
     conv.compact("The task: fix parse().")
     assert conv.messages == [
-        system, {"role": "user", "content": SUMMARY_HEAD + "The task: fix parse()."}]
+        system,
+        {"role": "user", "content": SUMMARY_HEAD + "The task: fix parse()."},
+    ]
     assert conv.framing() == "append"
 
 
 def test_a_compaction_after_tool_calls_answers_them_first():
     conv = opened()
     conv.add_reply("", CALLS[:2])
-    tail = conv.with_text(COMPACT, "compaction")[len(conv.messages):]
+    tail = conv.with_text(COMPACT, "compaction")[len(conv.messages) :]
     assert [m["role"] for m in tail] == ["tool", "tool", "user"]
     assert tail[-1]["content"] == COMPACT
 

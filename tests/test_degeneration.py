@@ -63,15 +63,24 @@ def test_a_short_loop_is_flagged_by_its_repeated_unit():
 
 
 def test_the_simulators_corrupt_32_token_replies_are_all_flagged(tmp_path):
-    scenario = workloads.load_scenario("five-user-coding").with_overrides([
-        "users=2", "turns=2", "opening_tokens=300", "turn_tokens=50", "output_tokens=32",
-        "repetitions.measured=3", "gate=off"])
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(
+        [
+            "users=2",
+            "turns=2",
+            "opening_tokens=300",
+            "turn_tokens=50",
+            "output_tokens=32",
+            "repetitions.measured=3",
+            "gate=off",
+        ]
+    )
     result = workloads.run(scenario, out_dir=tmp_path, sim={"faults.rate_corrupt": 1.0})
     measured = [r for r in result.records if not r.warmup]
     assert len(measured) == 12 and all(r.valid for r in measured)
     transcripts = read_transcripts(tmp_path / TRANSCRIPTS_FILE)
-    replies = [transcripts[(r.cell, r.repetition, r.session, r.turn)].completion or ""
-               for r in measured]
+    replies = [
+        transcripts[(r.cell, r.repetition, r.session, r.turn)].completion or "" for r in measured
+    ]
     assert all(len(text.split()) < MIN_WORDS for text in replies)  # short: the old floor
     assert sum(bool(r.degenerate) for r in measured) == 12
 

@@ -14,16 +14,41 @@ S = 1_000_000_000
 MS = 1_000_000
 
 
-def rec(*, rep=1, session=0, turn=1, sent=0, ttft=100 * MS, gaps_ms=(10, 10, 30), done=None,
-        valid=True, status="ok", cell=0):
+def rec(
+    *,
+    rep=1,
+    session=0,
+    turn=1,
+    sent=0,
+    ttft=100 * MS,
+    gaps_ms=(10, 10, 30),
+    done=None,
+    valid=True,
+    status="ok",
+    cell=0,
+):
     first = sent + ttft
     last = first + sum(gaps_ms) * MS
     return TurnRecord(
-        cell=cell, repetition=rep, warmup=False, session=session, turn=turn, status=status,
-        finish_reason="length" if valid else "stop", valid=valid, prompt_tokens=1000,
-        completion_tokens=len(gaps_ms) + 1, cached_tokens=0, shareable_tokens=0,
-        configured_prior_tokens=900, ttft_ns=ttft, started_ns=sent, sent_ns=sent,
-        first_content_ns=first, last_content_ns=last, done_ns=done if done else last,
+        cell=cell,
+        repetition=rep,
+        warmup=False,
+        session=session,
+        turn=turn,
+        status=status,
+        finish_reason="length" if valid else "stop",
+        valid=valid,
+        prompt_tokens=1000,
+        completion_tokens=len(gaps_ms) + 1,
+        cached_tokens=0,
+        shareable_tokens=0,
+        configured_prior_tokens=900,
+        ttft_ns=ttft,
+        started_ns=sent,
+        sent_ns=sent,
+        first_content_ns=first,
+        last_content_ns=last,
+        done_ns=done if done else last,
         decode_tokens_per_s=len(gaps_ms) / (sum(gaps_ms) / 1000),
         chunk_gaps_us=[g * 1000 for g in gaps_ms],
     )
@@ -78,7 +103,8 @@ def test_end_to_end_latency_is_sent_to_stream_end():
 def test_request_rate_is_finished_requests_over_each_repetitions_span():
     # Repetition 1: 2 requests from 0 to 2 s = 1/s; repetition 2: 2 requests in 0.5 s = 4/s.
     records = [
-        rec(rep=1, session=0, sent=0, done=S), rec(rep=1, session=1, sent=0, done=2 * S),
+        rec(rep=1, session=0, sent=0, done=S),
+        rec(rep=1, session=1, sent=0, done=2 * S),
         rec(rep=2, session=0, sent=10 * S, done=10 * S + S // 4),
         rec(rep=2, session=1, sent=10 * S, done=10 * S + S // 2),
     ]

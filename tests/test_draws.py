@@ -82,13 +82,23 @@ def test_a_zero_median_duration_draws_nothing():
 @pytest.fixture(scope="module")
 def agents():
     return workloads.load_scenario("coding-agents").with_overrides(
-        ["turns=200", "agent.subagents.share=0.2"])
+        ["turns=200", "agent.subagents.share=0.2"]
+    )
 
 
 def sizes_of(plan):
     """Everything of a plan but its pauses (children included)."""
-    return [(s.turn, s.kind, s.new_tokens, s.output_tokens, s.prior_tokens,
-             [sizes_of(c) for c in s.children]) for s in plan]
+    return [
+        (
+            s.turn,
+            s.kind,
+            s.new_tokens,
+            s.output_tokens,
+            s.prior_tokens,
+            [sizes_of(c) for c in s.children],
+        )
+        for s in plan
+    ]
 
 
 def pauses_of(plan):
@@ -108,10 +118,12 @@ def test_other_repetition_session_or_seed_draws_another_plan(agents, other):
 
 
 def test_changing_pauses_never_changes_sizes(agents):
-    slower = agents.with_overrides([
-        'pacing.think_time={ kind = "lognormal", median = 5.0, sigma = 2.0 }',
-        'pacing.tool_time={ kind = "exponential", median = 3.0 }',
-    ])
+    slower = agents.with_overrides(
+        [
+            'pacing.think_time={ kind = "lognormal", median = 5.0, sigma = 2.0 }',
+            'pacing.tool_time={ kind = "exponential", median = 3.0 }',
+        ]
+    )
     plan = draw_plan(agents, *rngs(0, 0, 0))
     other = draw_plan(slower, *rngs(0, 0, 0))
     assert any(s.children for s in plan)  # sub-agents' plans are compared too

@@ -29,8 +29,16 @@ TESTS = Path(__file__).parent
 
 def tiny(*overrides: str) -> workloads.Scenario:
     return workloads.load_scenario("five-user-coding").with_overrides(
-        ["users=2", "turns=2", "opening_tokens=300", "turn_tokens=50", "output_tokens=8",
-         "repetitions.warmup=0", "repetitions.measured=1", *overrides]
+        [
+            "users=2",
+            "turns=2",
+            "opening_tokens=300",
+            "turn_tokens=50",
+            "output_tokens=8",
+            "repetitions.warmup=0",
+            "repetitions.measured=1",
+            *overrides,
+        ]
     )
 
 
@@ -53,8 +61,11 @@ async def test_run_inside_a_running_loop_runs_on_a_loop_of_its_own(tmp_path):
     threads = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = workloads.run(tiny(), out_dir=tmp_path / "r",
-                               on_record=lambda r: threads.append(threading.current_thread()))
+        result = workloads.run(
+            tiny(),
+            out_dir=tmp_path / "r",
+            on_record=lambda r: threads.append(threading.current_thread()),
+        )
         gc.collect()  # a coroutine never awaited warns when it is collected
     assert [str(w.message) for w in caught] == []
     assert asyncio.get_running_loop() is caller
@@ -101,12 +112,10 @@ def test_ctrl_c_while_run_waits_inside_a_loop_cancels_the_run_and_saves_it(tmp_p
 
     # The first turn answers at once; every later one would take a minute (cancelled long
     # before: the test fails, not hangs, if the interruption is lost).
-    client = FakeChatClient(lambda body: (100, "ok"),
-                            delay=lambda body: 0.0 if not sent else 60.0)
+    client = FakeChatClient(lambda body: (100, "ok"), delay=lambda body: 0.0 if not sent else 60.0)
 
     async def harness() -> None:
-        workloads.run(tiny("users=1", "turns=3"), out_dir=out, client=client,
-                      on_record=on_record)
+        workloads.run(tiny("users=1", "turns=3"), out_dir=out, client=client, on_record=on_record)
 
     with pytest.raises(KeyboardInterrupt):
         if caller == "asyncio.run":
@@ -144,8 +153,9 @@ def test_a_replaced_client_says_what_it_turned_off(caplog):
 
 
 def test_a_replaced_client_with_telemetry_asked_for_does_not_claim_it_off():
-    result = workloads.run(tiny("gate=off"), client=fake(),
-                           telemetry=TelemetryOptions(metrics=False, energy="off"))
+    result = workloads.run(
+        tiny("gate=off"), client=fake(), telemetry=TelemetryOptions(metrics=False, energy="off")
+    )
     said = [w for w in result.warnings if w.startswith("client=")]
     assert len(said) == 1 and "energy" not in said[0] and "gate" not in said[0]
 
@@ -153,18 +163,26 @@ def test_a_replaced_client_with_telemetry_asked_for_does_not_claim_it_off():
 # --- errors worded for a library caller, flags in the CLI ------------------------------------
 
 
-@pytest.mark.parametrize(("options", "option", "says"), [
-    ({"workers": 0}, "workers", "workers=0: give 1 or more processes"),
-    ({"stop_grace_s": -1.0}, "stop_grace_s", "stop_grace_s=-1.0: give seconds, 0 or more"),
-    ({"replay": "/no/such/run"}, "replay", "replay='/no/such/run': no such run directory"),
-    ({"workers": 2, "client": "fake"}, "client", "client= cannot be combined with workers=2"),
-    ({"workers": 3, "replay": "runs/a"}, "replay",
-     "replay='runs/a' cannot be combined with workers=3"),
-    ({"trace": "mooncake-sample", "replay": "runs/a"}, "trace",
-     "trace='mooncake-sample' cannot be combined with replay='runs/a'"),
-])
-def test_arguments_that_cannot_work_together_are_an_options_error(tmp_path, options, option,
-                                                                 says):
+@pytest.mark.parametrize(
+    ("options", "option", "says"),
+    [
+        ({"workers": 0}, "workers", "workers=0: give 1 or more processes"),
+        ({"stop_grace_s": -1.0}, "stop_grace_s", "stop_grace_s=-1.0: give seconds, 0 or more"),
+        ({"replay": "/no/such/run"}, "replay", "replay='/no/such/run': no such run directory"),
+        ({"workers": 2, "client": "fake"}, "client", "client= cannot be combined with workers=2"),
+        (
+            {"workers": 3, "replay": "runs/a"},
+            "replay",
+            "replay='runs/a' cannot be combined with workers=3",
+        ),
+        (
+            {"trace": "mooncake-sample", "replay": "runs/a"},
+            "trace",
+            "trace='mooncake-sample' cannot be combined with replay='runs/a'",
+        ),
+    ],
+)
+def test_arguments_that_cannot_work_together_are_an_options_error(tmp_path, options, option, says):
     if options.get("client") == "fake":
         options["client"] = fake()
     with pytest.raises(workloads.OptionsError) as raised:
@@ -177,8 +195,19 @@ def test_arguments_that_cannot_work_together_are_an_options_error(tmp_path, opti
 
 
 def test_the_cli_words_an_options_error_with_its_flags(tmp_path, capsys):
-    code = main(["run", "--trace", "mooncake-sample", "--workers", "2",
-                 "--out", str(tmp_path / "r"), "--quiet", "--no-plots"])
+    code = main(
+        [
+            "run",
+            "--trace",
+            "mooncake-sample",
+            "--workers",
+            "2",
+            "--out",
+            str(tmp_path / "r"),
+            "--quiet",
+            "--no-plots",
+        ]
+    )
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
@@ -197,25 +226,35 @@ def test_a_scenario_override_error_is_worded_for_its_caller_and_for_the_cli(tmp_
     assert capsys.readouterr().err.startswith("error: --set 'nosuch=1': no field 'nosuch'")
 
 
-def test_a_simulator_override_error_is_worded_for_its_caller_and_for_the_cli(tmp_path,
-                                                                               capsys):
+def test_a_simulator_override_error_is_worded_for_its_caller_and_for_the_cli(tmp_path, capsys):
     with pytest.raises(workloads.ScenarioError) as raised:
         workloads.SimulatedServer(sim={"nosuch": 1})
     assert str(raised.value).startswith("simulator override 'nosuch': no such profile field")
-    code = main(["run", "five-user-coding", "--sim", "nosuch=1", "--out", str(tmp_path / "r"),
-                 "--quiet"])
+    code = main(
+        ["run", "five-user-coding", "--sim", "nosuch=1", "--out", str(tmp_path / "r"), "--quiet"]
+    )
     assert code == 2
     assert capsys.readouterr().err.startswith("error: --sim 'nosuch': no such profile field")
 
 
-def test_a_target_field_is_named_as_the_library_spells_it_and_the_cli_as_a_flag(tmp_path,
-                                                                                  capsys):
+def test_a_target_field_is_named_as_the_library_spells_it_and_the_cli_as_a_flag(tmp_path, capsys):
     missing = str(tmp_path / "none.pem")
     with pytest.raises(workloads.TargetError) as raised:
         workloads.run(tiny(), workloads.Target("https://127.0.0.1:1/v1", ca_bundle=missing))
     assert str(raised.value).startswith(f"Target.ca_bundle {missing}: no such file")
-    code = main(["run", "five-user-coding", "--target", "https://127.0.0.1:1/v1",
-                 "--ca-bundle", missing, "--out", str(tmp_path / "r"), "--quiet"])
+    code = main(
+        [
+            "run",
+            "five-user-coding",
+            "--target",
+            "https://127.0.0.1:1/v1",
+            "--ca-bundle",
+            missing,
+            "--out",
+            str(tmp_path / "r"),
+            "--quiet",
+        ]
+    )
     assert code == 4
     assert capsys.readouterr().err.startswith(f"error: --ca-bundle {missing}: no such file")
 
@@ -227,8 +266,9 @@ def test_the_logger_tells_a_runs_start_cells_and_end(caplog):
     with caplog.at_level(logging.INFO, logger="workloads"):
         workloads.run(tiny("concurrency=[1, 2]"))
     lines = [r.getMessage() for r in caplog.records if r.name.startswith("workloads.")]
-    assert lines[0].startswith("run of five-user-coding: 2 cells × 1 repetitions against "
-                               "the embedded simulated server")
+    assert lines[0].startswith(
+        "run of five-user-coding: 2 cells × 1 repetitions against the embedded simulated server"
+    )
     assert sum(line.startswith("cell ") for line in lines) == 2
     assert lines[-1].startswith("run of five-user-coding finished: complete, 6 records")
     assert len(lines) == 4  # nothing per turn
@@ -250,8 +290,14 @@ def test_the_logger_is_silent_without_a_logging_configuration(tmp_path):
     )
     # this workloads (a checkout's, when it is not the installed one) and tests/fakes.py
     path = os.pathsep.join([str(Path(workloads.__file__).parents[1]), str(TESTS)])
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300, env={**os.environ, "PYTHONPATH": path})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": path},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr == "" and done.stdout == ""
 
@@ -296,8 +342,9 @@ class OneGpuNvml:
 
 
 def window(nvml: OneGpuNvml) -> WindowTelemetry:
-    return WindowTelemetry(TelemetryOptions(metrics=False, energy="nvml"), metrics_url=None,
-                           nvml=nvml)
+    return WindowTelemetry(
+        TelemetryOptions(metrics=False, energy="nvml"), metrics_url=None, nvml=nvml
+    )
 
 
 async def test_a_counter_the_driver_cannot_read_costs_its_figure_not_the_window():
@@ -322,15 +369,22 @@ async def test_a_bug_under_the_window_propagates_instead_of_becoming_a_warning()
 def test_the_cli_translation_covers_every_library_spelling():
     from workloads.cli.common import flag_words
 
-    assert flag_words("replay='runs/a' cannot be combined with workers=2, ray='auto': "
-                      "a replay sends from this process (workers=1)") == (
+    assert flag_words(
+        "replay='runs/a' cannot be combined with workers=2, ray='auto': "
+        "a replay sends from this process (workers=1)"
+    ) == (
         "--replay runs/a cannot be combined with --workers 2, --ray auto: a replay sends "
-        "from this process (--workers 1)")
-    assert flag_words("pass overwrite=True or choose another out_dir='x'; "
-                      "transcripts=False; Target.model, Target.proxy, Target.ca_bundle, "
-                      "Target.insecure") == (
+        "from this process (--workers 1)"
+    )
+    assert flag_words(
+        "pass overwrite=True or choose another out_dir='x'; "
+        "transcripts=False; Target.model, Target.proxy, Target.ca_bundle, "
+        "Target.insecure"
+    ) == (
         "pass --overwrite or choose another --out x; --no-transcripts; --model, --proxy, "
-        "--ca-bundle, --insecure")
+        "--ca-bundle, --insecure"
+    )
     # field names that merely contain an argument's name are left alone
     assert flag_words("agent.trace=3 and trace.max_requests=2") == (
-        "agent.trace=3 and trace.max_requests=2")
+        "agent.trace=3 and trace.max_requests=2"
+    )

@@ -12,12 +12,18 @@ from workloads.cli import main
 from workloads.model.results import FORMAT_VERSION
 
 SMALL = [
-    "--set", "users=3",
-    "--set", "turns=3",
-    "--set", "opening_tokens=1500",
-    "--set", "turn_tokens=300",
-    "--set", "output_tokens=40",
-    "--set", "repetitions.measured=2",
+    "--set",
+    "users=3",
+    "--set",
+    "turns=3",
+    "--set",
+    "opening_tokens=1500",
+    "--set",
+    "turn_tokens=300",
+    "--set",
+    "output_tokens=40",
+    "--set",
+    "repetitions.measured=2",
 ]
 
 
@@ -31,8 +37,20 @@ def test_cli_run_against_a_simulated_target_matches_its_ground_truth(
     simulated_server, tmp_path, capsys
 ):
     out = tmp_path / "run"
-    code = main(["run", "five-user-coding", "--target", simulated_server.base_url,
-                 "--out", str(out), "--quiet", "--label", "arm-a", *SMALL])
+    code = main(
+        [
+            "run",
+            "five-user-coding",
+            "--target",
+            simulated_server.base_url,
+            "--out",
+            str(out),
+            "--quiet",
+            "--label",
+            "arm-a",
+            *SMALL,
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "Per turn" in printed and "per-user median" in printed
@@ -61,8 +79,18 @@ def test_cli_run_against_a_simulated_target_matches_its_ground_truth(
 
 def test_cli_default_target_is_the_embedded_simulator(tmp_path, capsys):
     out = tmp_path / "default"
-    code = main(["run", "five-user-coding", "--out", str(out), "--quiet",
-                 "--sim", "decode_s_per_seq=0.0001", *SMALL])
+    code = main(
+        [
+            "run",
+            "five-user-coding",
+            "--out",
+            str(out),
+            "--quiet",
+            "--sim",
+            "decode_s_per_seq=0.0001",
+            *SMALL,
+        ]
+    )
     assert code == 0
     result = workloads.load_result(out)
     assert result.target.simulated
@@ -79,23 +107,52 @@ def test_cli_reports_a_bad_override_in_one_line(tmp_path, capsys):
 
 def test_cli_refuses_to_overwrite_a_result(simulated_server, tmp_path):
     out = tmp_path / "once"
-    args = ["run", "five-user-coding", "--target", simulated_server.base_url, "--out",
-            str(out), "--quiet", *SMALL, "--set", "turns=1", "--set", "users=1"]
+    args = [
+        "run",
+        "five-user-coding",
+        "--target",
+        simulated_server.base_url,
+        "--out",
+        str(out),
+        "--quiet",
+        *SMALL,
+        "--set",
+        "turns=1",
+        "--set",
+        "users=1",
+    ]
     assert main(args) == 0
     assert main(args) == 2
 
 
 def test_unreachable_target_is_a_clear_error(tmp_path, capsys):
-    code = main(["run", "five-user-coding", "--target", "http://127.0.0.1:9/v1",
-                 "--out", str(tmp_path / "x"), "--quiet"])
+    code = main(
+        [
+            "run",
+            "five-user-coding",
+            "--target",
+            "http://127.0.0.1:9/v1",
+            "--out",
+            str(tmp_path / "x"),
+            "--quiet",
+        ]
+    )
     assert code == 4  # the target cannot be used
     assert "cannot reach http://127.0.0.1:9/v1" in capsys.readouterr().err
 
 
 def test_show_recomputes_the_report_from_saved_files(run_scenario, tmp_path, capsys):
-    result = run_scenario("five-user-coding", set=["users=2", "turns=1", "opening_tokens=300",
-                                                   "output_tokens=8", "repetitions.measured=1"],
-                          out_dir=tmp_path / "s")
+    result = run_scenario(
+        "five-user-coding",
+        set=[
+            "users=2",
+            "turns=1",
+            "opening_tokens=300",
+            "output_tokens=8",
+            "repetitions.measured=1",
+        ],
+        out_dir=tmp_path / "s",
+    )
     assert main(["show", str(tmp_path / "s")]) == 0
     printed = capsys.readouterr().out
     assert "aggregate " in printed and "per-user median" in printed
@@ -107,8 +164,23 @@ def test_the_api_key_is_sent_but_never_written(simulated_server, tmp_path, monke
     secret = "sk-test-do-not-write-me"
     monkeypatch.setenv("WORKLOADS_API_KEY", secret)
     out = tmp_path / "k"
-    assert main(["run", "five-user-coding", "--target", simulated_server.base_url,
-                 "--out", str(out), "--quiet", *SMALL, "--set", "users=1"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "five-user-coding",
+                "--target",
+                simulated_server.base_url,
+                "--out",
+                str(out),
+                "--quiet",
+                *SMALL,
+                "--set",
+                "users=1",
+            ]
+        )
+        == 0
+    )
     files = [p for p in out.rglob("*") if p.is_file()]
     assert len(files) >= 2
     for path in files:
@@ -121,8 +193,10 @@ def test_five_user_coding_as_shipped_meets_its_promise(tmp_path):
     assert main(["run", "five-user-coding", "--out", str(out), "--quiet"]) == 0
     records = read_records(out)
     assert len(records) == 60 and sum(r["warmup"] for r in records) == 15
-    assert all(r["status"] == "ok" and r["finish_reason"] == "length"
-               and r["completion_tokens"] == 512 for r in records)
+    assert all(
+        r["status"] == "ok" and r["finish_reason"] == "length" and r["completion_tokens"] == 512
+        for r in records
+    )
     summary = workloads.load_result(out).summary
     for turn in summary.turns[1:]:
         assert turn.cache_effectiveness is not None and turn.cache_effectiveness >= 0.9

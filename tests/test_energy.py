@@ -11,8 +11,14 @@ from workloads.telemetry.energy import EnergyMeter, find_hwmon, find_nvml, find_
 from workloads.telemetry.window import energy_for_target
 
 
-def rapl_zone(root: Path, index: int, energy: int | None, *, name: str | None = None,
-              max_range: int | None = 262_143_328_850) -> Path:
+def rapl_zone(
+    root: Path,
+    index: int,
+    energy: int | None,
+    *,
+    name: str | None = None,
+    max_range: int | None = 262_143_328_850,
+) -> Path:
     zone = root / "class" / "powercap" / f"intel-rapl:{index}"
     zone.mkdir(parents=True)
     (zone / "name").write_text(f"{name or f'package-{index}'}\n")
@@ -23,8 +29,9 @@ def rapl_zone(root: Path, index: int, energy: int | None, *, name: str | None = 
     return zone
 
 
-def xe_hwmon(root: Path, index: int, energy: int, *, driver: str = "xe",
-             bdf: str = "0000:03:00.0") -> Path:
+def xe_hwmon(
+    root: Path, index: int, energy: int, *, driver: str = "xe", bdf: str = "0000:03:00.0"
+) -> Path:
     device = root / "devices" / "pci0000:00" / bdf
     device.mkdir(parents=True)
     hwmon = root / "class" / "hwmon" / f"hwmon{index}"
@@ -92,8 +99,10 @@ def test_rapl_sums_packages_only(tmp_path):
     (sub / "energy_uj").write_text("1\n")
     sources, problem = find_rapl(tmp_path)
     assert problem is None
-    assert [s.device for s in sources] == ["CPU package-0 (rapl intel-rapl:0)",
-                                           "CPU package-1 (rapl intel-rapl:1)"]
+    assert [s.device for s in sources] == [
+        "CPU package-0 (rapl intel-rapl:0)",
+        "CPU package-1 (rapl intel-rapl:1)",
+    ]
 
 
 def test_a_missing_energy_file_is_not_available_never_zero(tmp_path):
@@ -247,4 +256,6 @@ def test_auto_energy_reads_this_machine_only_for_a_local_server(url, simulated, 
 
 def test_an_explicit_energy_kind_is_obeyed_for_a_remote_server():
     assert energy_for_target("nvml", base_url="http://gpu:8000/v1", simulated=False) == (
-        "nvml", None)
+        "nvml",
+        None,
+    )

@@ -172,8 +172,12 @@ def test_step_time_is_the_profile_formula():
         get_profile(
             "fast",
             {
-                "step_fixed_s": 0.01, "prefill_s_per_token": 0.001, "decode_s_per_seq": 0.1,
-                "attend_s_per_token": 1e-6, "draft_s_per_token": 0.05, "spec_tokens": 2,
+                "step_fixed_s": 0.01,
+                "prefill_s_per_token": 0.001,
+                "decode_s_per_seq": 0.1,
+                "attend_s_per_token": 1e-6,
+                "draft_s_per_token": 0.05,
+                "spec_tokens": 2,
                 "token_budget": 1000,
             },
         )
@@ -189,8 +193,10 @@ def test_step_time_is_the_profile_formula():
 
 def test_speculative_decoding_counts_drafts_and_never_overshoots_max_tokens():
     e = engine(spec_tokens=4, spec_acceptance=0.8)
-    seqs = [e.submit(ids(40, 100 * i), ids(n, 10_000), max_tokens=n)
-            for i, n in enumerate([1, 2, 5, 17, 64])]
+    seqs = [
+        e.submit(ids(40, 100 * i), ids(n, 10_000), max_tokens=n)
+        for i, n in enumerate([1, 2, 5, 17, 64])
+    ]
     steps = run(e)
     for seq in seqs:
         chunks = output(seq)
@@ -248,14 +254,16 @@ def test_a_request_too_big_for_the_kv_cache_is_refused_up_front():
 def _lockstep(e: Engine, users: int, order_of_turn2: list[int]) -> float:
     """Turn-2 cached / shareable for lock-step sessions of ~10.5K tokens in ``e``."""
     prompts = [ids(10_500, 10**6 * s) for s in range(users)]
-    firsts = [e.submit(p, ids(64, 10**6 * s + 500_000), max_tokens=64)
-              for s, p in enumerate(prompts)]
+    firsts = [
+        e.submit(p, ids(64, 10**6 * s + 500_000), max_tokens=64) for s, p in enumerate(prompts)
+    ]
     run(e)
     seconds = []
     for s in order_of_turn2:
         history = firsts[s].prompt + firsts[s].plan
-        seconds.append(e.submit(history + ids(1000, 10**6 * s + 700_000), ids(64, 1),
-                                max_tokens=64))
+        seconds.append(
+            e.submit(history + ids(1000, 10**6 * s + 700_000), ids(64, 1), max_tokens=64)
+        )
     run(e)
     shareable = sum(len(f.prompt) + len(f.plan) for f in firsts)
     return sum(s.truth.cached_tokens for s in seconds) / shareable

@@ -20,26 +20,42 @@ from workloads.report.text import num
 
 FLEET_COLUMNS = ["wall tok/s", "Σ streams tok/s †", "per-user tok/s"]
 LOCKSTEP_COLUMNS = ["aggregate tok/s", "wall tok/s", "per-user tok/s"]
-CSV_KEYS = {"wall tok/s": "wall_tok_s", "Σ streams tok/s †": "streams_sum_tok_s",
-            "per-user tok/s": "per_user_tok_s", "aggregate tok/s": "aggregate_tok_s"}
-SHRINK = ["turns=2", "opening_tokens=400", "turn_tokens=60", "output_tokens=16",
-          "repetitions.warmup=0", "repetitions.measured=2"]
+CSV_KEYS = {
+    "wall tok/s": "wall_tok_s",
+    "Σ streams tok/s †": "streams_sum_tok_s",
+    "per-user tok/s": "per_user_tok_s",
+    "aggregate tok/s": "aggregate_tok_s",
+}
+SHRINK = [
+    "turns=2",
+    "opening_tokens=400",
+    "turn_tokens=60",
+    "output_tokens=16",
+    "repetitions.warmup=0",
+    "repetitions.measured=2",
+]
 
 
 @pytest.fixture(scope="module")
 def fleet() -> workloads.RunResult:
     # Four agents arriving at 40/s: all four start a turn 1 and a turn 2, so every turn has
     # its Σ over all the users' streams, and the streams do not run in lock-step.
-    scenario = workloads.load_scenario("agent-fleet").with_overrides([
-        "users=4", *SHRINK, "pacing.arrivals.rate_per_s=40", "pacing.tool_time.median=0.05",
-    ])
+    scenario = workloads.load_scenario("agent-fleet").with_overrides(
+        [
+            "users=4",
+            *SHRINK,
+            "pacing.arrivals.rate_per_s=40",
+            "pacing.tool_time.median=0.05",
+        ]
+    )
     return workloads.run(scenario)
 
 
 @pytest.fixture(scope="module")
 def lockstep() -> workloads.RunResult:
-    return workloads.run(workloads.load_scenario("five-user-coding").with_overrides(
-        ["users=2", *SHRINK]))
+    return workloads.run(
+        workloads.load_scenario("five-user-coding").with_overrides(["users=2", *SHRINK])
+    )
 
 
 def csv_rows(result: workloads.RunResult) -> tuple[list[str], list[dict[str, str]]]:
@@ -50,15 +66,17 @@ def csv_rows(result: workloads.RunResult) -> tuple[list[str], list[dict[str, str
 
 def console_cells(result: workloads.RunResult) -> dict[tuple[int, str], str]:
     table = report.turn_table(result)
-    return {(int(row[0]), column): cell for row in table.rows
-            for column, cell in zip(table.columns, row, strict=True)}
+    return {
+        (int(row[0]), column): cell
+        for row in table.rows
+        for column, cell in zip(table.columns, row, strict=True)
+    }
 
 
-@pytest.mark.parametrize(("name", "columns"), [("fleet", FLEET_COLUMNS),
-                                               ("lockstep", LOCKSTEP_COLUMNS)])
-def test_the_csv_has_the_consoles_rate_columns_in_its_order_with_its_values(
-    request, name, columns
-):
+@pytest.mark.parametrize(
+    ("name", "columns"), [("fleet", FLEET_COLUMNS), ("lockstep", LOCKSTEP_COLUMNS)]
+)
+def test_the_csv_has_the_consoles_rate_columns_in_its_order_with_its_values(request, name, columns):
     result = request.getfixturevalue(name)
     assert report.turn_table(result).columns[1:4] == columns
     fields, rows = csv_rows(result)
@@ -114,8 +132,9 @@ def test_a_lockstep_export_keeps_its_aggregate(lockstep):
     assert "†" not in export(lockstep, "md")
 
 
-@pytest.mark.parametrize(("name", "columns"), [("fleet", FLEET_COLUMNS),
-                                               ("lockstep", LOCKSTEP_COLUMNS)])
+@pytest.mark.parametrize(
+    ("name", "columns"), [("fleet", FLEET_COLUMNS), ("lockstep", LOCKSTEP_COLUMNS)]
+)
 def test_rates_png_plots_the_consoles_columns_under_its_names(request, name, columns):
     pytest.importorskip("matplotlib")
     from matplotlib.container import ErrorbarContainer
@@ -136,7 +155,6 @@ def test_rates_png_plots_the_consoles_columns_under_its_names(request, name, col
         _, rows = csv_rows(result)
         for ax, column in zip(fig.axes, columns, strict=True):
             line = next(c for c in ax.containers if isinstance(c, ErrorbarContainer)).lines[0]
-            assert list(line.get_ydata()) == [float(r[f"{CSV_KEYS[column]}_median"])
-                                              for r in rows]
+            assert list(line.get_ydata()) == [float(r[f"{CSV_KEYS[column]}_median"]) for r in rows]
     finally:
         plots._pyplot().close(fig)

@@ -41,13 +41,26 @@ def test_show_and_compare_judge_saved_outputs_by_todays_rules():
     from workloads.core.gate import rejudged
     from workloads.model.gate import GateOutput, GateResult
 
-    saved = GateResult(mode="report", outputs=[
-        GateOutput(case="repeat", phase="before", passed=True, why="repeated exactly",
-                   output="Repeat after me, exactly: The quick brown fox jumps over the lazy "
-                          "dog near the river bank."),
-        GateOutput(case="arithmetic", phase="before", passed=False, why="the request failed",
-                   error_kind="http_500"),
-    ])
+    saved = GateResult(
+        mode="report",
+        outputs=[
+            GateOutput(
+                case="repeat",
+                phase="before",
+                passed=True,
+                why="repeated exactly",
+                output="Repeat after me, exactly: The quick brown fox jumps over the lazy "
+                "dog near the river bank.",
+            ),
+            GateOutput(
+                case="arithmetic",
+                phase="before",
+                passed=False,
+                why="the request failed",
+                error_kind="http_500",
+            ),
+        ],
+    )
     again = rejudged(saved)
     assert [o.passed for o in again.outputs] == [False, False]
     assert again.outputs[1].why == "the request failed"
@@ -96,22 +109,47 @@ def test_the_gate_runs_before_and_after_outside_the_window(tiny_scenario):
 
 
 def test_gate_off_sends_nothing(tiny_scenario):
-    result = workloads.run(tiny_scenario.with_overrides(["gate=off"]),
-                           telemetry=workloads.TelemetryOptions(energy="off"))
+    result = workloads.run(
+        tiny_scenario.with_overrides(["gate=off"]),
+        telemetry=workloads.TelemetryOptions(energy="off"),
+    )
     assert result.gate is None
 
 
 def test_corrupt_output_fails_a_required_gate_flags_loops_and_exits_non_zero(tmp_path, capsys):
     out = tmp_path / "corrupt"
-    code = main(["run", "five-user-coding", "--out", str(out), "--quiet", "--no-plots",
-                 "--gate", "required", "--sim", "faults.rate_corrupt=1",
-                 "--set", "users=2", "--set", "turns=2", "--set", "opening_tokens=600",
-                 "--set", "turn_tokens=120", "--set", "output_tokens=48",
-                 "--set", "repetitions.measured=1"])
+    code = main(
+        [
+            "run",
+            "five-user-coding",
+            "--out",
+            str(out),
+            "--quiet",
+            "--no-plots",
+            "--gate",
+            "required",
+            "--sim",
+            "faults.rate_corrupt=1",
+            "--set",
+            "users=2",
+            "--set",
+            "turns=2",
+            "--set",
+            "opening_tokens=600",
+            "--set",
+            "turn_tokens=120",
+            "--set",
+            "output_tokens=48",
+            "--set",
+            "repetitions.measured=1",
+        ]
+    )
     assert code == EXIT_INVALID_RUN
     printed = " ".join(capsys.readouterr().out.split())
-    assert "correctness 0/6" in printed and "failed: arithmetic (before/after: expected 1591" \
-        in printed
+    assert (
+        "correctness 0/6" in printed
+        and "failed: arithmetic (before/after: expected 1591" in printed
+    )
     assert "INVALID RUN: the required correctness gate failed" in printed
     saved = json.loads((out / "result.json").read_text())
     assert saved["invalid_reason"].startswith("the required correctness gate failed")
@@ -125,10 +163,30 @@ def test_corrupt_output_fails_a_required_gate_flags_loops_and_exits_non_zero(tmp
 
 
 def test_a_gate_that_only_reports_does_not_fail_the_run(tmp_path):
-    code = main(["run", "five-user-coding", "--out", str(tmp_path / "r"), "--quiet",
-                 "--no-plots", "--sim", "faults.rate_corrupt=1", "--set", "users=1",
-                 "--set", "turns=1", "--set", "opening_tokens=300", "--set", "turn_tokens=60",
-                 "--set", "output_tokens=16", "--set", "repetitions.measured=1"])
+    code = main(
+        [
+            "run",
+            "five-user-coding",
+            "--out",
+            str(tmp_path / "r"),
+            "--quiet",
+            "--no-plots",
+            "--sim",
+            "faults.rate_corrupt=1",
+            "--set",
+            "users=1",
+            "--set",
+            "turns=1",
+            "--set",
+            "opening_tokens=300",
+            "--set",
+            "turn_tokens=60",
+            "--set",
+            "output_tokens=16",
+            "--set",
+            "repetitions.measured=1",
+        ]
+    )
     assert code == 0
     result = workloads.load_result(tmp_path / "r")
     assert result.gate is not None and not result.gate.passed
@@ -173,13 +231,19 @@ async def test_a_stalling_server_costs_the_gate_one_deadline_not_a_read_gap_per_
 
 @pytest.mark.slow  # ~6 s: two gate passes, a stalled turn, and the server's stalls ending
 def test_a_run_sends_its_gate_through_the_gate_client_bounded_and_together(tiny_scenario):
-    scenario = tiny_scenario.with_overrides([
-        "users=1", "turns=1", "repetitions.warmup=0", "timeouts.gate_s=1",
-        "timeouts.read_gap_s=2",
-    ])
+    scenario = tiny_scenario.with_overrides(
+        [
+            "users=1",
+            "turns=1",
+            "repetitions.warmup=0",
+            "timeouts.gate_s=1",
+            "timeouts.read_gap_s=2",
+        ]
+    )
     with workloads.SimulatedServer(sim=STALLING | {"faults.stall_s": 3.0}) as server:
-        result = workloads.run(scenario, target=server.target,
-                               telemetry=workloads.TelemetryOptions(energy="off"))
+        result = workloads.run(
+            scenario, target=server.target, telemetry=workloads.TelemetryOptions(energy="off")
+        )
         truths = server.truths()
     gate = result.gate
     assert gate is not None and not gate.passed and gate.failed_cases == [c.name for c in CASES]
@@ -200,7 +264,7 @@ def test_a_run_sends_its_gate_through_the_gate_client_bounded_and_together(tiny_
 TEXT_RIGHT = {
     "text:count": " 7, 8, 9, 10",
     "text:code": "    if n % 2 == 0:\n        return False\n    else:\n        return True\n\n"
-                 'def is_odd(n):\n    """Return True when n is odd."""\n    if n % 2 ==',
+    'def is_odd(n):\n    """Return True when n is odd."""\n    if n % 2 ==',
     "text:json-echo": '{"id": 7, "name": "cache", "tags": ["kv", "prefix"], "ok": true}\n{"id"',
     "text:list-continuation": " Thursday, Friday, Saturday, Sunday, and Monday, Tuesday",
     "text:recall": " 4827.\nNote",
@@ -230,22 +294,41 @@ def test_a_base_model_echoing_chat_requests_is_judged_on_the_text_form():
     from workloads.model.gate import GateOutput, GateResult
 
     # Gemma 3 270M's chat answers: its own request, then noise.
-    echoed = [GateOutput(case=c.name, phase="before", passed=False, why="",
-                         output=c.messages[-1][1] + " mendatang") for c in CASES]
+    echoed = [
+        GateOutput(
+            case=c.name,
+            phase="before",
+            passed=False,
+            why="",
+            output=c.messages[-1][1] + " mendatang",
+        )
+        for c in CASES
+    ]
     assert all(echoes(c, o.output) for c, o in zip(CASES, echoed, strict=True))
     assert not any(echoes(c, RIGHT[c.name]) for c in CASES)
-    text = [GateOutput(case=name, phase=phase, passed=False, why="", output=out)
-            for phase in ("before", "after") for name, out in TEXT_RIGHT.items()]
+    text = [
+        GateOutput(case=name, phase=phase, passed=False, why="", output=out)
+        for phase in ("before", "after")
+        for name, out in TEXT_RIGHT.items()
+    ]
     gate = rejudged(GateResult(mode="required", outputs=echoed + text))
     assert gate.form == "text" and gate.echoed == 6
     assert gate.passed and len(gate.cases) == 6
     assert all(o.why.startswith("echoed the request") for o in gate.outputs[:6])
-    broken = [o.model_copy(update={"output": TEXT_WRONG[o.case]}) if o.case == "text:recall"
-              else o for o in gate.outputs]
+    broken = [
+        o.model_copy(update={"output": TEXT_WRONG[o.case]}) if o.case == "text:recall" else o
+        for o in gate.outputs
+    ]
     failed = rejudged(GateResult(mode="required", outputs=broken))
     assert not failed.passed and failed.failed_cases == ["text:recall"]
     # A chat model's gate is judged on the chat cases alone, as before.
-    chat = rejudged(GateResult(mode="report", outputs=[
-        GateOutput(case=c.name, phase="before", passed=False, why="", output=RIGHT[c.name])
-        for c in CASES]))
+    chat = rejudged(
+        GateResult(
+            mode="report",
+            outputs=[
+                GateOutput(case=c.name, phase="before", passed=False, why="", output=RIGHT[c.name])
+                for c in CASES
+            ],
+        )
+    )
     assert chat.form == "chat" and chat.passed and chat.echoed == 0

@@ -14,15 +14,42 @@ S = 1_000_000_000
 MS = 1_000_000
 
 
-def rec(*, rep=0, session=0, turn=1, ttft=S // 2, decode=S, tokens=11, valid=True,
-        warmup=False, kind=None, parent=None, gaps=None, sent=0, cell=0):
+def rec(
+    *,
+    rep=0,
+    session=0,
+    turn=1,
+    ttft=S // 2,
+    decode=S,
+    tokens=11,
+    valid=True,
+    warmup=False,
+    kind=None,
+    parent=None,
+    gaps=None,
+    sent=0,
+    cell=0,
+):
     first = sent + ttft
     return TurnRecord(
-        cell=cell, repetition=rep, warmup=warmup, session=session, turn=turn,
-        status="ok" if valid else "error", valid=valid, configured_prior_tokens=0,
-        completion_tokens=tokens, ttft_ns=ttft, started_ns=sent, sent_ns=sent,
-        first_content_ns=first, last_content_ns=first + decode, done_ns=first + decode,
-        step_kind=kind, parent_session=parent, chunk_gaps_us=gaps,
+        cell=cell,
+        repetition=rep,
+        warmup=warmup,
+        session=session,
+        turn=turn,
+        status="ok" if valid else "error",
+        valid=valid,
+        configured_prior_tokens=0,
+        completion_tokens=tokens,
+        ttft_ns=ttft,
+        started_ns=sent,
+        sent_ns=sent,
+        first_content_ns=first,
+        last_content_ns=first + decode,
+        done_ns=first + decode,
+        step_kind=kind,
+        parent_session=parent,
+        chunk_gaps_us=gaps,
     )
 
 
@@ -52,22 +79,32 @@ def test_a_request_meets_when_valid_and_every_limit_of_its_kind_holds():
 def test_one_slow_step_makes_a_bad_session():
     slo = parse_slo("ttft_s=1")
     records = [
-        rec(session=0, turn=1), rec(session=0, turn=2), rec(session=0, turn=3),
-        rec(session=1, turn=1), rec(session=1, turn=2, ttft=2 * S), rec(session=1, turn=3),
+        rec(session=0, turn=1),
+        rec(session=0, turn=2),
+        rec(session=0, turn=3),
+        rec(session=1, turn=1),
+        rec(session=1, turn=2, ttft=2 * S),
+        rec(session=1, turn=3),
     ]
     g = judge(records, slo)
     assert (g.requests, g.met, g.sessions, g.good_sessions) == (6, 5, 2, 1)
     assert g.share == pytest.approx(5 / 6) and g.session_share == pytest.approx(0.5)
     # per turn: the share of sessions still good through it
     assert [(t.turn, t.met, t.sessions, t.good_through) for t in g.turns] == [
-        (1, 2, 2, 2), (2, 1, 2, 1), (3, 2, 2, 1)]
+        (1, 2, 2, 2),
+        (2, 1, 2, 1),
+        (3, 2, 2, 1),
+    ]
 
 
 def test_a_sub_agents_slow_step_counts_against_its_user():
     slo = parse_slo("ttft_s=1")
-    records = [rec(session=0, kind="tool"), rec(session=1, kind="tool"),
-               rec(session=66, parent=1, kind="subagent", ttft=3 * S),
-               rec(session=67, parent=66, kind="subagent")]
+    records = [
+        rec(session=0, kind="tool"),
+        rec(session=1, kind="tool"),
+        rec(session=66, parent=1, kind="subagent", ttft=3 * S),
+        rec(session=67, parent=66, kind="subagent"),
+    ]
     g = judge(records, slo)
     assert (g.sessions, g.good_sessions) == (2, 1)
     assert g.kinds is not None
@@ -80,13 +117,14 @@ def test_warm_up_never_counts_and_rates_are_per_repetition():
     slo = parse_slo("ttft_s=1")
     records = [
         rec(rep=0, warmup=True, ttft=5 * S),
-        rec(rep=1, session=0), rec(rep=1, session=1, ttft=3 * S),  # span 0 → 4 s
-        rec(rep=2, session=0), rec(rep=2, session=1),  # span 0 → 1.5 s
+        rec(rep=1, session=0),
+        rec(rep=1, session=1, ttft=3 * S),  # span 0 → 4 s
+        rec(rep=2, session=0),
+        rec(rep=2, session=1),  # span 0 → 1.5 s
     ]
     g = judge(records, slo)
     assert (g.requests, g.met) == (4, 3)
-    assert [(r.repetition, r.met, r.good_sessions) for r in g.repetitions] == [(1, 1, 1),
-                                                                              (2, 2, 2)]
+    assert [(r.repetition, r.met, r.good_sessions) for r in g.repetitions] == [(1, 1, 1), (2, 2, 2)]
     assert g.request_rate is not None
     assert (g.request_rate.low, g.request_rate.high) == pytest.approx((1 / 4.0, 2 / 1.5))
     assert g.token_rate is not None and g.token_rate.high == pytest.approx(22 / 1.5)
@@ -94,8 +132,9 @@ def test_warm_up_never_counts_and_rates_are_per_repetition():
 
 def test_checks_judge_each_limit_at_the_percentile_with_kinds_apart():
     slo = parse_slo("ttft_s=1,tool.ttft_s=0.1")
-    records = ([rec(session=i, ttft=S // 2, kind="human") for i in range(40)]
-               + [rec(session=i, ttft=S // 2, kind="tool") for i in range(40)])
+    records = [rec(session=i, ttft=S // 2, kind="human") for i in range(40)] + [
+        rec(session=i, ttft=S // 2, kind="tool") for i in range(40)
+    ]
     checks = {(c.figure, c.kind): c for c in judge(records, slo).checks}
     assert checks[("ttft_s", None)].verdict == "holds" and checks[("ttft_s", None)].n == 40
     tool = checks[("ttft_s", "tool")]
@@ -124,6 +163,7 @@ def test_a_share_is_judged_only_when_its_interval_says_so():
 
 # --- A run judged by an SLO, on the embedded simulated server -------------------------
 
+
 def test_a_run_with_an_slo_saves_goodput_that_show_and_csv_recompute(tiny_scenario, tmp_path):
     import csv
     import io
@@ -143,8 +183,13 @@ def test_a_run_with_an_slo_saves_goodput_that_show_and_csv_recompute(tiny_scenar
     assert g.sessions == 4  # 2 users × 2 measured repetitions
     loaded = summarized(workloads.load_result(tmp_path / "run"))
     assert loaded.goodput == g
-    strict = loaded.model_copy(update={"scenario": loaded.scenario.model_copy(
-        update={"slo": workloads.model.slo.parse_slo("e2e_s=0.000001")})})
+    strict = loaded.model_copy(
+        update={
+            "scenario": loaded.scenario.model_copy(
+                update={"slo": workloads.model.slo.parse_slo("e2e_s=0.000001")}
+            )
+        }
+    )
     judged = summarized(strict).goodput
     assert judged is not None and (judged.met, judged.good_sessions) == (0, 0)
     # 8 requests cannot bound p90 from above, but all over the limit bound it from below
@@ -190,7 +235,8 @@ def test_the_report_leads_its_goodput_block_with_the_slo_and_both_shares():
     assert f"requests meeting the SLO: {g.met} of {g.requests}" in text
     assert f"session goodput {g.session_share:.0%} ({g.good_sessions} of" in text
     # 6 human and 6 tool steps, each kind with its own TTFT limit: too few for a p90 bound
-    assert ("p90 TTFT ≤ 0.05 s: cannot tell yet (needs ≥ 29 requests for a 95% upper "
-            "bound; have 6)") in text
+    assert (
+        "p90 TTFT ≤ 0.05 s: cannot tell yet (needs ≥ 29 requests for a 95% upper bound; have 6)"
+    ) in text
     assert "p90 TTFT ≤ 0.1 s (tool result steps): cannot tell yet" in text
     assert len([c for c in g.checks if c.verdict == "cannot tell"]) == len(g.checks) == 3

@@ -22,8 +22,10 @@ DATA = Path(__file__).parent / "data"
 
 
 def chromium() -> str | None:
-    return next((p for n in ("chromium", "chromium-browser", "google-chrome")
-                 if (p := shutil.which(n))), None)
+    return next(
+        (p for n in ("chromium", "chromium-browser", "google-chrome") if (p := shutil.which(n))),
+        None,
+    )
 
 
 def test_the_page_is_self_contained_with_every_table_and_figure():
@@ -45,14 +47,18 @@ def test_the_lead_holds_the_headline_slo_verdicts_and_every_warning_once():
     result = summarized(workloads.load_result(DATA / "v5-goodput"))
     assert result.warnings and result.scenario.slo is not None and result.gate is not None
     page = html_report(result, with_plots=False)
-    body = page[page.index("<body>") + len("<body>"):]
+    body = page[page.index("<body>") + len("<body>") :]
     assert body.startswith('<section class="lead" id="lead">')
-    lead = html.unescape(body[:body.index("</section>")])
-    rest = html.unescape(body[body.index("</section>"):])
+    lead = html.unescape(body[: body.index("</section>")])
+    rest = html.unescape(body[body.index("</section>") :])
     assert "<table" not in lead
-    leads = [report.run_line(result), "requests meeting the SLO: 12 of 12",
-             "p90 TTFT ≤ 0.05 s: cannot tell yet", "correctness 6/6",
-             *(f"warning: {w}" for w in result.warnings)]
+    leads = [
+        report.run_line(result),
+        "requests meeting the SLO: 12 of 12",
+        "p90 TTFT ≤ 0.05 s: cannot tell yet",
+        "correctness 6/6",
+        *(f"warning: {w}" for w in result.warnings),
+    ]
     for text in leads:
         assert text in lead, text
         assert text not in rest, text  # said once, first
@@ -61,18 +67,42 @@ def test_the_lead_holds_the_headline_slo_verdicts_and_every_warning_once():
 
 def test_every_run_writes_its_report_next_to_the_result(tmp_path):
     out = tmp_path / "run"
-    assert main(["run", "five-user-coding", "--out", str(out), "--quiet", "--no-plots",
-                 "--set", "users=1", "--set", "turns=1", "--set", "opening_tokens=300",
-                 "--set", "output_tokens=4", "--set", "repetitions.measured=1"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "five-user-coding",
+                "--out",
+                str(out),
+                "--quiet",
+                "--no-plots",
+                "--set",
+                "users=1",
+                "--set",
+                "turns=1",
+                "--set",
+                "opening_tokens=300",
+                "--set",
+                "output_tokens=4",
+                "--set",
+                "repetitions.measured=1",
+            ]
+        )
+        == 0
+    )
     page = (out / "report.html").read_text(encoding="utf-8")
     assert "five-user-coding" in page and "Per turn" in page
     assert "<img" not in page  # --no-plots: no figures
 
 
 def test_show_prints_every_format(tmp_path, capsys):
-    for fmt, marker in (("md", "| turn |"), ("csv", "cell,concurrency,prior_tokens,turn"),
-                        ("json", '"format_version"'), ("html", "<!DOCTYPE html>"),
-                        ("text", "Per turn")):
+    for fmt, marker in (
+        ("md", "| turn |"),
+        ("csv", "cell,concurrency,prior_tokens,turn"),
+        ("json", '"format_version"'),
+        ("html", "<!DOCTYPE html>"),
+        ("text", "Per turn"),
+    ):
         assert main(["show", str(DATA / "v1-small-a"), "--format", fmt]) == 0
         assert marker in capsys.readouterr().out, fmt
 
@@ -93,33 +123,45 @@ def _rendered(page: str, tmp_path: Path) -> str:
     """The DOM headless Chromium rendered from ``page``, with a line the test's own script
     adds (the page has none): images, drawn, tables, width, then the first element's id and
     text."""
-    probe = page.replace("</body>", (
-        "<script>window.addEventListener('load', () => { const imgs = [...document.images];"
-        "const first = document.body.firstElementChild;"
-        "const out = document.createElement('pre'); out.id = 'probe';"
-        "out.textContent = imgs.length + ' images, ' + imgs.filter(i => i.complete && "
-        "i.naturalWidth > 300).length + ' drawn, ' + document.querySelectorAll('table').length"
-        " + ' tables, width ' + document.body.scrollWidth + '\\nfirst ' + first.id + ': ' + "
-        "first.innerText; document.body.append(out); });</script></body>"))
+    probe = page.replace(
+        "</body>",
+        (
+            "<script>window.addEventListener('load', () => { const imgs = [...document.images];"
+            "const first = document.body.firstElementChild;"
+            "const out = document.createElement('pre'); out.id = 'probe';"
+            "out.textContent = imgs.length + ' images, ' + imgs.filter(i => i.complete && "
+            "i.naturalWidth > 300).length + ' drawn, ' + document.querySelectorAll('table').length"
+            " + ' tables, width ' + document.body.scrollWidth + '\\nfirst ' + first.id + ': ' + "
+            "first.innerText; document.body.append(out); });</script></body>"
+        ),
+    )
     probed = tmp_path / "probe.html"
     probed.write_text(probe, encoding="utf-8")
     browser = chromium()
     assert browser is not None
     dom = subprocess.run(
-        [browser, *_flags(tmp_path), "--virtual-time-budget=5000", "--dump-dom",
-         probed.as_uri()],
-        capture_output=True, text=True, timeout=120, check=True,
+        [browser, *_flags(tmp_path), "--virtual-time-budget=5000", "--dump-dom", probed.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     ).stdout
     return html.unescape(dom)
 
 
 def _flags(tmp_path: Path) -> list[str]:
-    return ["--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
-            f"--user-data-dir={tmp_path / 'profile'}"]
+    return [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--allow-file-access-from-files",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
 
 
 needs_chromium = pytest.mark.skipif(
-    chromium() is None, reason="no chromium (Debian: apt-get install chromium)")
+    chromium() is None, reason="no chromium (Debian: apt-get install chromium)"
+)
 
 
 @needs_chromium
@@ -138,9 +180,16 @@ def test_the_report_renders_in_headless_chromium_with_its_figures(tmp_path):
     assert browser is not None
     shot = tmp_path / "report.png"
     subprocess.run(
-        [browser, *_flags(tmp_path), "--window-size=1280,3000", f"--screenshot={shot}",
-         (tmp_path / "report.html").as_uri()],
-        capture_output=True, timeout=120, check=True,
+        [
+            browser,
+            *_flags(tmp_path),
+            "--window-size=1280,3000",
+            f"--screenshot={shot}",
+            (tmp_path / "report.html").as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
     )
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -157,6 +206,9 @@ def test_the_lead_is_the_first_thing_chromium_draws(tmp_path):
 
     text = words(first.group(1))
     assert text.startswith(words(report.header_line(result)))
-    for line in (report.run_line(result), "requests meeting the SLO",
-                 *(f"warning: {w}" for w in result.warnings)):
+    for line in (
+        report.run_line(result),
+        "requests meeting the SLO",
+        *(f"warning: {w}" for w in result.warnings),
+    ):
         assert words(line) in text, line

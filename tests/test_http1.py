@@ -23,13 +23,17 @@ def event(obj: dict) -> bytes:
 
 
 def delta(text: str) -> bytes:
-    return event({"id": "c1", "choices": [{"index": 0, "delta": {"content": text},
-                                           "finish_reason": None}]})
+    return event(
+        {"id": "c1", "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+    )
 
 
 EVENTS = [
     event({"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant"}}]}),
-    delta("Hel"), delta("lo"), delta(" wor"), delta("ld"),
+    delta("Hel"),
+    delta("lo"),
+    delta(" wor"),
+    delta("ld"),
     event({"id": "c1", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}),
     event({"id": "c1", "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 4}}),
     b"data: [DONE]\n\n",
@@ -61,18 +65,27 @@ def parse(pieces: list[bytes]) -> tuple[bytes, ResponseParser]:
     return body, parser
 
 
-@pytest.mark.parametrize("response", [
-    chunked(*EVENTS),
-    chunked(SSE),
-    chunked(*EVENTS, ext=b" ;name=value;q=\"x y\""),
-    chunked(*EVENTS, trailer=b"X-Checksum: 1\r\nX-Other: 2\r\n"),
-    with_length(SSE),
-    HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"".join(
-        b"%X\r\n%s\r\n" % (len(e), e) for e in EVENTS * 40) + b"0\r\n\r\n",  # bulk path
-    HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"".join(  # bulk, broken by a new size
-        b"%x%s\r\n%s\r\n" % (len(e), b";x" if i == 150 else b"", e)
-        for i, e in enumerate(EVENTS * 40)) + b"0\r\n\r\n",
-])
+@pytest.mark.parametrize(
+    "response",
+    [
+        chunked(*EVENTS),
+        chunked(SSE),
+        chunked(*EVENTS, ext=b' ;name=value;q="x y"'),
+        chunked(*EVENTS, trailer=b"X-Checksum: 1\r\nX-Other: 2\r\n"),
+        with_length(SSE),
+        HEAD
+        + b"Transfer-Encoding: chunked\r\n\r\n"
+        + b"".join(b"%X\r\n%s\r\n" % (len(e), e) for e in EVENTS * 40)
+        + b"0\r\n\r\n",  # bulk path
+        HEAD
+        + b"Transfer-Encoding: chunked\r\n\r\n"
+        + b"".join(  # bulk, broken by a new size
+            b"%x%s\r\n%s\r\n" % (len(e), b";x" if i == 150 else b"", e)
+            for i, e in enumerate(EVENTS * 40)
+        )
+        + b"0\r\n\r\n",
+    ],
+)
 def test_every_split_of_a_response_gives_the_same_body(response):
     whole, parser = parse([response])
     assert parser.complete and parser.head is not None and parser.head.status == 200
@@ -82,7 +95,7 @@ def test_every_split_of_a_response_gives_the_same_body(response):
         body, parser = parse([response[:cut], response[cut:]])
         assert body == expected and parser.complete and not parser.extra, cut
     for cut in range(0, len(response), 7):  # three pieces: a size line split twice
-        body, _ = parse([response[:cut], response[cut:cut + 3], response[cut + 3:]])
+        body, _ = parse([response[:cut], response[cut : cut + 3], response[cut + 3 :]])
         assert body == expected, cut
 
 
@@ -111,10 +124,15 @@ def test_a_chunk_without_its_crlf_is_malformed_after_the_body_before_it():
 def test_informational_responses_are_skipped_and_heads_checked():
     body, parser = parse([b"HTTP/1.1 100 Continue\r\n\r\n" + with_length(b"data: x\n\n")])
     assert body == b"data: x\n\n" and parser.informational == 1
-    for bad in (b"HTTP/2 200 OK\r\n\r\n", b"HTTP/1.1 20 OK\r\n\r\n",
-                b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n", b"ICY 200 OK\r\n\r\n",
-                b"HTTP/2.0 200 OK\r\n\r\n", b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
-                b"HTTP/1.1 200 OK\r\nX: " + b"x" * MAX_HEAD_BYTES):
+    for bad in (
+        b"HTTP/2 200 OK\r\n\r\n",
+        b"HTTP/1.1 20 OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
+        b"ICY 200 OK\r\n\r\n",
+        b"HTTP/2.0 200 OK\r\n\r\n",
+        b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX: " + b"x" * MAX_HEAD_BYTES,
+    ):
         with pytest.raises(MalformedHTTP):
             parse([bad])
     with pytest.raises(MalformedHTTP, match="Content-Length"):
@@ -122,8 +140,9 @@ def test_informational_responses_are_skipped_and_heads_checked():
 
 
 def test_both_framings_read_by_transfer_encoding_and_the_connection_not_reused():
-    body, parser = parse([HEAD + b"Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"
-                          b"5\r\nhello\r\n0\r\n\r\n"])
+    body, parser = parse(
+        [HEAD + b"Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n"]
+    )
     assert body == b"hello" and parser.complete
     assert parser.head is not None and not parser.head.keep_alive
 
@@ -149,10 +168,15 @@ def test_keep_alive_follows_the_version_and_connection_header():
 
 # --- the client, against raw loopback servers -----------------------------------------------
 
+
 @asynccontextmanager
-async def raw_server(pieces_for: Callable[[int], list[bytes]], *, close: bool = False,
-                     heads: list[bytes] | None = None, written: list[int] | None = None,
-                     ) -> AsyncIterator[tuple[str, list[int]]]:
+async def raw_server(
+    pieces_for: Callable[[int], list[bytes]],
+    *,
+    close: bool = False,
+    heads: list[bytes] | None = None,
+    written: list[int] | None = None,
+) -> AsyncIterator[tuple[str, list[int]]]:
     """Answer request i of a connection with ``pieces_for(i)``, each piece a write of its
     own with a pause after it (so each is a read of its own); ``close`` closes the connection
     after every response. Yields the base URL and a list of connections per request; keeps
@@ -233,7 +257,7 @@ async def test_chunk_extensions_trailers_and_size_lines_split_across_reads():
     at = response.index(b";ext=1") - 1  # inside the first size line
 
     def pieces(i: int) -> list[bytes]:
-        return [response[:at], response[at:at + 2], response[at + 2:]]
+        return [response[:at], response[at : at + 2], response[at + 2 :]]
 
     async with raw_server(pieces) as (url, served), HttpChatClient(url) as client:
         for _ in range(3):
@@ -243,8 +267,10 @@ async def test_chunk_extensions_trailers_and_size_lines_split_across_reads():
 
 async def test_content_length_body_and_the_connection_is_reused():
     response = with_length(SSE)
-    async with raw_server(lambda i: [response[:40], response[40:]]) as (url, served), \
-            HttpChatClient(url) as client:
+    async with (
+        raw_server(lambda i: [response[:40], response[40:]]) as (url, served),
+        HttpChatClient(url) as client,
+    ):
         for _ in range(3):
             assert_whole(await client.stream_chat(BODY))
     assert served == [1, 1, 1]
@@ -252,8 +278,10 @@ async def test_content_length_body_and_the_connection_is_reused():
 
 async def test_body_until_close_is_whole_and_the_next_request_gets_a_new_connection():
     response = until_close(SSE)
-    async with raw_server(lambda i: [response[:90], response[90:]], close=True) as (
-            url, served), HttpChatClient(url) as client:
+    async with (
+        raw_server(lambda i: [response[:90], response[90:]], close=True) as (url, served),
+        HttpChatClient(url) as client,
+    ):
         for _ in range(3):
             assert_whole(await client.stream_chat(BODY))
     assert served == [1, 2, 3]
@@ -264,8 +292,10 @@ async def test_done_before_the_end_of_the_body_then_the_connection_is_reused():
     # the turn ends at [DONE] and the connection, read to the body's end, is reused.
     response = chunked(*EVENTS)
     end = len(response) - len(b"0\r\n\r\n")
-    async with raw_server(lambda i: [response[:end], response[end:]]) as (url, served), \
-            HttpChatClient(url) as client:
+    async with (
+        raw_server(lambda i: [response[:end], response[end:]]) as (url, served),
+        HttpChatClient(url) as client,
+    ):
         first = await client.stream_chat(BODY)
         await asyncio.sleep(0.05)
         second = await client.stream_chat(BODY)
@@ -276,8 +306,11 @@ async def test_done_before_the_end_of_the_body_then_the_connection_is_reused():
 
 @pytest.mark.parametrize("size_line", [b"zz", b"0x1f", b"-1"])
 async def test_malformed_chunk_size_is_malformed(size_line):
-    response = HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + (
-        b"%x\r\n%s\r\n" % (len(EVENTS[1]), EVENTS[1]) + size_line + b"\r\n" + EVENTS[2])
+    response = (
+        HEAD
+        + b"Transfer-Encoding: chunked\r\n\r\n"
+        + (b"%x\r\n%s\r\n" % (len(EVENTS[1]), EVENTS[1]) + size_line + b"\r\n" + EVENTS[2])
+    )
     async with raw_server(lambda i: [response]) as (url, _), HttpChatClient(url) as client:
         r = await client.stream_chat(BODY)
     assert r.error_kind == "malformed" and "chunk size" in (r.error_message or "").lower()
@@ -293,18 +326,26 @@ def compressed(wbits: int) -> list[bytes]:
     return pieces
 
 
-@pytest.mark.parametrize(("coding", "wbits"), [
-    ("gzip", 16 + zlib.MAX_WBITS), ("deflate", zlib.MAX_WBITS), ("deflate", -zlib.MAX_WBITS),
-])
+@pytest.mark.parametrize(
+    ("coding", "wbits"),
+    [
+        ("gzip", 16 + zlib.MAX_WBITS),
+        ("deflate", zlib.MAX_WBITS),
+        ("deflate", -zlib.MAX_WBITS),
+    ],
+)
 async def test_a_compressed_event_stream_is_decoded_read_by_read(coding, wbits):
     pieces = compressed(wbits)
-    response = [HEAD + b"Content-Encoding: %s\r\nTransfer-Encoding: chunked\r\n\r\n" % (
-        coding.encode())] + [b"%x\r\n%s\r\n" % (len(p), p) for p in pieces]
+    response = [
+        HEAD + b"Content-Encoding: %s\r\nTransfer-Encoding: chunked\r\n\r\n" % (coding.encode())
+    ] + [b"%x\r\n%s\r\n" % (len(p), p) for p in pieces]
     response[-1] += b"0\r\n\r\n"
     heads: list[bytes] = []
     written: list[int] = []
-    async with raw_server(lambda i: response, heads=heads, written=written) as (url, served), \
-            HttpChatClient(url) as client:
+    async with (
+        raw_server(lambda i: response, heads=heads, written=written) as (url, served),
+        HttpChatClient(url) as client,
+    ):
         for _ in range(2):
             assert_whole(await client.stream_chat(BODY))
         r = await client.stream_chat(BODY)
@@ -312,7 +353,7 @@ async def test_a_compressed_event_stream_is_decoded_read_by_read(coding, wbits):
     assert all(b"\r\naccept-encoding: identity\r\n" in h.lower() for h in heads)
     # Each content chunk is stamped at a read that came after the server wrote it, not at
     # the end of the body: pieces 1-4 of the third response carry the four content deltas.
-    third = written[-len(response):]
+    third = written[-len(response) :]
     assert r.content_ns is not None
     assert [t >= w for t, w in zip(r.content_ns, third[2:6], strict=True)] == [True] * 4
     assert r.done_ns is not None and r.done_ns >= third[8]
@@ -320,8 +361,10 @@ async def test_a_compressed_event_stream_is_decoded_read_by_read(coding, wbits):
 
 async def test_the_request_target_is_percent_encoded():
     heads: list[bytes] = []
-    async with raw_server(lambda i: [chunked(*EVENTS)], heads=heads) as (url, _), \
-            HttpChatClient(url + "/a dir/é") as client:
+    async with (
+        raw_server(lambda i: [chunked(*EVENTS)], heads=heads) as (url, _),
+        HttpChatClient(url + "/a dir/é") as client,
+    ):
         assert_whole(await client.stream_chat(BODY))
     assert heads[0].startswith(b"POST /v1/a%20dir/%C3%A9/chat/completions")
 
@@ -334,8 +377,9 @@ async def test_a_body_in_a_coding_the_client_does_not_decode_is_malformed():
 
 
 async def test_an_error_status_in_a_coding_the_client_does_not_decode_keeps_its_status():
-    response = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Encoding: br\r\n"
-                b"Content-Length: 3\r\n\r\nabc")
+    response = (
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Encoding: br\r\nContent-Length: 3\r\n\r\nabc"
+    )
     async with raw_server(lambda i: [response]) as (url, _), HttpChatClient(url) as client:
         r = await client.stream_chat(BODY)
     assert r.error_kind == "http_5xx" and r.http_status == 503
@@ -349,14 +393,25 @@ async def test_a_compressed_body_that_does_not_decode_is_malformed():
     assert r.error_kind == "malformed" and "does not decode" in (r.error_message or "")
 
 
-ERROR_JSON = json.dumps({"error": {"message": "model 'm' is loading, retry later",
-                                   "type": "ServiceUnavailable", "pad": "x" * 3000}}).encode()
+ERROR_JSON = json.dumps(
+    {
+        "error": {
+            "message": "model 'm' is loading, retry later",
+            "type": "ServiceUnavailable",
+            "pad": "x" * 3000,
+        }
+    }
+).encode()
 
 
 @pytest.mark.parametrize("content_type", [b"", b"Content-Type: application/json\r\n"])
 async def test_a_200_that_is_not_an_event_stream_keeps_its_text(content_type):
-    response = (b"HTTP/1.1 200 OK\r\n" + content_type + b"Content-Length: %d\r\n\r\n"
-                % len(ERROR_JSON) + ERROR_JSON)
+    response = (
+        b"HTTP/1.1 200 OK\r\n"
+        + content_type
+        + b"Content-Length: %d\r\n\r\n" % len(ERROR_JSON)
+        + ERROR_JSON
+    )
     # The body in several reads: what the message keeps is not only the first read's.
     pieces = [response[:60], response[60:200], response[200:]]
     async with raw_server(lambda i: pieces) as (url, served), HttpChatClient(url) as client:
@@ -371,10 +426,12 @@ async def test_a_200_that_is_not_an_event_stream_keeps_its_text(content_type):
 
 
 async def test_an_event_stream_without_content_type_is_still_read():
-    response = b"HTTP/1.1 200 OK\r\n" + chunked(*EVENTS)[len(HEAD):]
+    response = b"HTTP/1.1 200 OK\r\n" + chunked(*EVENTS)[len(HEAD) :]
     assert b"content-type" not in response.lower()
-    async with raw_server(lambda i: [response[:80], response[80:]]) as (url, _), \
-            HttpChatClient(url) as client:
+    async with (
+        raw_server(lambda i: [response[:80], response[80:]]) as (url, _),
+        HttpChatClient(url) as client,
+    ):
         assert_whole(await client.stream_chat(BODY))
 
 
@@ -384,8 +441,10 @@ async def test_a_body_that_never_ends_after_done_is_dropped_after_the_read_gap()
     response = chunked(*EVENTS)
     unended = response[: len(response) - len(b"0\r\n\r\n")]
     timeouts = Timeouts(read_gap_s=0.2)
-    async with raw_server(lambda i: [unended]) as (url, served), \
-            HttpChatClient(url, timeouts=timeouts) as client:
+    async with (
+        raw_server(lambda i: [unended]) as (url, served),
+        HttpChatClient(url, timeouts=timeouts) as client,
+    ):
         first = await client.stream_chat(BODY)
         await asyncio.sleep(0.5)
         second = await client.stream_chat(BODY)
@@ -397,12 +456,12 @@ async def test_a_body_that_never_ends_after_done_is_dropped_after_the_read_gap()
 async def test_an_error_status_read_to_its_end_keeps_the_connection():
     def pieces(i: int) -> list[bytes]:
         if i == 0:
-            return [b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 0\r\n"
-                    b"Content-Length: 4\r\n\r\nbusy"]
+            return [
+                b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 0\r\nContent-Length: 4\r\n\r\nbusy"
+            ]
         return [chunked(*EVENTS)]
 
-    async with raw_server(pieces) as (url, served), \
-            HttpChatClient(url, retry_on={"429"}) as client:
+    async with raw_server(pieces) as (url, served), HttpChatClient(url, retry_on={"429"}) as client:
         r = await client.stream_chat(BODY)
     assert_whole(r)
     assert r.retries == 1 and [a.error_kind for a in r.attempts] == ["http_429"]

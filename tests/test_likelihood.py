@@ -14,8 +14,11 @@ from workloads.wire.likelihood import measure_likelihood
 
 def test_both_response_forms_are_read_and_the_first_token_is_left_out():
     legacy = {"choices": [{"logprobs": {"token_logprobs": [None, -1.0, -3.0]}}]}
-    vllm = {"choices": [{"prompt_logprobs": [None, {"12": {"logprob": -1.0}},
-                                             {"7": {"logprob": -3.0}}]}]}
+    vllm = {
+        "choices": [
+            {"prompt_logprobs": [None, {"12": {"logprob": -1.0}}, {"7": {"logprob": -3.0}}]}
+        ]
+    }
     assert prompt_logprobs(legacy) == ([-1.0, -3.0], "echo+logprobs")
     assert prompt_logprobs(vllm) == ([-1.0, -3.0], "prompt_logprobs")
     assert mean_nll([-1.0, -3.0]) == pytest.approx(2.0)

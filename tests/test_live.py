@@ -16,12 +16,21 @@ from workloads.model.records import TurnRecord
 S = 1_000_000_000
 
 
-def rec(session: int, *, status: str = "ok", kind: str | None = None, ttft: float = 0.2,
-        rep: int = 1) -> TurnRecord:
+def rec(
+    session: int, *, status: str = "ok", kind: str | None = None, ttft: float = 0.2, rep: int = 1
+) -> TurnRecord:
     return TurnRecord(
-        repetition=rep, warmup=False, session=session, turn=1, status=status,
-        error_kind=kind, valid=status == "ok", completion_tokens=512 if status == "ok" else None,
-        configured_prior_tokens=8192, started_ns=0, ttft_ns=int(ttft * S),
+        repetition=rep,
+        warmup=False,
+        session=session,
+        turn=1,
+        status=status,
+        error_kind=kind,
+        valid=status == "ok",
+        completion_tokens=512 if status == "ok" else None,
+        configured_prior_tokens=8192,
+        started_ns=0,
+        ttft_ns=int(ttft * S),
     )
 
 
@@ -61,8 +70,19 @@ def test_not_a_terminal_writes_plain_lines_to_the_stream():
 
 
 def test_quiet_runs_print_no_progress_and_piped_runs_print_a_line(tmp_path, capsys):
-    small = ["--set", "users=1", "--set", "turns=1", "--set", "opening_tokens=300",
-             "--set", "output_tokens=4", "--set", "repetitions.measured=1", "--no-plots"]
+    small = [
+        "--set",
+        "users=1",
+        "--set",
+        "turns=1",
+        "--set",
+        "opening_tokens=300",
+        "--set",
+        "output_tokens=4",
+        "--set",
+        "repetitions.measured=1",
+        "--no-plots",
+    ]
     assert main(["run", "five-user-coding", "--out", str(tmp_path / "q"), "--quiet", *small]) == 0
     assert capsys.readouterr().err == ""
     assert main(["run", "five-user-coding", "--out", str(tmp_path / "p"), *small]) == 0

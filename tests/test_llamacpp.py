@@ -68,8 +68,18 @@ def check_against_llamacpp_timings(result: workloads.RunResult) -> None:
 
 def test_launch_runs_five_user_coding_at_c1_and_reports_cache_hits(tmp_path, capsys):
     out = tmp_path / "c1"
-    args = ["run", "five-user-coding", "--launch", "llama.cpp", "--out", str(out), "--quiet",
-            "--no-plots", "--set", "users=1"]
+    args = [
+        "run",
+        "five-user-coding",
+        "--launch",
+        "llama.cpp",
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-plots",
+        "--set",
+        "users=1",
+    ]
     for assignment in SMALL:
         args += ["--set", assignment]
     assert main(args) == 0
@@ -98,10 +108,20 @@ def test_five_concurrent_sessions_share_the_slots(tmp_path):
         assert turn.cache_effectiveness is not None and turn.cache_effectiveness > 0.9
 
 
-TOOLS = [{"type": "function", "function": {
-    "name": "read_file", "description": "Read a file of the repository.",
-    "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
-                   "required": ["path"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file of the repository.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
+        },
+    }
+]
 
 
 async def test_tools_and_a_tool_call_history_stream_through_llama_server():
@@ -113,19 +133,33 @@ async def test_tools_and_a_tool_call_history_stream_through_llama_server():
     history = [
         {"role": "system", "content": "You are a coding agent."},
         {"role": "user", "content": "What does parser.py do?"},
-        {"role": "assistant", "content": "Let me read it.", "tool_calls": [
-            {"id": "call_1", "type": "function",
-             "function": {"name": "read_file", "arguments": '{"path": "parser.py"}'}}]},
+        {
+            "role": "assistant",
+            "content": "Let me read it.",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path": "parser.py"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": "def parse(text): ..."},
         {"role": "user", "content": "Summarise it in one line."},
     ]
     with LlamaCppServer(parallel=1, context_per_slot=4096, jinja=True) as server:
         async with HttpChatClient(server.base_url, connections=1) as client:
-            response = await client.stream_chat({
-                "model": "gemma-3-270m", "messages": history, "tools": TOOLS,
-                "tool_choice": "auto", "max_tokens": 24, "stream": True,
-                "stream_options": {"include_usage": True},
-            })
+            response = await client.stream_chat(
+                {
+                    "model": "gemma-3-270m",
+                    "messages": history,
+                    "tools": TOOLS,
+                    "tool_choice": "auto",
+                    "max_tokens": 24,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                }
+            )
     assert response.ok, (response.http_status, response.error_message)
     assert response.http_status == 200 and response.saw_done
     assert response.usage is not None and (response.usage.prompt_tokens or 0) > 0
@@ -147,7 +181,8 @@ async def test_the_gate_passes_healthy_gemma_and_fails_it_with_a_wrong_rope_base
 
     # A deadline no loaded machine reaches: the gate's verdict, not its speed, is tested.
     scenario = workloads.load_scenario("five-user-coding").with_overrides(
-        ["timeouts.gate_s=900", "timeouts.read_gap_s=900", "timeouts.turn_s=900"])
+        ["timeouts.gate_s=900", "timeouts.read_gap_s=900", "timeouts.turn_s=900"]
+    )
     verdicts = []
     for extra in ((), ("--rope-freq-base", "10000")):
         with LlamaCppServer(parallel=2, context_per_slot=4096, extra_args=extra) as server:
@@ -208,15 +243,35 @@ def test_a_stop_while_launch_starts_leaves_no_llama_server_running(tmp_path, sig
     held stopped (SIGSTOP) once it runs, so /health cannot answer first; the signal goes once
     the CLI waits on /health (its main thread asleep after the server's exec)."""
     cli = subprocess.Popen(
-        [sys.executable, "-m", "workloads", "run", "five-user-coding", "--launch", "llama.cpp",
-         "--out", str(tmp_path / "out"), "--quiet", "--no-plots", "--set", "users=1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "workloads",
+            "run",
+            "five-user-coding",
+            "--launch",
+            "llama.cpp",
+            "--out",
+            str(tmp_path / "out"),
+            "--quiet",
+            "--no-plots",
+            "--set",
+            "users=1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     servers: list[int] = []
     try:
-        _wait_for(lambda: servers.extend(c for c in _children(cli.pid)
-                                         if _program(c) == "llama-server") or bool(servers),
-                  "llama-server child", cli)
+        _wait_for(
+            lambda: (
+                servers.extend(c for c in _children(cli.pid) if _program(c) == "llama-server")
+                or bool(servers)
+            ),
+            "llama-server child",
+            cli,
+        )
         (server,) = servers
         os.kill(server, signal.SIGSTOP)
         _wait_for(lambda: _state(cli.pid) == "S", "wait on /health", cli)

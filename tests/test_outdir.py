@@ -32,13 +32,26 @@ from workloads.runner.outdir import claim_out_dir, new_run_dir
 
 SRC = Path(workloads.__file__).parents[1]
 TINY = [
-    "--set", "users=2", "--set", "turns=2", "--set", "opening_tokens=300",
-    "--set", "turn_tokens=50", "--set", "output_tokens=8",
-    "--set", "repetitions.warmup=0", "--set", "repetitions.measured=1",
-    "--quiet", "--no-plots",
+    "--set",
+    "users=2",
+    "--set",
+    "turns=2",
+    "--set",
+    "opening_tokens=300",
+    "--set",
+    "turn_tokens=50",
+    "--set",
+    "output_tokens=8",
+    "--set",
+    "repetitions.warmup=0",
+    "--set",
+    "repetitions.measured=1",
+    "--quiet",
+    "--no-plots",
 ]
-needs_dev_full = pytest.mark.skipif(not os.path.exists("/dev/full"),
-                                    reason="no /dev/full (it fails every write: ENOSPC)")
+needs_dev_full = pytest.mark.skipif(
+    not os.path.exists("/dev/full"), reason="no /dev/full (it fails every write: ENOSPC)"
+)
 
 
 def one_line(capsys: pytest.CaptureFixture[str]) -> str:
@@ -78,7 +91,8 @@ def test_runs_started_in_the_same_second_get_a_directory_each(tmp_path):
     assert all(isinstance(p, Path) for p in made), made
     assert len(set(made)) == 8
     assert sorted(p.name for p in made) == sorted(
-        [base.name] + [f"{base.name}-{n}" for n in range(2, 9)])
+        [base.name] + [f"{base.name}-{n}" for n in range(2, 9)]
+    )
     assert all(p.is_dir() and not any(p.iterdir()) for p in made)
 
 
@@ -137,19 +151,27 @@ def test_a_claim_that_loses_the_race_never_removes_the_winners_directory(tmp_pat
 def test_a_run_in_another_process_holds_its_out_until_it_ends(tmp_path):
     out = tmp_path / "r"
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys; from pathlib import Path\n"
-         "from workloads.runner.outdir import claim_out_dir\n"
-         "with claim_out_dir(Path(sys.argv[1])):\n"
-         "    print('claimed', flush=True)\n"
-         "    sys.stdin.read()\n", str(out)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path\n"
+            "from workloads.runner.outdir import claim_out_dir\n"
+            "with claim_out_dir(Path(sys.argv[1])):\n"
+            "    print('claimed', flush=True)\n"
+            "    sys.stdin.read()\n",
+            str(out),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
         env={**os.environ, "PYTHONPATH": str(SRC)},
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "claimed\n"
-        with pytest.raises(OutputExistsError, match="being written by another run"), \
-                claim_out_dir(out, overwrite=True):
+        with (
+            pytest.raises(OutputExistsError, match="being written by another run"),
+            claim_out_dir(out, overwrite=True),
+        ):
             pass
         assert (out / "records.jsonl").exists()  # the holder's, untouched by --overwrite
     finally:
@@ -162,8 +184,10 @@ def test_an_out_that_holds_a_killed_runs_records_is_refused(tmp_path):
     out = tmp_path / "r"
     out.mkdir()
     (out / "records.jsonl").write_text('{"kind":"header"}\n')
-    with pytest.raises(OutputExistsError, match=r"records\.jsonl exists.*--overwrite"), \
-            claim_out_dir(out):
+    with (
+        pytest.raises(OutputExistsError, match=r"records\.jsonl exists.*--overwrite"),
+        claim_out_dir(out),
+    ):
         pass
     assert (out / "records.jsonl").read_text() == '{"kind":"header"}\n'
 
@@ -171,8 +195,7 @@ def test_an_out_that_holds_a_killed_runs_records_is_refused(tmp_path):
 # --- show refuses two runs in one file ----------------------------------------------------
 
 
-def test_show_refuses_a_records_file_two_runs_wrote_naming_both(tmp_path, tiny_scenario,
-                                                                 capsys):
+def test_show_refuses_a_records_file_two_runs_wrote_naming_both(tmp_path, tiny_scenario, capsys):
     fake = FakeChatClient(lambda body: (100, "ok " * 30))
     a, b = tmp_path / "a", tmp_path / "b"
     first = workloads.run(tiny_scenario, client=fake, out_dir=a)
@@ -227,12 +250,17 @@ def test_a_write_cut_short_leaves_the_file_at_its_last_whole_line(tmp_path):
         "with RecordWriter(Path(sys.argv[1])) as w:\n"
         "    try:\n"
         "        for i in range(10):\n"
-        "            w.write_line('{\"line\": %d, \"pad\": \"%s\"}' % (i, 'x' * 12))\n"
+        '            w.write_line(\'{"line": %d, "pad": "%s"}\' % (i, \'x\' * 12))\n'
         "    except OutputError as err:\n"
         "        print(err.errno, err)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(SRC)})
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"{errno.EFBIG} cannot write {path}: File too large")
     text = path.read_text()
@@ -245,8 +273,9 @@ def test_a_write_cut_short_leaves_the_file_at_its_last_whole_line(tmp_path):
 @needs_dev_full
 def test_a_failed_save_leaves_no_tmp_and_the_old_result_intact(tmp_path, tiny_scenario):
     out = tmp_path / "r"
-    result = workloads.run(tiny_scenario, client=FakeChatClient(lambda body: (100, "ok")),
-                           out_dir=out)
+    result = workloads.run(
+        tiny_scenario, client=FakeChatClient(lambda body: (100, "ok")), out_dir=out
+    )
     before = (out / "result.json").read_text()
     (out / "result.json.tmp").symlink_to("/dev/full")
     with pytest.raises(OutputError) as caught:
@@ -267,15 +296,22 @@ def test_a_disk_full_mid_run_stops_it_keeping_the_records_written(tmp_path, tiny
     def disk_fills_after_three(record: object) -> None:
         seen.append(1)
         if len(seen) == 3:  # from here on the records file's writes meet a full disk
-            fd = next(int(fd.name) for fd in Path("/proc/self/fd").iterdir()
-                      if os.path.realpath(fd) == str(records.resolve()))
+            fd = next(
+                int(fd.name)
+                for fd in Path("/proc/self/fd").iterdir()
+                if os.path.realpath(fd) == str(records.resolve())
+            )
             full = os.open("/dev/full", os.O_WRONLY)
             os.dup2(full, fd)
             os.close(full)
 
     with pytest.raises(OutputError) as caught:
-        workloads.run(tiny_scenario, client=FakeChatClient(lambda body: (100, "ok " * 30)),
-                      out_dir=out, on_record=disk_fills_after_three)
+        workloads.run(
+            tiny_scenario,
+            client=FakeChatClient(lambda body: (100, "ok " * 30)),
+            out_dir=out,
+            on_record=disk_fills_after_three,
+        )
     err = caught.value
     assert err.errno == errno.ENOSPC and err.path == str(records)
     assert str(err).startswith(f"cannot write {records}: No space left on device (ENOSPC)")
@@ -294,11 +330,10 @@ def test_the_cli_exits_6_naming_the_file_when_the_records_cannot_be_written(tmp_
     # Size the limit from a run of the same scenario: its header, nonces and first record,
     # and half of the second, so the second record's write is cut short.
     sized = tmp_path / "sized"
-    assert main(["run", "five-user-coding", "--out", str(sized), *TINY,
-                 "--no-transcripts"]) == 0
+    assert main(["run", "five-user-coding", "--out", str(sized), *TINY, "--no-transcripts"]) == 0
     lines = (sized / "records.jsonl").read_bytes().splitlines(keepends=True)
     first = next(i for i, line in enumerate(lines) if b'"kind"' not in line)
-    limit = sum(map(len, lines[:first + 1])) + len(lines[first + 1]) // 2
+    limit = sum(map(len, lines[: first + 1])) + len(lines[first + 1]) // 2
     out = tmp_path / "r"
     script = (
         "import resource, sys\n"
@@ -307,15 +342,28 @@ def test_the_cli_exits_6_naming_the_file_when_the_records_cannot_be_written(tmp_
         "sys.exit(main(sys.argv[1:]))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script, "run", "five-user-coding", "--out", str(out), *TINY,
-         "--no-transcripts"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-c",
+            script,
+            "run",
+            "five-user-coding",
+            "--out",
+            str(out),
+            *TINY,
+            "--no-transcripts",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, "PYTHONPATH": str(SRC)},
     )
     assert done.returncode == 6, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
-    assert done.stderr.startswith(f"error: cannot write {out / 'records.jsonl'}: File too "
-                                  "large (EFBIG); the run stopped there; the 1 turn records")
+    assert done.stderr.startswith(
+        f"error: cannot write {out / 'records.jsonl'}: File too "
+        "large (EFBIG); the run stopped there; the 1 turn records"
+    )
     assert (out / "records.jsonl").read_bytes().endswith(b"\n")
     assert len(load_result(out).records) == 1
     assert not (out / "result.json").exists() and not list(out.glob("*.tmp"))
@@ -338,14 +386,16 @@ def test_a_failed_start_leaves_no_default_run_folder(tmp_path, monkeypatch, caps
 def test_a_failed_start_removes_only_the_folders_it_made(tmp_path, capsys):
     unreachable = "http://127.0.0.1:1/v1"
     deep = tmp_path / "made" / "by" / "run"
-    assert main(["run", "five-user-coding", "--target", unreachable, "--out", str(deep),
-                 *TINY]) == 4
+    assert (
+        main(["run", "five-user-coding", "--target", unreachable, "--out", str(deep), *TINY]) == 4
+    )
     assert not (tmp_path / "made").exists()
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("kept")
-    assert main(["run", "five-user-coding", "--target", unreachable, "--out", str(mine),
-                 *TINY]) == 4
+    assert (
+        main(["run", "five-user-coding", "--target", unreachable, "--out", str(mine), *TINY]) == 4
+    )
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
 
 
@@ -356,15 +406,22 @@ def test_a_library_run_that_fails_to_start_leaves_no_folder(tmp_path, tiny_scena
     assert not (tmp_path / "a").exists()
 
 
-@pytest.mark.parametrize(("flags", "names"), [
-    (["--sim", "kv_capacity_tokenz=46202"], "--sim 'kv_capacity_tokenz': no such profile field"),
-    (["--sim", "faults.rate_5OO=0.1"], "--sim 'faults.rate_5OO'"),
-    (["--sim", "spec_tokens=many"], "--sim 'spec_tokens'"),
-    (["--sim", "profile=h100"], "no simulator profile 'h100'"),
-    (["--set", "userz=2"], "userz"),
-])
-def test_a_typo_in_sim_or_set_is_one_line_before_anything_is_made(tmp_path, monkeypatch,
-                                                                   capsys, flags, names):
+@pytest.mark.parametrize(
+    ("flags", "names"),
+    [
+        (
+            ["--sim", "kv_capacity_tokenz=46202"],
+            "--sim 'kv_capacity_tokenz': no such profile field",
+        ),
+        (["--sim", "faults.rate_5OO=0.1"], "--sim 'faults.rate_5OO'"),
+        (["--sim", "spec_tokens=many"], "--sim 'spec_tokens'"),
+        (["--sim", "profile=h100"], "no simulator profile 'h100'"),
+        (["--set", "userz=2"], "userz"),
+    ],
+)
+def test_a_typo_in_sim_or_set_is_one_line_before_anything_is_made(
+    tmp_path, monkeypatch, capsys, flags, names
+):
     monkeypatch.chdir(tmp_path)
     assert main(["run", "five-user-coding", *flags, "--quiet"]) == 2
     assert names in one_line(capsys)

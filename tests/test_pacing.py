@@ -72,8 +72,15 @@ def fake():
 
 def small(**fields) -> workloads.Scenario:
     s = workloads.load_scenario("five-user-coding").with_overrides(
-        ["users=3", "turns=3", "opening_tokens=300", "turn_tokens=60", "output_tokens=4",
-         "repetitions.warmup=0", "repetitions.measured=1"]
+        [
+            "users=3",
+            "turns=3",
+            "opening_tokens=300",
+            "turn_tokens=60",
+            "output_tokens=4",
+            "repetitions.warmup=0",
+            "repetitions.measured=1",
+        ]
     )
     return s.model_copy(update=fields)
 

@@ -9,15 +9,24 @@ from workloads.runner.sizing import PreparedTurn
 
 def _record(prompt: int | None, completion: int | None) -> TurnRecord:
     return TurnRecord(
-        repetition=0, warmup=True, session=0, turn=1, status="ok", valid=True,
-        prompt_tokens=prompt, completion_tokens=completion, configured_prior_tokens=100,
+        repetition=0,
+        warmup=True,
+        session=0,
+        turn=1,
+        status="ok",
+        valid=True,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        configured_prior_tokens=100,
         started_ns=0,
     )
 
 
 def test_turn_one_starts_from_the_opening():
-    assert turn_base(1, LastTurn(), opening=[1] * 40, opening_exact=True,
-                     sizing_exact=True) == (40, True)
+    assert turn_base(1, LastTurn(), opening=[1] * 40, opening_exact=True, sizing_exact=True) == (
+        40,
+        True,
+    )
 
 
 def test_exact_base_is_the_last_prompt_plus_the_servers_completion_count():

@@ -19,7 +19,12 @@ def png_size(data: bytes) -> tuple[int, int]:
 def test_write_plots_makes_five_pngs(tmp_path):
     written = write_plots(workloads.load_result(DATA / "v1-small-a"), tmp_path)
     assert sorted(p.name for p in written) == [
-        "latency.png", "prefill.png", "rates.png", "timeline.png", "ttft.png"]
+        "latency.png",
+        "prefill.png",
+        "rates.png",
+        "timeline.png",
+        "ttft.png",
+    ]
     for path in written:
         data = path.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
@@ -28,32 +33,62 @@ def test_write_plots_makes_five_pngs(tmp_path):
 def test_a_sweep_is_plotted_per_cell(tmp_path):
     written = write_plots(workloads.load_result(DATA / "v1-sweep"), tmp_path)
     assert sorted(p.name for p in written) == [
-        "cache.png", "latency.png", "prefill.png", "rates.png", "timeline.png", "ttft.png"]
+        "cache.png",
+        "latency.png",
+        "prefill.png",
+        "rates.png",
+        "timeline.png",
+        "ttft.png",
+    ]
 
 
 def test_latency_is_drawn_from_valid_measured_requests_only():
     result = workloads.load_result(DATA / "v5-goodput")
     assert any(r.chunk_gaps_us for r in result.records)  # ITL and E2E both drawn
     assert dict(figures(result))["latency.png"][:8] == b"\x89PNG\r\n\x1a\n"
-    invalid = result.model_copy(update={"records": [
-        r.model_copy(update={"valid": r.warmup}) for r in result.records]})
+    invalid = result.model_copy(
+        update={"records": [r.model_copy(update={"valid": r.warmup}) for r in result.records]}
+    )
     assert "latency.png" not in dict(figures(invalid))  # only warm-ups were valid
 
 
 def test_the_timeline_shows_every_failed_request_from_send_to_error_by_kind(tmp_path):
-    scenario = workloads.load_scenario("five-user-coding").with_overrides([
-        "users=4", "turns=3", "opening_tokens=300", "turn_tokens=50", "output_tokens=24",
-        "repetitions.warmup=0", "repetitions.measured=2",
-    ])
-    sim = {"faults.rate_429": 0.15, "faults.rate_500": 0.15, "faults.rate_disconnect": 0.15,
-           "faults.rate_early_stop": 0.15, "faults.after_tokens": 4, "faults.retry_after_s": 0}
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(
+        [
+            "users=4",
+            "turns=3",
+            "opening_tokens=300",
+            "turn_tokens=50",
+            "output_tokens=24",
+            "repetitions.warmup=0",
+            "repetitions.measured=2",
+        ]
+    )
+    sim = {
+        "faults.rate_429": 0.15,
+        "faults.rate_500": 0.15,
+        "faults.rate_disconnect": 0.15,
+        "faults.rate_early_stop": 0.15,
+        "faults.after_tokens": 4,
+        "faults.retry_after_s": 0,
+    }
     result = workloads.run(scenario, sim=sim)
     # A request that never connected: no send time, only when the client began it.
-    never = result.records[0].model_copy(update={
-        "status": "error", "error_kind": "connect_refused", "valid": False, "http_status": None,
-        "sent_ns": None, "headers_ns": None, "first_content_ns": None,
-        "last_content_ns": None, "done_ns": None, "error_ns": None, "repetition": 9,
-    })
+    never = result.records[0].model_copy(
+        update={
+            "status": "error",
+            "error_kind": "connect_refused",
+            "valid": False,
+            "http_status": None,
+            "sent_ns": None,
+            "headers_ns": None,
+            "first_content_ns": None,
+            "last_content_ns": None,
+            "done_ns": None,
+            "error_ns": None,
+            "repetition": 9,
+        }
+    )
     result = result.model_copy(update={"records": [*result.records, never]})
 
     bars = timeline_bars(result)
@@ -74,19 +109,25 @@ def test_the_timeline_shows_every_failed_request_from_send_to_error_by_kind(tmp_
 
 def test_a_cold_sweep_has_no_cache_plot_of_zeros():
     sweep = summarized(workloads.load_result(DATA / "v1-sweep"))
-    cold = sweep.model_copy(update={
-        "records": [r.model_copy(update={"cached_tokens": 0}) for r in sweep.records],
-        "cells": [c.model_copy(update={"window": c.window.model_copy(update={"server": None})})
-                  for c in sweep.cells or []],
-    })
+    cold = sweep.model_copy(
+        update={
+            "records": [r.model_copy(update={"cached_tokens": 0}) for r in sweep.records],
+            "cells": [
+                c.model_copy(update={"window": c.window.model_copy(update={"server": None})})
+                for c in sweep.cells or []
+            ],
+        }
+    )
     assert "cache.png" not in dict(figures(cold))
 
 
 def depth_sweep(concurrency: int = 1) -> workloads.RunResult:
     """The stored sweep re-labelled as depths 4,096 and 115,404 (its two cells)."""
     result = summarized(workloads.load_result(DATA / "v1-sweep"))
-    cells = [c.model_copy(update={"prior_tokens": p, "concurrency": concurrency})
-             for c, p in zip(result.cells or [], [4096, 115_404], strict=True)]
+    cells = [
+        c.model_copy(update={"prior_tokens": p, "concurrency": concurrency})
+        for c, p in zip(result.cells or [], [4096, 115_404], strict=True)
+    ]
     return result.model_copy(update={"cells": cells})
 
 
@@ -119,6 +160,11 @@ def test_concurrency_over_time_is_plotted_when_the_result_has_it():
 
     result = summarized(workloads.load_result(DATA / "v1-small-a"))
     assert "concurrency.png" not in dict(figures(result))  # older results: nothing to draw
-    timed = result.model_copy(update={"concurrency": ConcurrencySummary(
-        mean=1.5, max=2, span_s=1.0, samples=[(0.0, 1), (0.5, 2), (1.0, 0)])})
+    timed = result.model_copy(
+        update={
+            "concurrency": ConcurrencySummary(
+                mean=1.5, max=2, span_s=1.0, samples=[(0.0, 1), (0.5, 2), (1.0, 0)]
+            )
+        }
+    )
     assert "concurrency.png" in dict(figures(timed))

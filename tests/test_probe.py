@@ -33,22 +33,38 @@ def statuses(report: ProbeReport) -> dict[str, str]:
 
 
 def response(**fields: object) -> ChatResponse:
-    base: dict = dict(started_ns=100, sent_ns=110, first_content_ns=120, last_content_ns=200,
-                      done_ns=210, content_events=16, finish_reason="length",
-                      usage=Usage(prompt_tokens=14, completion_tokens=16, cached_tokens=0),
-                      saw_done=True)
+    base: dict = dict(
+        started_ns=100,
+        sent_ns=110,
+        first_content_ns=120,
+        last_content_ns=200,
+        done_ns=210,
+        content_events=16,
+        finish_reason="length",
+        usage=Usage(prompt_tokens=14, completion_tokens=16, cached_tokens=0),
+        saw_done=True,
+    )
     return ChatResponse(**{**base, **fields})
 
 
 def observations(**fields: object) -> Observations:
     base: dict = dict(
-        target=workloads.Target("http://127.0.0.1:1/v1"), model="m",
-        identity=ServerIdentity(models=["m"]), short=response(), exact=response(),
+        target=workloads.Target("http://127.0.0.1:1/v1"),
+        model="m",
+        identity=ServerIdentity(models=["m"]),
+        short=response(),
+        exact=response(),
         cache_first=response(),
-        cache_again=response(usage=Usage(prompt_tokens=300, completion_tokens=2,
-                                         cached_tokens=288)),
-        tokenizer=None, tokenized=None, metrics_url="http://127.0.0.1:1/metrics",
-        before=None, after=None, metrics_error="HTTP 404", props=None,
+        cache_again=response(
+            usage=Usage(prompt_tokens=300, completion_tokens=2, cached_tokens=288)
+        ),
+        tokenizer=None,
+        tokenized=None,
+        metrics_url="http://127.0.0.1:1/metrics",
+        before=None,
+        after=None,
+        metrics_error="HTTP 404",
+        props=None,
     )
     return Observations(**{**base, **fields})
 
@@ -65,8 +81,9 @@ def test_chunks_that_arrive_together_are_partial_streaming():
 
 
 def test_a_reply_shorter_than_asked_fails_exact_length():
-    early = response(usage=Usage(prompt_tokens=14, completion_tokens=7, cached_tokens=0),
-                     finish_reason="stop")
+    early = response(
+        usage=Usage(prompt_tokens=14, completion_tokens=7, cached_tokens=0), finish_reason="stop"
+    )
     row = rows(observations(exact=early))["exact output length"]
     assert row.status == "no"
     assert row.evidence == "asked 16 with ignore_eos + min_tokens: got 7, finish_reason stop"
@@ -85,8 +102,15 @@ llamacpp:spec_decode_num_accepted_tokens_total 0
 
 def test_llamacpp_drafts_in_timings_count_before_its_counters_move():
     metrics = parse_metrics(LLAMACPP_SPEC_AT_ZERO)
-    drafted = response(timings={"prompt_n": 14, "cache_n": 0, "predicted_n": 16,
-                                "draft_n": 12, "draft_n_accepted": 9})
+    drafted = response(
+        timings={
+            "prompt_n": 14,
+            "cache_n": 0,
+            "predicted_n": 16,
+            "draft_n": 12,
+            "draft_n_accepted": 9,
+        }
+    )
     seen = observations(exact=drafted, before=metrics, after=metrics, metrics_error=None)
     row = rows(seen)["spec-decode counters"]
     assert row.status == "yes"
@@ -169,16 +193,24 @@ def minimal_app(*, openai_like: bool) -> web.Application:
         body = await request.json()
         unknown = sorted({"ignore_eos", "min_tokens"} & set(body))
         if openai_like and unknown:
-            error = {"message": f"Unrecognized request argument supplied: {unknown[0]}",
-                     "type": "invalid_request_error"}
+            error = {
+                "message": f"Unrecognized request argument supplied: {unknown[0]}",
+                "type": "invalid_request_error",
+            }
             return web.json_response({"error": error}, status=400)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         extra = {"usage": None, "system_fingerprint": "fp_tiny"} if openai_like else {}
 
         async def send(choices: list[dict], **fields: object) -> None:
-            chunk = {"id": "c1", "object": "chat.completion.chunk", "model": "tiny",
-                     "choices": choices, **extra, **fields}
+            chunk = {
+                "id": "c1",
+                "object": "chat.completion.chunk",
+                "model": "tiny",
+                "choices": choices,
+                **extra,
+                **fields,
+            }
             await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
 
         for word in ["Hello", " from", " a", " tiny", " server"]:

@@ -38,10 +38,14 @@ def test_the_plugin_loads_nothing_heavy_when_no_fixture_runs():
         "import sys, pytest; before = set(sys.modules); import workloads.pytest_plugin; "
         "print('\\n'.join(sorted(set(sys.modules) - before)))"
     )
-    loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                            text=True).stdout.split()
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout.split()
     assert "workloads.pytest_plugin" in loaded
     heavy = [m for m in loaded if m.split(".")[0] in {"pydantic", "aiohttp", "rich", "yarl"}]
     assert heavy == []
     assert [m for m in loaded if m.startswith("workloads")] == [
-        "workloads", "workloads._version", "workloads.pytest_plugin"]
+        "workloads",
+        "workloads._version",
+        "workloads.pytest_plugin",
+    ]

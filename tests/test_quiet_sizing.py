@@ -50,17 +50,21 @@ class CountingSimulator:
 
     @property
     def target(self) -> workloads.Target:
-        return workloads.Target(base_url=f"http://127.0.0.1:{self.port}/v1",
-                                model=self.profile.model,
-                                simulator_profile=self.profile.model_dump())
+        return workloads.Target(
+            base_url=f"http://127.0.0.1:{self.port}/v1",
+            model=self.profile.model,
+            simulator_profile=self.profile.model_dump(),
+        )
 
     def calls_during(self, records: list[TurnRecord], path: str = "/tokenize") -> int:
         """Requests to ``path`` the server was handling while a measured stream was open."""
-        streams = [(r.started_ns, r.done_ns or r.error_ns or r.started_ns)
-                   for r in records if not r.warmup]
+        streams = [
+            (r.started_ns, r.done_ns or r.error_ns or r.started_ns) for r in records if not r.warmup
+        ]
         return sum(
-            1 for p, start, end in list(self.log) if p == path
-            and any(start < done and end > sent for sent, done in streams)
+            1
+            for p, start, end in list(self.log)
+            if p == path and any(start < done and end > sent for sent, done in streams)
         )
 
     def __enter__(self) -> CountingSimulator:
@@ -109,8 +113,14 @@ def free_scenario(**fields: object) -> workloads.Scenario:
     """Four free-running sessions whose think times (drawn per session) stagger them, so
     one sizes its next turn while others stream."""
     base: dict[str, object] = {
-        "name": "quiet", "users": 4, "turns": 3, "opening_tokens": 1500, "turn_tokens": 200,
-        "output_tokens": 32, "repetitions": {"warmup": 1, "measured": 2}, "gate": "off",
+        "name": "quiet",
+        "users": 4,
+        "turns": 3,
+        "opening_tokens": 1500,
+        "turn_tokens": 200,
+        "output_tokens": 32,
+        "repetitions": {"warmup": 1, "measured": 2},
+        "gate": "off",
         "pacing": {"mode": "free", "think_time": {"kind": "exponential", "median": 0.1}},
     }
     return workloads.Scenario.model_validate({**base, **fields})
@@ -142,13 +152,17 @@ def test_free_pacing_calls_no_tokenize_during_measured_streams_unless_asked():
     assert {r.turn for r in estimated} == {2, 3} and len(estimated) == 2 * 4 * 2
     assert all(not r.shareable_exact for r in estimated)
     # Openings, turn 1 and the warm-up are sized before or outside the window: exactly.
-    assert all(r.tokenized_prompt_tokens == r.prompt_tokens
-               for r in quiet.records if r.warmup or r.turn == 1)
+    assert all(
+        r.tokenized_prompt_tokens == r.prompt_tokens
+        for r in quiet.records
+        if r.warmup or r.turn == 1
+    )
     assert max(miss(r) for r in estimated) <= TOLERANCE
     assert quiet.sizing is not None and quiet.sizing.exact and quiet.sizing.scale["0"]
     assert not [w for w in quiet.warnings if "sized by tiktoken estimate" in w]
     assert "except 16 measured turns sized by tiktoken estimate (quiet sizing" in (
-        sizing_line(quiet) or "")
+        sizing_line(quiet) or ""
+    )
     # Opted in: every turn exact, and the result says the calls overlapped measured streams.
     assert not estimate_sized(exact)
     assert any("loaded the server under test" in w for w in exact.warnings)
@@ -156,10 +170,13 @@ def test_free_pacing_calls_no_tokenize_during_measured_streams_unless_asked():
     # The what-if oracle's trace of the quiet run was rendered by the target after the
     # window: the same ids, so the same figures, as the exactly sized run's.
     assert quiet.cache_what_if is not None and exact.cache_what_if is not None
-    assert [(t.turn, t.requests, t.prompt_tokens, t.lru_hit_tokens, t.unlimited_hit_tokens)
-            for t in quiet.cache_what_if] == [
+    assert [
         (t.turn, t.requests, t.prompt_tokens, t.lru_hit_tokens, t.unlimited_hit_tokens)
-        for t in exact.cache_what_if]
+        for t in quiet.cache_what_if
+    ] == [
+        (t.turn, t.requests, t.prompt_tokens, t.lru_hit_tokens, t.unlimited_hit_tokens)
+        for t in exact.cache_what_if
+    ]
 
 
 def test_worker_processes_size_quietly_too():
@@ -177,8 +194,9 @@ def test_worker_processes_size_quietly_too():
 def test_a_foreign_tokenizer_is_corrected_by_the_warm_ups_exact_sizing(warmup):
     """The "words" tokenizer counts 1.4-1.8x tiktoken on code: uncorrected estimates miss by
     far more than the tolerance; the warm-up's exact sizing corrects them to within it."""
-    scenario = free_scenario(repetitions={"warmup": warmup, "measured": 1}, turns=4,
-                             pacing={"mode": "free"})
+    scenario = free_scenario(
+        repetitions={"warmup": warmup, "measured": 1}, turns=4, pacing={"mode": "free"}
+    )
     with LlamaCppLikeServer(tokenizer="words") as server:
         result = workloads.run(scenario, workloads.Target(server.base_url, server.model))
     estimated = estimate_sized(result)
@@ -197,8 +215,10 @@ def test_a_foreign_tokenizer_is_corrected_by_the_warm_ups_exact_sizing(warmup):
 
 def test_lockstep_sizes_every_turn_exactly_between_barriers():
     with LlamaCppLikeServer(tokenizer="split") as server:
-        result = workloads.run(free_scenario(pacing={"mode": "lockstep"}, users=2),
-                               workloads.Target(server.base_url, server.model))
+        result = workloads.run(
+            free_scenario(pacing={"mode": "lockstep"}, users=2),
+            workloads.Target(server.base_url, server.model),
+        )
     assert not estimate_sized(result)
     assert not [w for w in result.warnings if "tiktoken" in w or "under test" in w]
 
@@ -231,11 +251,19 @@ class DownTokenizer(EstimateTokenizer):
 
 def traced_session(tok: TargetTokenizer) -> Session:
     scenario = free_scenario(users=1)
-    conversation = Conversation(corpus=load_corpus("synthetic"), style="agent", seed=0,
-                                session=0, nonce="n", run_nonce="r")
-    session = Session(client=FakeChatClient(lambda body: (1, "x")), scenario=scenario,
-                      model="m", conversation=conversation, sizing=CellSizing(scenario, tok),
-                      repetition=1, warmup=False, on_record=lambda record: None)
+    conversation = Conversation(
+        corpus=load_corpus("synthetic"), style="agent", seed=0, session=0, nonce="n", run_nonce="r"
+    )
+    session = Session(
+        client=FakeChatClient(lambda body: (1, "x")),
+        scenario=scenario,
+        model="m",
+        conversation=conversation,
+        sizing=CellSizing(scenario, tok),
+        repetition=1,
+        warmup=False,
+        on_record=lambda record: None,
+    )
     messages = [{"role": "user", "content": "def f(x):\n    return x + 1\n"}]
     session.token_log = [TokenTrace(10, 2, array("i"), messages=messages, reply="two words")]
     return session
@@ -257,10 +285,14 @@ def test_after_the_window_quiet_turns_are_traced_in_the_targets_ids_or_not_at_al
     scenario = free_scenario(users=1)
     cell = scenario.cells()[0]
     measured = Measured(
-        scenario=scenario, corpus=load_corpus("synthetic"), cells=[cell],
-        target=TargetInfo(base_url="http://127.0.0.1:1/v1", model="m", simulated=False,
-                          kv_capacity_tokens=4096),
-        sizings={0: CellSizing(scenario, DownTokenizer())}, tokenizer=DownTokenizer(),
+        scenario=scenario,
+        corpus=load_corpus("synthetic"),
+        cells=[cell],
+        target=TargetInfo(
+            base_url="http://127.0.0.1:1/v1", model="m", simulated=False, kv_capacity_tokens=4096
+        ),
+        sizings={0: CellSizing(scenario, DownTokenizer())},
+        tokenizer=DownTokenizer(),
         traces={0: [*session.token_log, *failed.token_log]},
     )
     assert build_result(measured, complete=True).cache_what_if is None  # no partial oracle

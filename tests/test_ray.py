@@ -40,27 +40,50 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env = {**os.environ, **LOOPBACK}
     temp = tmp_path_factory.mktemp("ray")
     started = subprocess.run(
-        [ray_cli, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-         "--num-cpus=2", "--include-dashboard=false", "--object-store-memory=80000000",
-         "--disable-usage-stats", f"--temp-dir={temp}"],
-        env=env, capture_output=True, text=True, timeout=180, check=False,
+        [
+            ray_cli,
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--object-store-memory=80000000",
+            "--disable-usage-stats",
+            f"--temp-dir={temp}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
     )
     assert started.returncode == 0, started.stderr[-2000:]
     try:
         yield f"127.0.0.1:{port}"
     finally:
-        subprocess.run([ray_cli, "stop", "--force"], env=env, capture_output=True,
-                       timeout=120, check=False)
+        subprocess.run(
+            [ray_cli, "stop", "--force"], env=env, capture_output=True, timeout=120, check=False
+        )
 
 
 async def test_a_ray_run_merges_into_one_result(cluster: str, tmp_path: Path) -> None:
-    scenario = workloads.load_scenario("five-user-coding").with_overrides([
-        "users=4", "turns=2", "opening_tokens=600", "turn_tokens=80", "output_tokens=24",
-        "repetitions.warmup=1", "repetitions.measured=1", "gate=off",
-    ])
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(
+        [
+            "users=4",
+            "turns=2",
+            "opening_tokens=600",
+            "turn_tokens=80",
+            "output_tokens=24",
+            "repetitions.warmup=1",
+            "repetitions.measured=1",
+            "gate=off",
+        ]
+    )
     async with SimulatedServer() as server:
-        result = await workloads.run_async(scenario, server.target, out_dir=tmp_path,
-                                           workers=2, ray=cluster)
+        result = await workloads.run_async(
+            scenario, server.target, out_dir=tmp_path, workers=2, ray=cluster
+        )
     assert result.complete
     assert result.client is not None and result.client.processes == 2
     assert len(result.records) == 4 * 2 * 2

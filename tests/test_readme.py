@@ -13,7 +13,8 @@ ROOT = Path(__file__).parent.parent
 
 def script():  # type: ignore[no-untyped-def]
     spec = importlib.util.spec_from_file_location(
-        "readme_examples", ROOT / "scripts" / "readme_examples.py")
+        "readme_examples", ROOT / "scripts" / "readme_examples.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

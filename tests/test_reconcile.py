@@ -12,8 +12,20 @@ from workloads.telemetry.servers import LLAMACPP, SGLANG, VLLM
 L = '{engine="0",model_name="m"}'
 
 
-def vllm(prompt=0, cached=0, gen=0, queries=None, hits=None, length=0, preempt=0,
-         running=0, kv=0.0, created=1.0, spec=None, old_names=False):
+def vllm(
+    prompt=0,
+    cached=0,
+    gen=0,
+    queries=None,
+    hits=None,
+    length=0,
+    preempt=0,
+    running=0,
+    kv=0.0,
+    created=1.0,
+    spec=None,
+    old_names=False,
+):
     q = prompt if queries is None else queries
     h = cached if hits is None else hits
     prefix = "vllm:gpu_prefix_cache" if old_names else "vllm:prefix_cache"
@@ -50,19 +62,31 @@ def vllm(prompt=0, cached=0, gen=0, queries=None, hits=None, length=0, preempt=0
         ]
     if spec is not None:
         drafts, draft_tokens, accepted = spec
-        for name, value in (("num_drafts", drafts), ("num_draft_tokens", draft_tokens),
-                            ("num_accepted_tokens", accepted)):
-            lines += [f"# TYPE vllm:spec_decode_{name}_total counter",
-                      f"vllm:spec_decode_{name}_total{L} {value}"]
+        for name, value in (
+            ("num_drafts", drafts),
+            ("num_draft_tokens", draft_tokens),
+            ("num_accepted_tokens", accepted),
+        ):
+            lines += [
+                f"# TYPE vllm:spec_decode_{name}_total counter",
+                f"vllm:spec_decode_{name}_total{L} {value}",
+            ]
     return parse_metrics("\n".join(lines) + "\n")
 
 
 def rec(prompt, cached, completion, *, warmup=False, http=200, timings=None, turn=1):
     return TurnRecord(
-        repetition=0 if warmup else 1, warmup=warmup, session=0, turn=turn,
+        repetition=0 if warmup else 1,
+        warmup=warmup,
+        session=0,
+        turn=turn,
         status="ok" if http == 200 and prompt is not None else "error",
-        http_status=http, prompt_tokens=prompt, cached_tokens=cached,
-        completion_tokens=completion, configured_prior_tokens=0, started_ns=100,
+        http_status=http,
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+        completion_tokens=completion,
+        configured_prior_tokens=0,
+        started_ns=100,
         timings=timings,
     )
 
@@ -71,8 +95,9 @@ RECORDS = [rec(1000, 0, 64), rec(1200, 1024, 64, turn=2), rec(5, 0, 64, warmup=T
 
 
 def figures(names, start, end, records=RECORDS, samples=None):
-    return window_figures(names, start, end, samples or [], UsageSums.of(records),
-                          metrics_url="http://x/metrics")
+    return window_figures(
+        names, start, end, samples or [], UsageSums.of(records), metrics_url="http://x/metrics"
+    )
 
 
 def by_figure(t):
@@ -91,8 +116,13 @@ def test_deltas_equal_to_measured_usage_reconcile_exactly():
     t, warnings = figures(VLLM, start, end)
     assert warnings == []
     rows = by_figure(t)
-    assert set(rows) == {"prompt_tokens", "cached_prompt_tokens", "uncached_prompt_tokens",
-                         "generation_tokens", "finished_requests"}
+    assert set(rows) == {
+        "prompt_tokens",
+        "cached_prompt_tokens",
+        "uncached_prompt_tokens",
+        "generation_tokens",
+        "finished_requests",
+    }
     assert all(r.verdict == "reconciles" and r.difference == 0 for r in rows.values())
     assert t.reconciles is True
     assert (t.prompt_tokens, t.generation_tokens, t.finished_requests) == (2200, 128, 2)
@@ -154,8 +184,9 @@ def test_a_lagging_counter_points_at_counter_timing():
     t, _ = figures(VLLM, start, end)
     row = by_figure(t)["prompt_tokens"]
     assert row.difference == -1200
-    assert row.causes[0].startswith("counter timing: vLLM adds to vllm:prompt_tokens_total "
-                                    "when a request's prefill ends")
+    assert row.causes[0].startswith(
+        "counter timing: vLLM adds to vllm:prompt_tokens_total when a request's prefill ends"
+    )
 
 
 def test_requests_without_usage_explain_a_server_surplus():
@@ -170,17 +201,23 @@ def test_requests_the_client_cut_off_are_why_the_server_finished_fewer():
     """A stop cancelled one request in flight: the server aborted it and counts 2 finished
     requests to the client's 3 answered 200. Not counter timing."""
     cut = rec(None, None, None, http=200).model_copy(
-        update={"status": "incomplete", "error_kind": "cancelled"})
+        update={"status": "incomplete", "error_kind": "cancelled"}
+    )
     end = vllm(prompt=2200 + 900, cached=1024, gen=128 + 10, length=2)
     t, _ = figures(VLLM, vllm(), end, records=[*RECORDS, cut])
     row = by_figure(t)["finished_requests"]
     assert row.difference == -1
-    assert row.causes == ["1 measured requests answered 200 were ended by the client "
-                          "(cancelled by a stop, a read stall or the turn deadline): the "
-                          "server aborted them, so it never counted them finished"]
+    assert row.causes == [
+        "1 measured requests answered 200 were ended by the client "
+        "(cancelled by a stop, a read stall or the turn deadline): the "
+        "server aborted them, so it never counted them finished"
+    ]
     lagging = vllm(prompt=1000, cached=0, gen=64, length=1)
-    assert by_figure(figures(VLLM, vllm(), lagging)[0])["finished_requests"].causes[0] \
-        .startswith("counter timing")  # nothing cut off: the lag is the counter's
+    assert (
+        by_figure(figures(VLLM, vllm(), lagging)[0])["finished_requests"]
+        .causes[0]
+        .startswith("counter timing")
+    )  # nothing cut off: the lag is the counter's
 
 
 def test_cached_tokens_not_reported_per_request_cannot_reconcile():
@@ -221,6 +258,7 @@ def test_kv_peak_is_the_highest_sample_and_engines_take_the_max():
 def llama(uncached, cached, predicted, draft=0, accepted=0, drafts=0):
     def g(v):  # llama.cpp prints %g: 6 significant digits
         return f"{v:g}"
+
     return parse_metrics(
         "# TYPE llamacpp:prompt_tokens_total counter\n"
         f"llamacpp:prompt_tokens_total {g(uncached)}\n"
@@ -270,6 +308,7 @@ def test_sglang_hit_rate_uses_the_hit_modes_of_prefill_effective_tokens():
             f'sglang:prefill_effective_tokens_total{{mode="host_hit"}} {host}\n'
             f'sglang:prefill_effective_tokens_total{{mode="storage_hit"}} 0\n'
         )
+
     t, _ = figures(SGLANG, sg(100, 100, 0), sg(1100, 2600, 500), records=[])
     assert t.prefix_cache_queries == 4000 and t.prefix_cache_hits == 3000
     assert t.prefix_cache_hit_rate == 0.75
@@ -279,10 +318,13 @@ def test_sglang_hit_rate_uses_the_hit_modes_of_prefill_effective_tokens():
 
 
 def success(**per_reason):
-    return parse_metrics("# TYPE vllm:request_success_total counter\n" + "".join(
-        f'vllm:request_success_total{{finished_reason="{k}"}} {v}\n'
-        for k, v in per_reason.items()
-    ))
+    return parse_metrics(
+        "# TYPE vllm:request_success_total counter\n"
+        + "".join(
+            f'vllm:request_success_total{{finished_reason="{k}"}} {v}\n'
+            for k, v in per_reason.items()
+        )
+    )
 
 
 def test_a_label_set_first_seen_in_the_window_counts_from_zero():
@@ -300,6 +342,7 @@ def test_one_engine_restarting_is_caught_even_if_the_sum_grew():
             f'vllm:generation_tokens_total{{engine="0"}} {e0}\n'
             f'vllm:generation_tokens_total{{engine="1"}} {e1}\n'
         )
+
     t, warnings = figures(VLLM, two(100, 100), two(5000, 3), records=[])
     assert t.generation_tokens is None and "restarted" in warnings[0]
 

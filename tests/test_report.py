@@ -23,9 +23,23 @@ def rendered(result: workloads.RunResult) -> str:
 
 def test_a_depth_sweep_prints_seed_000_shaped_rows(tmp_path, capsys):
     out = tmp_path / "sweep"
-    code = main(["run", "depth-sweep", "--out", str(out), "--quiet",
-                 "--set", "prior_tokens=[512, 1024]", "--set", "turn_tokens=256",
-                 "--set", "output_tokens=16", "--set", "repetitions.measured=2"])
+    code = main(
+        [
+            "run",
+            "depth-sweep",
+            "--out",
+            str(out),
+            "--quiet",
+            "--set",
+            "prior_tokens=[512, 1024]",
+            "--set",
+            "turn_tokens=256",
+            "--set",
+            "output_tokens=16",
+            "--set",
+            "repetitions.measured=2",
+        ]
+    )
     assert code == 0
     result = workloads.load_result(out)
     text = rendered(result)
@@ -35,7 +49,10 @@ def test_a_depth_sweep_prints_seed_000_shaped_rows(tmp_path, capsys):
     assert len(rows) == 2
     for row, (prior, prompt) in zip(rows, [("512", "768"), ("1,024", "1,280")], strict=True):
         assert [row["prior target"], row["configured prompt"], row["actual prompt"]] == [
-            prior, prompt, prompt]  # configured target, configured, actual
+            prior,
+            prompt,
+            prompt,
+        ]  # configured target, configured, actual
         low, high = (float(x.replace(",", "")) for x in row["range"].split("–"))
         assert low <= float(row["median tok/s"].replace(",", "")) <= high  # within its range
         assert row["valid"] == "2/2"
@@ -45,8 +62,15 @@ def test_a_depth_sweep_prints_seed_000_shaped_rows(tmp_path, capsys):
 
 def test_a_concurrency_sweep_adds_the_aggregate_column():
     scenario = workloads.load_scenario("concurrency-sweep").with_overrides(
-        ["concurrency=[1, 2]", "turns=1", "opening_tokens=300", "output_tokens=4",
-         "repetitions.warmup=0", "repetitions.measured=1"])
+        [
+            "concurrency=[1, 2]",
+            "turns=1",
+            "opening_tokens=300",
+            "output_tokens=4",
+            "repetitions.warmup=0",
+            "repetitions.measured=1",
+        ]
+    )
     result = workloads.run(scenario, client=FakeChatClient(lambda body: (320, "ok")))
     text = rendered(result)
     assert "aggregate" in text and "sweep of 2 cells: C 1, 2" in text
@@ -54,12 +78,20 @@ def test_a_concurrency_sweep_adds_the_aggregate_column():
 
 def test_the_turn_table_shows_configured_next_to_actual_prompt_tokens():
     scenario = workloads.load_scenario("five-user-coding").with_overrides(
-        ["users=1", "turns=2", "opening_tokens=300", "turn_tokens=50", "output_tokens=4",
-         "repetitions.warmup=0", "repetitions.measured=1"])
+        [
+            "users=1",
+            "turns=2",
+            "opening_tokens=300",
+            "turn_tokens=50",
+            "output_tokens=4",
+            "repetitions.warmup=0",
+            "repetitions.measured=1",
+        ]
+    )
     result = workloads.run(scenario, client=FakeChatClient(lambda body: (351, "ok")))
     text = rendered(result)
     assert "configured" in text
-    table = text[text.index("configured prompt"):]
+    table = text[text.index("configured prompt") :]
     row = next(line for line in table.splitlines() if re.match(r"\s*2\s", line))
     assert "404" in row.split()[1]  # 300 + 2 × 50 + 4, next to the server's count
 
@@ -73,8 +105,10 @@ def small(**changes: dict[str, object]) -> workloads.RunResult:
     a = workloads.load_result(DATA / "v1-small-a")
     records = []
     for r in a.records:
-        update = {**changes.get("all", {}),
-                  **changes.get(f"{r.repetition},{r.session},{r.turn}", {})}
+        update = {
+            **changes.get("all", {}),
+            **changes.get(f"{r.repetition},{r.session},{r.turn}", {}),
+        }
         records.append(r.model_copy(update=update))
     return summarized(a.model_copy(update={"records": records}))
 
@@ -92,8 +126,7 @@ def test_a_turn_without_valid_records_says_so_not_not_reported():
     invalid = {"valid": False, "finish_reason": "stop"}
     keys = {f"{rep},{s},2": invalid for rep in range(4) for s in range(2)}
     text = rendered(small(**keys))
-    row = next(line for line in text.splitlines()
-               if re.match(r"\s*2\s", line) and "0/6" in line)
+    row = next(line for line in text.splitlines() if re.match(r"\s*2\s", line) and "0/6" in line)
     assert "— (no valid turns)" in row and "not reported" not in row
 
 
@@ -107,8 +140,9 @@ def test_a_repetition_with_a_missing_stream_is_marked_and_left_out():
 
 def test_free_pacing_run_line_leads_with_wall_throughput_not_an_aggregate():
     result = small()
-    free = summarized(result.model_copy(update={"scenario": result.scenario.with_overrides(
-        ["pacing.mode=free"])}))
+    free = summarized(
+        result.model_copy(update={"scenario": result.scenario.with_overrides(["pacing.mode=free"])})
+    )
     line = report.run_line(free)
     assert line.startswith("wall throughput") and "per-user median" in line
     assert "aggregate" not in line and "×" not in line
@@ -120,10 +154,12 @@ def test_free_pacing_run_line_leads_with_wall_throughput_not_an_aggregate():
 def test_numbers_have_thousands_separators_and_counts_are_plural_aware():
     fast = small(all={"decode_tokens_per_s": 3210.0})
     assert "aggregate 6,420 tok/s (median Σ of 2 streams over 6 turns)" in report.run_line(fast)
-    one = fast.model_copy(update={
-        "scenario": fast.scenario.with_overrides(["turns=1"]),
-        "records": [r for r in fast.records if r.turn == 1 and r.repetition in (0, 1)],
-    })
+    one = fast.model_copy(
+        update={
+            "scenario": fast.scenario.with_overrides(["turns=1"]),
+            "records": [r for r in fast.records if r.turn == 1 and r.repetition in (0, 1)],
+        }
+    )
     line = report.coordinates_line(summarized(one))
     assert "1 turn × 1 measured repetition" in line and "1 turns" not in line
 
@@ -160,11 +196,16 @@ def test_scenarios_piped_is_readable(capsys):
 
 def test_the_run_line_has_no_headline_when_no_turn_had_every_stream_valid():
     # Session 1 failed in every measured turn: only survivors' rates are left, which read high.
-    failed = {f"{rep},1,{turn}": {"valid": False, "status": "error"}
-              for rep in (1, 2, 3) for turn in (1, 2)}
+    failed = {
+        f"{rep},1,{turn}": {"valid": False, "status": "error"}
+        for rep in (1, 2, 3)
+        for turn in (1, 2)
+    }
     line = report.run_line(small(**failed))
-    assert line.startswith("no headline: in no turn of any measured repetition were all 2 "
-                           "streams valid (6 partial turns")
+    assert line.startswith(
+        "no headline: in no turn of any measured repetition were all 2 "
+        "streams valid (6 partial turns"
+    )
     assert "tok/s" not in line
 
 
@@ -177,17 +218,28 @@ def test_the_report_says_what_was_in_flight_and_how_the_client_fared():
     from workloads.model.results import ClientHealth
     from workloads.model.summary import ConcurrencySummary
 
-    result = small().model_copy(update={
-        "concurrency": ConcurrencySummary(mean=1.84, max=2, span_s=0.46,
-                                          samples=[(0.0, 2), (0.3, 1), (0.46, 0)]),
-        "client": ClientHealth(loop_lag_samples=40, loop_lag_p50_ms=0.2, loop_lag_p99_ms=4.9,
-                               loop_lag_max_ms=86.0, cpu_share=0.45, send_delay_p50_ms=0.3,
-                               send_delay_p99_ms=1.2),
-    })
+    result = small().model_copy(
+        update={
+            "concurrency": ConcurrencySummary(
+                mean=1.84, max=2, span_s=0.46, samples=[(0.0, 2), (0.3, 1), (0.46, 0)]
+            ),
+            "client": ClientHealth(
+                loop_lag_samples=40,
+                loop_lag_p50_ms=0.2,
+                loop_lag_p99_ms=4.9,
+                loop_lag_max_ms=86.0,
+                cpu_share=0.45,
+                send_delay_p50_ms=0.3,
+                send_delay_p99_ms=1.2,
+            ),
+        }
+    )
     text = " ".join(rendered(result).split())
     assert "in flight: mean 1.8, max 2 requests over the measured 0.5 s" in text
-    assert ("client: event-loop lag p50 0.20 ms, p99 4.90 ms, max 86.0 ms · CPU 0.45 of a core "
-            "· send delay p50 0.30 ms, p99 1.20 ms") in text
+    assert (
+        "client: event-loop lag p50 0.20 ms, p99 4.90 ms, max 86.0 ms · CPU 0.45 of a core "
+        "· send delay p50 0.30 ms, p99 1.20 ms"
+    ) in text
     assert report.client_line(small()) is None and report.concurrency_line(small()) is None
 
 
@@ -198,10 +250,26 @@ def test_spec_acceptance_per_turn_is_shown_and_not_reported_where_responses_lack
     per turn."""
     from workloads.report.compare import compare
 
-    args = ["run", "five-user-coding", "--sim", "spec_tokens=2", "--quiet", "--no-plots",
-            "--set", "users=2", "--set", "turns=2", "--set", "opening_tokens=300",
-            "--set", "turn_tokens=50", "--set", "output_tokens=16",
-            "--set", "repetitions.measured=2"]
+    args = [
+        "run",
+        "five-user-coding",
+        "--sim",
+        "spec_tokens=2",
+        "--quiet",
+        "--no-plots",
+        "--set",
+        "users=2",
+        "--set",
+        "turns=2",
+        "--set",
+        "opening_tokens=300",
+        "--set",
+        "turn_tokens=50",
+        "--set",
+        "output_tokens=16",
+        "--set",
+        "repetitions.measured=2",
+    ]
     assert main([*args, "--out", str(tmp_path / "a")]) == 0
     result = workloads.load_result(tmp_path / "a")
     server = result.window.server
@@ -213,11 +281,11 @@ def test_spec_acceptance_per_turn_is_shown_and_not_reported_where_responses_lack
     def with_timings(r: workloads.TurnRecord) -> workloads.TurnRecord:
         drafted = 2 * (r.completion_tokens or 0)
         accepted = drafted * r.turn // 4  # turn 1: a quarter, turn 2: half
-        return r.model_copy(update={"timings": {"draft_n": drafted,
-                                                "draft_n_accepted": accepted}})
+        return r.model_copy(update={"timings": {"draft_n": drafted, "draft_n_accepted": accepted}})
 
-    timed = summarized(result.model_copy(
-        update={"records": [with_timings(r) for r in result.records]}))
+    timed = summarized(
+        result.model_copy(update={"records": [with_timings(r) for r in result.records]})
+    )
     assert [t.spec_acceptance for t in timed.summary.turns] == [0.25, 0.5]
     table = report.cache_table(timed)
     drafted = 2 * 16 * 2 * 2  # 2 per token, 16 tokens, 2 sessions, 2 measured repetitions
@@ -232,7 +300,14 @@ def test_spec_acceptance_per_turn_is_shown_and_not_reported_where_responses_lack
 
 def test_a_run_without_drafting_has_no_spec_column():
     scenario = workloads.load_scenario("five-user-coding").with_overrides(
-        ["users=1", "turns=1", "opening_tokens=300", "output_tokens=4",
-         "repetitions.warmup=0", "repetitions.measured=1"])
+        [
+            "users=1",
+            "turns=1",
+            "opening_tokens=300",
+            "output_tokens=4",
+            "repetitions.warmup=0",
+            "repetitions.measured=1",
+        ]
+    )
     result = workloads.run(scenario, client=FakeChatClient(lambda body: (320, "ok")))
     assert "spec accepted" not in report.cache_table(result).columns

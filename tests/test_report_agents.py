@@ -17,11 +17,29 @@ from workloads.report.export import csv_text, plain_text
 @pytest.fixture(scope="module")
 def agents_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("agents") / "run"
-    code = main(["run", "coding-agents", "--out", str(out), "--quiet",
-                 "--set", "users=2", "--set", "turns=6", "--set", "repetitions.warmup=0",
-                 "--set", "repetitions.measured=1", "--set", "gate=\"off\"",
-                 "--set", "pacing.time_scale=0.001",
-                 "--set", "agent.compaction.at_tokens=26000"])
+    code = main(
+        [
+            "run",
+            "coding-agents",
+            "--out",
+            str(out),
+            "--quiet",
+            "--set",
+            "users=2",
+            "--set",
+            "turns=6",
+            "--set",
+            "repetitions.warmup=0",
+            "--set",
+            "repetitions.measured=1",
+            "--set",
+            'gate="off"',
+            "--set",
+            "pacing.time_scale=0.001",
+            "--set",
+            "agent.compaction.at_tokens=26000",
+        ]
+    )
     assert code == 0
     return out, workloads.load_result(out)
 
@@ -75,6 +93,5 @@ def test_csv_and_json_carry_the_kinds(agents_run):
 
 def test_a_fixed_shape_result_has_no_agent_blocks():
     scenario = workloads.load_scenario("five-user-coding")
-    result = workloads.RunResult.model_construct(scenario=scenario, records=[],
-                                                 cells=None)
+    result = workloads.RunResult.model_construct(scenario=scenario, records=[], cells=None)
     assert agents.drawn_sizes_table(result) is None and agents.time_scale_line(result) is None

@@ -27,8 +27,9 @@ STORED = sorted(p.name for p in DATA.iterdir() if (p / "result.json").exists())
 
 
 def test_every_format_version_up_to_the_current_one_has_a_stored_result():
-    versions = {json.loads((DATA / name / "result.json").read_text())["format_version"]
-                for name in STORED}
+    versions = {
+        json.loads((DATA / name / "result.json").read_text())["format_version"] for name in STORED
+    }
     assert versions == set(range(1, FORMAT_VERSION + 1))
 
 
@@ -64,8 +65,11 @@ def test_a_result_of_a_newer_format_names_it_in_one_line(tmp_path, capsys):
     data["format_version"] = FORMAT_VERSION + 1
     data["a_field_from_the_future"] = 1
     (newer / "result.json").write_text(json.dumps(data))
-    with pytest.raises(workloads.ResultFormatError, match=r"written by a newer workloads "
-                       rf"\(format {FORMAT_VERSION + 1}"):
+    with pytest.raises(
+        workloads.ResultFormatError,
+        match=r"written by a newer workloads "
+        rf"\(format {FORMAT_VERSION + 1}",
+    ):
         workloads.load_result(newer)
     assert main(["show", str(newer)]) == 2
     err = capsys.readouterr().err
@@ -139,8 +143,13 @@ def test_runs_from_before_quiet_sizing_read_as_sized_exactly_inside_their_window
 
 SCHEMAS = DATA / "format-schemas.json"
 # What result.json and records.jsonl hold: their models, and every model inside them.
-SAVED = (results.RunResult, results.RunHeader, results.RepetitionNonces, results.Window,
-         records.TurnRecord)
+SAVED = (
+    results.RunResult,
+    results.RunHeader,
+    results.RepetitionNonces,
+    results.Window,
+    records.TurnRecord,
+)
 # Defaults that follow the release, not the format.
 RELEASED = {"format_version", "format_minor", "workloads_version"}
 
@@ -161,9 +170,12 @@ def _plain(node: Any) -> Any:
         if key in ("title", "description"):
             continue
         if key == "properties":
-            out[key] = {name: _plain({k: v for k, v in field.items()
-                                      if not (name in RELEASED and k == "default")})
-                        for name, field in value.items()}
+            out[key] = {
+                name: _plain(
+                    {k: v for k, v in field.items() if not (name in RELEASED and k == "default")}
+                )
+                for name, field in value.items()
+            }
         else:
             out[key] = value if key in ("default", "const", "enum") else _plain(value)
     return out
@@ -178,9 +190,12 @@ def fingerprint(models: tuple[type[pydantic.BaseModel], ...] = SAVED) -> dict[st
     for name, one in sorted(_plain(schema["$defs"]).items()):
         required = set(one.get("required", ()))
         rest = {k: v for k, v in one.items() if k not in ("properties", "required")}
-        found[name] = {"*": _digest(rest), **{
-            f: _digest([field, f in required]) for f, field in one.get("properties", {}).items()
-        }}
+        found[name] = {
+            "*": _digest(rest),
+            **{
+                f: _digest([field, f in required]) for f, field in one.get("properties", {}).items()
+            },
+        }
     return found
 
 
@@ -192,11 +207,15 @@ def schema_changes(recorded: dict[str, Any], now: dict[str, Any]) -> list[str]:
         if before is None or after is None:
             out.append(f"{name} was {'added' if before is None else 'removed'}")
             continue
-        parts = [f"{what} {', '.join(sorted(fields))}" for what, fields in (
-            ("added", after.keys() - before.keys()),
-            ("removed", before.keys() - after.keys()),
-            ("changed", {f for f in before.keys() & after.keys() if before[f] != after[f]}),
-        ) if fields]
+        parts = [
+            f"{what} {', '.join(sorted(fields))}"
+            for what, fields in (
+                ("added", after.keys() - before.keys()),
+                ("removed", before.keys() - after.keys()),
+                ("changed", {f for f in before.keys() & after.keys() if before[f] != after[f]}),
+            )
+            if fields
+        ]
         if parts:
             out.append(f"fields of {name} changed ({'; '.join(parts)})".replace("*", "(model)"))
     return out
@@ -209,15 +228,19 @@ def current_entry() -> dict[str, Any]:
 def test_the_saved_models_fields_are_those_recorded_for_the_format_version():
     recorded = json.loads(SCHEMAS.read_text())
     version = f"{FORMAT_VERSION}.{FORMAT_MINOR}"
-    record = (f"record it: python tests/{Path(__file__).name} adds its entry to "
-              f"{SCHEMAS.relative_to(DATA.parent.parent)}")
+    record = (
+        f"record it: python tests/{Path(__file__).name} adds its entry to "
+        f"{SCHEMAS.relative_to(DATA.parent.parent)}"
+    )
     assert version in recorded, f"format {version} has no recorded schema; {record}"
     changes = schema_changes(recorded[version]["models"], fingerprint())
     pydantic_note = ""
     if recorded[version]["pydantic"] != pydantic.VERSION:
-        pydantic_note = (f" (pydantic is {pydantic.VERSION}, the record was made with "
-                         f"{recorded[version]['pydantic']}: if workloads' models did not "
-                         "change, its JSON schemas did, and the record may be redone)")
+        pydantic_note = (
+            f" (pydantic is {pydantic.VERSION}, the record was made with "
+            f"{recorded[version]['pydantic']}: if workloads' models did not "
+            "change, its JSON schemas did, and the record may be redone)"
+        )
     assert not changes, (
         "\n".join(changes) + f"\nwith format {version} unchanged: bump FORMAT_MINOR (fields "
         "added with a default that older runs read as) or FORMAT_VERSION (anything else, with "
@@ -249,8 +272,9 @@ def test_the_fingerprint_names_an_added_field_a_changed_one_and_a_nested_one():
         summary: Summary  # type: ignore[assignment]
         cells: list[CellSummary] | None = None  # type: ignore[assignment]
 
-    now = fingerprint((RunResult, results.RunHeader, results.RepetitionNonces,
-                       results.Window, TurnRecord))
+    now = fingerprint(
+        (RunResult, results.RunHeader, results.RepetitionNonces, results.Window, TurnRecord)
+    )
     assert schema_changes(recorded, now) == [
         "fields of TurnRecord changed (added queue_ns; changed resends)",
         "fields of TurnSummary changed (added goodput)",
@@ -259,6 +283,7 @@ def test_the_fingerprint_names_an_added_field_a_changed_one_and_a_nested_one():
 
 
 # -- a newer minor: its fields are dropped and named -----------------------------------------
+
 
 def newer_minor(where: Path) -> Path:
     """A copy of the stored format-5 sweep as a newer minor of the current format would write
@@ -298,13 +323,20 @@ def test_a_newer_minor_loads_without_the_fields_it_added_and_one_warning_names_t
     assert f"(format {FORMAT_VERSION}.{FORMAT_MINOR + 1})" in message
     in_result, in_records = message.split("result.json: ")[1].split("; records.jsonl: ")
     assert set(in_result.split(", ")) == {
-        "admission", "scenario.pacing.burst", "summary.turns[].admitted",
-        "cells[].summary.run.queue_s"}
+        "admission",
+        "scenario.pacing.burst",
+        "summary.turns[].admitted",
+        "cells[].summary.run.queue_s",
+    }
     assert set(in_records.split(". Upgrade")[0].split(", ")) == {
-        "header.scenario.pacing.burst", 'lines of kind "telemetry"', "record.queue_ns"}
+        "header.scenario.pacing.burst",
+        'lines of kind "telemetry"',
+        "record.queue_ns",
+    }
     stored = workloads.load_result(DATA / "v5-sweep")
     assert result.model_dump(exclude={"format_version", "format_minor"}) == stored.model_dump(
-        exclude={"format_version", "format_minor"})
+        exclude={"format_version", "format_minor"}
+    )
     assert result.records == stored.records
 
 
@@ -331,8 +363,11 @@ def test_dropping_unknown_fields_does_not_hide_a_bad_value(tmp_path):
     data = json.loads((newer / "result.json").read_text())
     data["summary"]["run"]["records"] = "many"
     (newer / "result.json").write_text(json.dumps(data))
-    with pytest.raises(workloads.ResultFormatError, match=r"result.json: not a valid result: "
-                       r"summary\.run\.records: Input should be a valid integer") as raised:
+    with pytest.raises(
+        workloads.ResultFormatError,
+        match=r"result.json: not a valid result: "
+        r"summary\.run\.records: Input should be a valid integer",
+    ) as raised:
         workloads.load_result(newer)
     assert "\n" not in str(raised.value)
 
@@ -346,8 +381,7 @@ def test_a_scenario_file_still_refuses_an_unknown_field(tmp_path):
 
 def test_show_names_the_dropped_fields_in_one_warning_line(tmp_path, capsys):
     assert main(["show", str(newer_minor(tmp_path / "newer")), "--format", "csv"]) == 0
-    lines = [line for line in capsys.readouterr().err.splitlines()
-             if line.startswith("warning:")]
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
     assert len(lines) == 1 and "summary.turns[].admitted" in lines[0]
 
 
@@ -362,6 +396,7 @@ def test_a_format_4_result_reads_as_4_0_and_saves_as_the_current_format(tmp_path
 
 
 # -- a killed run: its summaries from its records ---------------------------------------------
+
 
 def as_saved_in_5_0(summary: Any) -> Any:
     """A summary dump without what formats 5.1, 5.2 and 6 added to it (the percentiles'
@@ -404,8 +439,10 @@ if __name__ == "__main__":  # record the current format's schema (never rewrite 
     version = f"{FORMAT_VERSION}.{FORMAT_MINOR}"
     recorded = json.loads(SCHEMAS.read_text())
     if version in recorded:
-        raise SystemExit(f"format {version} is recorded in {SCHEMAS} already: a change to the "
-                         "saved models needs a new format version, not a new record")
+        raise SystemExit(
+            f"format {version} is recorded in {SCHEMAS} already: a change to the "
+            "saved models needs a new format version, not a new record"
+        )
     recorded[version] = current_entry()
     SCHEMAS.write_text(json.dumps(recorded, indent=1) + "\n")
     print(f"recorded format {version} in {SCHEMAS}")
@@ -425,18 +462,21 @@ def test_a_format_4_free_pacing_sum_of_streams_loads_as_streams_sum_not_aggregat
     assert loaded.summary == summarized(loaded).summary  # as format 5 computes it
     lockstep = workloads.load_result(DATA / "v3-workers")  # lock-step: as written
     assert lockstep.summary.run.aggregate_rate is not None
-    assert all(t.aggregate_rate is not None and t.streams_sum_rate is None
-               for t in lockstep.summary.turns)
+    assert all(
+        t.aggregate_rate is not None and t.streams_sum_rate is None for t in lockstep.summary.turns
+    )
 
 
-def test_a_format_5_replay_keeps_its_cache_state_and_older_results_have_none(tmp_path,
-                                                                            capsys):
+def test_a_format_5_replay_keeps_its_cache_state_and_older_results_have_none(tmp_path, capsys):
     replay = workloads.load_result(DATA / "v5-replay").replay
     assert replay is not None and replay.recorded == "runs/a" and replay.cache == "warm"
     assert replay.turn1 is not None and replay.recorded_turn1 is not None
     assert replay.turn1.prompt_tokens == replay.recorded_turn1.prompt_tokens
-    assert all(workloads.load_result(DATA / name).replay is None for name in STORED
-               if json.loads((DATA / name / "result.json").read_text())["format_version"] < 5)
+    assert all(
+        workloads.load_result(DATA / name).replay is None
+        for name in STORED
+        if json.loads((DATA / name / "result.json").read_text())["format_version"] < 5
+    )
     # A replay killed before result.json: its header names the recorded run, and the cache
     # state is judged again from the records.
     killed = tmp_path / "killed"

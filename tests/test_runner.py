@@ -8,8 +8,16 @@ from fakes import FakeChatClient, LlamaCppLikeServer, LocalTokenizer
 
 def small(*overrides: str) -> workloads.Scenario:
     return workloads.load_scenario("five-user-coding").with_overrides(
-        ["users=2", "turns=2", "opening_tokens=600", "turn_tokens=120", "output_tokens=8",
-         "repetitions.warmup=1", "repetitions.measured=2", *overrides]
+        [
+            "users=2",
+            "turns=2",
+            "opening_tokens=600",
+            "turn_tokens=120",
+            "output_tokens=8",
+            "repetitions.warmup=1",
+            "repetitions.measured=2",
+            *overrides,
+        ]
     )
 
 
@@ -43,12 +51,16 @@ def test_estimates_are_corrected_from_the_warm_up_to_within_three_percent():
     template with BOS): the warm-up misses by ~10%, the measured repetitions do not."""
     tok = LocalTokenizer("split")
     client = FakeChatClient(lambda body: (tok.count_prompt(body["messages"]), "done " * 8))
-    result = workloads.run(small("users=3", "opening_tokens=4000", "turn_tokens=600"),
-                           client=client)
+    result = workloads.run(
+        small("users=3", "opening_tokens=4000", "turn_tokens=600"), client=client
+    )
     assert result.sizing is not None and not result.sizing.exact
     errors = {
-        warmup: [abs(r.prompt_tokens / r.configured_prompt_tokens - 1)
-                 for r in result.records if r.warmup is warmup and r.turn == 1]
+        warmup: [
+            abs(r.prompt_tokens / r.configured_prompt_tokens - 1)
+            for r in result.records
+            if r.warmup is warmup and r.turn == 1
+        ]
         for warmup in (True, False)
     }
     assert max(errors[True]) > 0.05
@@ -72,8 +84,14 @@ def test_shareable_prefixes_are_exact_and_agree_with_the_simulators_cache(simula
 
 
 def test_with_nonce_run_turn_one_shares_the_system_prefix(simulated_server):
-    scenario = small("users=3", "turns=1", "nonce=run", "opening_tokens=2000",
-                     "shared_prefix_tokens=1500", "pacing.mode=free")
+    scenario = small(
+        "users=3",
+        "turns=1",
+        "nonce=run",
+        "opening_tokens=2000",
+        "shared_prefix_tokens=1500",
+        "pacing.mode=free",
+    )
     result = workloads.run(scenario, simulated_server.target)
     first = [r for r in result.records if r.turn == 1]
     assert {r.prompt_tokens for r in first} == {2120}
@@ -98,8 +116,10 @@ def test_a_llamacpp_shaped_target_is_sized_exactly_in_its_own_tokens():
 def test_tiktoken_mode_against_a_different_tokenizer_lands_within_three_percent(tokenize):
     mode = "tokenizer=tiktoken" if tokenize else "tokenizer=auto"  # no /tokenize: auto falls back
     with LlamaCppLikeServer(tokenize=tokenize, tokenizer="split") as server:
-        result = workloads.run(small("users=3", "opening_tokens=4000", mode),
-                               workloads.Target(server.base_url, server.model))
+        result = workloads.run(
+            small("users=3", "opening_tokens=4000", mode),
+            workloads.Target(server.base_url, server.model),
+        )
     assert not result.sizing.exact and result.sizing.calls == 0
     for r in result.records:
         if not r.warmup and r.turn == 1:

@@ -28,8 +28,9 @@ def test_every_packaged_scenario_validates():
 
 def test_typo_names_file_and_field(tmp_path: Path):
     bad = tmp_path / "bad.toml"
-    bad.write_text("users = 2\nturns = 1\nopening_tokens = 10\nturn_tokens = 1\n"
-                   "output_tokens = 4\nuserz = 3\n")
+    bad.write_text(
+        "users = 2\nturns = 1\nopening_tokens = 10\nturn_tokens = 1\noutput_tokens = 4\nuserz = 3\n"
+    )
     with pytest.raises(workloads.ScenarioError, match=r"bad\.toml: field 'userz'"):
         workloads.load_scenario(bad)
 
@@ -79,24 +80,34 @@ def test_extra_body_cannot_replace_the_messages():
 )
 def test_scenario_survives_a_json_round_trip(users, turns, opening, output, nonce):
     s = Scenario(
-        name="x", users=users, turns=turns, opening_tokens=opening, turn_tokens=10,
-        output_tokens=output, nonce=nonce,
+        name="x",
+        users=users,
+        turns=turns,
+        opening_tokens=opening,
+        turn_tokens=10,
+        output_tokens=output,
+        nonce=nonce,
     )
     assert Scenario.model_validate_json(s.model_dump_json()) == s
 
 
 # --- sizes drawn from distributions ------------------------------------------------------
 
-BASE = 'users = 2\nturns = 1\nopening_tokens = 100\nturn_tokens = 1\n'
+BASE = "users = 2\nturns = 1\nopening_tokens = 100\nturn_tokens = 1\n"
 BAD_SIZES = {
     "zero-median": ('output_tokens = { kind = "lognormal", median = 0 }', "median above 0"),
     "points-not-from-0": (
-        'output_tokens = { kind = "quantiles", points = [[0.1, 5], [1, 10]] }', "q = 0"),
+        'output_tokens = { kind = "quantiles", points = [[0.1, 5], [1, 10]] }',
+        "q = 0",
+    ),
     "falling-values": (
-        'output_tokens = { kind = "quantiles", points = [[0, 50], [1, 10]] }', "must not fall"),
+        'output_tokens = { kind = "quantiles", points = [[0, 50], [1, 10]] }',
+        "must not fall",
+    ),
     "min-above-max": (
         'output_tokens = { kind = "lognormal", median = 10, min = 50, max = 20 }',
-        r"min \(50\) is above max \(20\)"),
+        r"min \(50\) is above max \(20\)",
+    ),
 }
 
 
@@ -126,17 +137,24 @@ def test_a_bad_size_is_one_line_naming_the_field_plainly(tmp_path: Path, case):
 
 def test_a_falling_duration_table_names_the_field(tmp_path: Path):
     bad = tmp_path / "think.toml"
-    bad.write_text(BASE + "output_tokens = 5\n[pacing.think_time]\nkind = \"quantiles\"\n"
-                   "points = [[0, 5], [0.5, 1], [1, 10]]\n")
-    with pytest.raises(workloads.ScenarioError, match=r"think\.toml: field 'pacing\.think_time'"
-                       r".*must not fall"):
+    bad.write_text(
+        BASE + 'output_tokens = 5\n[pacing.think_time]\nkind = "quantiles"\n'
+        "points = [[0, 5], [0.5, 1], [1, 10]]\n"
+    )
+    with pytest.raises(
+        workloads.ScenarioError,
+        match=r"think\.toml: field 'pacing\.think_time'"
+        r".*must not fall",
+    ):
         workloads.load_scenario(bad)
 
 
 def test_shared_prefix_must_fit_the_smallest_drawn_opening(tmp_path: Path):
-    text = ('users = 2\nturns = 1\nnonce = "run"\nturn_tokens = 1\noutput_tokens = 5\n'
-            'shared_prefix_tokens = {prefix}\n[opening_tokens]\nkind = "quantiles"\n'
-            'points = [[0, 20000], [0.5, 24000], [1, 32000]]\n')
+    text = (
+        'users = 2\nturns = 1\nnonce = "run"\nturn_tokens = 1\noutput_tokens = 5\n'
+        'shared_prefix_tokens = {prefix}\n[opening_tokens]\nkind = "quantiles"\n'
+        "points = [[0, 20000], [0.5, 24000], [1, 32000]]\n"
+    )
     bad = tmp_path / "prefix.toml"
     bad.write_text(text.format(prefix=21000))  # above the table's lowest value, below its median
     with pytest.raises(workloads.ScenarioError) as err:
@@ -157,7 +175,8 @@ def test_set_changes_one_field_of_a_distribution():
 
 def test_set_replaces_a_distribution_by_an_integer():
     s = workloads.load_scenario("coding-agents").with_overrides(
-        ["output_tokens=100", "agent.subagents.steps=2"])
+        ["output_tokens=100", "agent.subagents.steps=2"]
+    )
     assert s.output_tokens == 100 and not varies(s.output_tokens)
     assert s.agent is not None and s.agent.subagents is not None
     assert s.agent.subagents.steps == 2

@@ -32,8 +32,12 @@ def one_turn(scenario: workloads.Scenario) -> workloads.Scenario:
 
 def test_the_issue_presets_are_all_packaged():
     assert {
-        "five-user-coding", "depth-sweep", "concurrency-sweep", "agent-long-horizon",
-        "chat-short", "shared-repo-team",
+        "five-user-coding",
+        "depth-sweep",
+        "concurrency-sweep",
+        "agent-long-horizon",
+        "chat-short",
+        "shared-repo-team",
     } <= set(SCENARIOS)
 
 
@@ -58,8 +62,12 @@ def test_scenario_survives_a_one_turn_run_at_its_exact_first_turn_depth(name, si
 
 def test_the_deepest_depth_sweep_cell_is_exact_too(simulated_server):
     scenario = workloads.load_scenario("depth-sweep").with_overrides(
-        ["prior_tokens=[115404]", "output_tokens=8", "repetitions.warmup=0",
-         "repetitions.measured=1"]
+        [
+            "prior_tokens=[115404]",
+            "output_tokens=8",
+            "repetitions.warmup=0",
+            "repetitions.measured=1",
+        ]
     )
     (record,) = workloads.run(scenario, simulated_server.target).records
     assert record.prompt_tokens == record.configured_prompt_tokens == 115_404 + 2_048

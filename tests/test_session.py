@@ -23,15 +23,32 @@ SCENARIO = workloads.Scenario(
 
 
 def response(**fields) -> ChatResponse:
-    base = dict(started_ns=100, sent_ns=100, first_content_ns=110, last_content_ns=1110,
-                done_ns=1120, http_status=200, text="x", finish_reason="length",
-                usage=Usage(prompt_tokens=500, completion_tokens=11, cached_tokens=480))
+    base = dict(
+        started_ns=100,
+        sent_ns=100,
+        first_content_ns=110,
+        last_content_ns=1110,
+        done_ns=1120,
+        http_status=200,
+        text="x",
+        finish_reason="length",
+        usage=Usage(prompt_tokens=500, completion_tokens=11, cached_tokens=480),
+    )
     return ChatResponse(**{**base, **fields})
 
 
 def record(resp: ChatResponse, **fields):
-    base = dict(repetition=0, warmup=False, session=0, turn=2, configured_prior_tokens=488,
-                output_tokens=11, exact_output=True, shareable_tokens=600, shareable_exact=True)
+    base = dict(
+        repetition=0,
+        warmup=False,
+        session=0,
+        turn=2,
+        configured_prior_tokens=488,
+        output_tokens=11,
+        exact_output=True,
+        shareable_tokens=600,
+        shareable_exact=True,
+    )
     return record_from_response(resp, **{**base, **fields})
 
 
@@ -54,11 +71,24 @@ def test_the_body_asks_for_exactly_output_tokens_and_keeps_usage():
 
 def make_session(client, on_record) -> Session:
     nonces = make_nonces(b"n" * 16, cell=0, repetition=0, users=1, mode="session")
-    conv = Conversation(corpus=load_corpus("stdlib"), style="agent", seed=0, session=0,
-                        nonce=nonces.sessions[0], run_nonce=None)
-    return Session(client=client, scenario=SCENARIO, model="m", conversation=conv,
-                   sizing=CellSizing(SCENARIO, EstimateTokenizer()), repetition=0,
-                   warmup=False, on_record=on_record)
+    conv = Conversation(
+        corpus=load_corpus("stdlib"),
+        style="agent",
+        seed=0,
+        session=0,
+        nonce=nonces.sessions[0],
+        run_nonce=None,
+    )
+    return Session(
+        client=client,
+        scenario=SCENARIO,
+        model="m",
+        conversation=conv,
+        sizing=CellSizing(SCENARIO, EstimateTokenizer()),
+        repetition=0,
+        warmup=False,
+        on_record=on_record,
+    )
 
 
 def test_a_failed_turn_is_a_record_and_the_session_goes_on():
@@ -68,8 +98,12 @@ def test_a_failed_turn_is_a_record_and_the_session_goes_on():
     class Flaky(FakeChatClient):
         async def stream_chat(self, body):
             if next(outcomes) == "fail":
-                return ChatResponse(started_ns=1, http_status=500, error_kind="http_5xx",
-                                    error_message="HTTP 500: boom")
+                return ChatResponse(
+                    started_ns=1,
+                    http_status=500,
+                    error_kind="http_5xx",
+                    error_message="HTTP 500: boom",
+                )
             return await super().stream_chat(body)
 
     session = make_session(Flaky(lambda body: (123, "reply text")), records.append)
@@ -152,18 +186,52 @@ def _fed_stream() -> ChatStream:
     pieces, reasoning, usage, timings, fingerprint, model, id, [DONE]."""
     stream = ChatStream()
     events = [
-        {"id": "r1", "model": "m", "system_fingerprint": "fp",
-         "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+        {
+            "id": "r1",
+            "model": "m",
+            "system_fingerprint": "fp",
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
+        },
         {"id": "r1", "choices": [{"index": 0, "delta": {"reasoning_content": "hm"}}]},
         {"id": "r1", "choices": [{"index": 0, "delta": {"content": "Hel"}}]},
         {"id": "r1", "choices": [{"index": 0, "delta": {"content": "lo"}}]},
-        {"id": "r1", "choices": [{"index": 0, "delta": {"tool_calls": [
-            {"index": 0, "id": "c0", "function": {"name": "read", "arguments": "{\"p\""}}]}}]},
-        {"id": "r1", "choices": [{"index": 0, "delta": {"tool_calls": [
-            {"index": 0, "function": {"arguments": ": 1}"}}]}, "finish_reason": "tool_calls"}]},
-        {"id": "r1", "choices": [], "timings": {"predicted_n": 5},
-         "usage": {"prompt_tokens": 500, "completion_tokens": 11,
-                   "prompt_tokens_details": {"cached_tokens": 480}}},
+        {
+            "id": "r1",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "c0",
+                                "function": {"name": "read", "arguments": '{"p"'},
+                            }
+                        ]
+                    },
+                }
+            ],
+        },
+        {
+            "id": "r1",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]},
+                    "finish_reason": "tool_calls",
+                }
+            ],
+        },
+        {
+            "id": "r1",
+            "choices": [],
+            "timings": {"predicted_n": 5},
+            "usage": {
+                "prompt_tokens": 500,
+                "completion_tokens": 11,
+                "prompt_tokens_details": {"cached_tokens": 480},
+            },
+        },
     ]
     for now, event in enumerate(events, start=110):
         stream.feed(b"data: " + json.dumps(event).encode() + b"\n\n", now)
@@ -179,12 +247,21 @@ def test_a_streamed_response_is_recorded_from_its_stream_as_from_copied_values()
     streamed = ChatResponse(**attempt, stream=stream)
     assert streamed.figures is stream
     copied = ChatResponse(
-        **attempt, text=stream.text, first_content_ns=stream.first_content_ns,
-        first_text_ns=stream.first_text_ns, last_content_ns=stream.last_content_ns,
-        tool_calls=stream.tool_calls, content_events=stream.content_events,
-        content_ns=stream.content_ns, finish_reason=stream.finish_reason, usage=stream.usage,
-        timings=stream.timings, system_fingerprint=stream.system_fingerprint,
-        model=stream.model, request_id=stream.request_id, saw_done=stream.saw_done,
+        **attempt,
+        text=stream.text,
+        first_content_ns=stream.first_content_ns,
+        first_text_ns=stream.first_text_ns,
+        last_content_ns=stream.last_content_ns,
+        tool_calls=stream.tool_calls,
+        content_events=stream.content_events,
+        content_ns=stream.content_ns,
+        finish_reason=stream.finish_reason,
+        usage=stream.usage,
+        timings=stream.timings,
+        system_fingerprint=stream.system_fingerprint,
+        model=stream.model,
+        request_id=stream.request_id,
+        saw_done=stream.saw_done,
     )
     a = record(streamed, tools_offered=True, exact_output=False)
     b = record(copied, tools_offered=True, exact_output=False)
@@ -193,8 +270,9 @@ def test_a_streamed_response_is_recorded_from_its_stream_as_from_copied_values()
     assert a.finish_reason == "tool_calls" and a.cached_tokens == 480
     assert a.ttft_ns == 11 and a.ttft_content_ns == 12 and a.content_events == 5
     assert streamed.text == "Hello" and streamed.saw_done and streamed.model == "m"
-    assert streamed.tool_calls == [{"id": "c0", "type": "function",
-                                    "function": {"name": "read", "arguments": "{\"p\": 1}"}}]
+    assert streamed.tool_calls == [
+        {"id": "c0", "type": "function", "function": {"name": "read", "arguments": '{"p": 1}'}}
+    ]
 
 
 def test_a_response_takes_a_stream_or_values_not_both():
@@ -207,8 +285,10 @@ def test_a_response_takes_a_stream_or_values_not_both():
 def test_the_stream_text_read_midway_keeps_what_arrives_after():
     stream = ChatStream()
     for now, piece in enumerate(["a", "b", "c"]):
-        stream.feed(b'data: {"id": "x", "choices": [{"delta": {"content": "%s"}}]}\n\n'
-                    % piece.encode(), now)
+        stream.feed(
+            b'data: {"id": "x", "choices": [{"delta": {"content": "%s"}}]}\n\n' % piece.encode(),
+            now,
+        )
     assert stream.text == "abc" and stream.text == "abc"
     stream.feed(b'data: {"id": "x", "choices": [{"delta": {"content": "d"}}]}\n\n', 9)
     assert stream.text == "abcd"

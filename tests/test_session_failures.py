@@ -11,8 +11,15 @@ from workloads.cli import main
 
 def test_a_rejected_turn_adds_nothing_to_the_next_turns_shareable_prefix():
     scenario = workloads.load_scenario("five-user-coding").with_overrides(
-        ["users=3", "turns=4", "opening_tokens=600", "turn_tokens=120", "output_tokens=8",
-         "repetitions.warmup=0", "repetitions.measured=2"]
+        [
+            "users=3",
+            "turns=4",
+            "opening_tokens=600",
+            "turn_tokens=120",
+            "output_tokens=8",
+            "repetitions.warmup=0",
+            "repetitions.measured=2",
+        ]
     )
     result = workloads.run(scenario, sim={"faults.rate_429": 0.35})
     records = result.records
@@ -35,7 +42,15 @@ def test_a_new_run_refuses_a_directory_a_killed_run_left(tmp_path):
 
 
 def test_runs_through_the_plugin_know_their_target_is_simulated(run_scenario):
-    result = run_scenario("five-user-coding", set=["users=1", "turns=1", "opening_tokens=300",
-                                                   "output_tokens=4", "repetitions.measured=1"])
+    result = run_scenario(
+        "five-user-coding",
+        set=[
+            "users=1",
+            "turns=1",
+            "opening_tokens=300",
+            "output_tokens=4",
+            "repetitions.measured=1",
+        ],
+    )
     assert result.target.simulated and result.target.simulator_profile is not None
     assert result.window.energy is None or result.window.energy.joules is None

@@ -45,7 +45,8 @@ def scrape(server: SimulatedServer) -> dict[tuple[str, tuple[tuple[str, str], ..
 
 def total(samples: dict, name: str, **labels: str) -> float:
     return sum(
-        v for (n, ls), v in samples.items()
+        v
+        for (n, ls), v in samples.items()
         if n == name and all((k, want) in ls for k, want in labels.items())
     )
 
@@ -57,17 +58,23 @@ MESSAGES = [
 
 
 def chat(server: SimulatedServer, **body: Any) -> tuple[int, dict[str, Any]]:
-    return post(server.base_url + "/chat/completions",
-                {"model": server.model, "messages": MESSAGES, **body})
+    return post(
+        server.base_url + "/chat/completions", {"model": server.model, "messages": MESSAGES, **body}
+    )
 
 
 async def stream(server: SimulatedServer, **body: Any):
     timeouts = Timeouts(read_gap_s=body.pop("read_gap_s", 30))
     async with AiohttpChatClient(server.base_url, connections=2, timeouts=timeouts) as client:
-        return await client.stream_chat({
-            "model": server.model, "messages": MESSAGES, "stream": True,
-            "stream_options": {"include_usage": True}, **body,
-        })
+        return await client.stream_chat(
+            {
+                "model": server.model,
+                "messages": MESSAGES,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                **body,
+            }
+        )
 
 
 # --- surfaces -----------------------------------------------------------------------------
@@ -76,8 +83,16 @@ async def stream(server: SimulatedServer, **body: Any):
 def test_metrics_parse_and_their_deltas_equal_the_sums_of_usage(simulated_server, tmp_path):
     before = scrape(simulated_server)
     scenario = workloads.load_scenario("five-user-coding").with_overrides(
-        ["users=3", "turns=2", "opening_tokens=900", "turn_tokens=150", "output_tokens=24",
-         "repetitions.warmup=0", "repetitions.measured=1", "gate=off"]  # only these records
+        [
+            "users=3",
+            "turns=2",
+            "opening_tokens=900",
+            "turn_tokens=150",
+            "output_tokens=24",
+            "repetitions.warmup=0",
+            "repetitions.measured=1",
+            "gate=off",
+        ]  # only these records
     )
     result = workloads.run(scenario, simulated_server.target, out_dir=tmp_path / "m")
     after = scrape(simulated_server)
@@ -192,11 +207,16 @@ async def test_streamed_text_reencodes_to_exactly_the_reported_tokens(simulated_
 
 async def test_continuous_usage_rides_on_every_chunk(simulated_server):
     async with AiohttpChatClient(simulated_server.base_url) as client:
-        response = await client.stream_chat({
-            "model": simulated_server.model, "messages": MESSAGES, "stream": True,
-            "max_tokens": 5, "ignore_eos": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-        })
+        response = await client.stream_chat(
+            {
+                "model": simulated_server.model,
+                "messages": MESSAGES,
+                "stream": True,
+                "max_tokens": 5,
+                "ignore_eos": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            }
+        )
     assert response.ok and response.usage is not None
     assert response.usage.completion_tokens == 5 and response.usage.cached_tokens is not None
 
@@ -224,15 +244,24 @@ def test_acceptance_over_a_run_matches_the_configured_probability(tmp_path):
     with SimulatedServer("fast", sim={"spec_tokens": 1, "spec_acceptance": p}) as server:
         before = scrape(server)
         scenario = workloads.load_scenario("five-user-coding").with_overrides(
-            ["users=2", "turns=2", "opening_tokens=300", "turn_tokens=50", "output_tokens=200",
-             "repetitions.warmup=0", "repetitions.measured=1"]
+            [
+                "users=2",
+                "turns=2",
+                "opening_tokens=300",
+                "turn_tokens=50",
+                "output_tokens=200",
+                "repetitions.warmup=0",
+                "repetitions.measured=1",
+            ]
         )
         workloads.run(scenario, server.target, out_dir=tmp_path / "spec")
         after = scrape(server)
     drafts = total(after, "vllm:spec_decode_num_draft_tokens_total") - total(
-        before, "vllm:spec_decode_num_draft_tokens_total")
+        before, "vllm:spec_decode_num_draft_tokens_total"
+    )
     accepted = total(after, "vllm:spec_decode_num_accepted_tokens_total") - total(
-        before, "vllm:spec_decode_num_accepted_tokens_total")
+        before, "vllm:spec_decode_num_accepted_tokens_total"
+    )
     assert drafts > 300
     # Δaccepted / Δdraft tokens, the seeds' acceptance: binomial, so within 4 sigma of p
     assert abs(accepted / drafts - p) < 4 * (p * (1 - p) / drafts) ** 0.5
@@ -324,11 +353,18 @@ def test_arc_profile_reproduces_its_seed_figures():
 
 def test_a_run_can_pick_the_profile_through_its_sim_overrides(tmp_path):
     scenario = workloads.load_scenario("five-user-coding").with_overrides(
-        ["users=1", "turns=1", "opening_tokens=300", "output_tokens=8",
-         "repetitions.warmup=0", "repetitions.measured=1"]
+        [
+            "users=1",
+            "turns=1",
+            "opening_tokens=300",
+            "output_tokens=8",
+            "repetitions.warmup=0",
+            "repetitions.measured=1",
+        ]
     )
-    result = workloads.run(scenario, sim={"profile": "h200-8b", "spec_tokens": 2},
-                           out_dir=tmp_path / "h200")
+    result = workloads.run(
+        scenario, sim={"profile": "h200-8b", "spec_tokens": 2}, out_dir=tmp_path / "h200"
+    )
     assert result.target.simulator_profile is not None
     assert result.target.simulator_profile["name"] == "h200-8b"
     assert result.target.simulator_profile["spec_tokens"] == 2
@@ -365,11 +401,19 @@ def _turn2_effectiveness(users: int, tmp_path) -> float:
     # Lock-step turns reach the server in session order every turn, the order in which each
     # admission evicts the next session's prefix (tests/test_engine.py shows other orders).
     scenario = workloads.load_scenario("five-user-coding").with_overrides(
-        [f"users={users}", "turns=2", "opening_tokens=9500", "turn_tokens=1000",
-         "output_tokens=64", "repetitions.warmup=0", "repetitions.measured=1"]
+        [
+            f"users={users}",
+            "turns=2",
+            "opening_tokens=9500",
+            "turn_tokens=1000",
+            "output_tokens=64",
+            "repetitions.warmup=0",
+            "repetitions.measured=1",
+        ]
     )
-    result = workloads.run(scenario, sim={"kv_capacity_tokens": 46202},
-                           out_dir=tmp_path / f"c{users}")
+    result = workloads.run(
+        scenario, sim={"kv_capacity_tokens": 46202}, out_dir=tmp_path / f"c{users}"
+    )
     turn2 = result.summary.turns[1]
     assert turn2.valid == users and turn2.cache_effectiveness is not None
     return turn2.cache_effectiveness
@@ -383,10 +427,18 @@ def test_prefix_cache_collapses_at_c5_but_not_at_c1_in_46k_tokens_of_kv(tmp_path
 def test_with_ample_kv_cached_tokens_are_exactly_the_block_rounded_shareable_prefix(
     run_scenario, simulated_server
 ):
-    result = run_scenario("five-user-coding", set=[
-        "users=3", "turns=3", "opening_tokens=700", "turn_tokens=150", "output_tokens=33",
-        "repetitions.warmup=0", "repetitions.measured=1",
-    ])
+    result = run_scenario(
+        "five-user-coding",
+        set=[
+            "users=3",
+            "turns=3",
+            "opening_tokens=700",
+            "turn_tokens=150",
+            "output_tokens=33",
+            "repetitions.warmup=0",
+            "repetitions.measured=1",
+        ],
+    )
     later = [r for r in result.records if r.turn > 1]
     assert len(later) == 6
     for r in later:

@@ -77,14 +77,22 @@ def test_a_real_run_replays_through_the_oracle(tmp_path):
     from workloads.servers.simulated import SimulatedServer
 
     scenario = workloads.load_scenario("five-user-coding").with_overrides(
-        ["users=5", "turns=2", "opening_tokens=9500", "turn_tokens=1000", "output_tokens=64",
-         "repetitions.warmup=0", "repetitions.measured=1"]
+        [
+            "users=5",
+            "turns=2",
+            "opening_tokens=9500",
+            "turn_tokens=1000",
+            "output_tokens=64",
+            "repetitions.warmup=0",
+            "repetitions.measured=1",
+        ]
     )
     with SimulatedServer("fast", sim={"kv_capacity_tokens": 46202}) as server:
         result = workloads.run(scenario, server.target, out_dir=tmp_path / "run")
         ordered = sorted(result.records, key=lambda r: r.sent_ns or 0)
-        requests = [OracleRequest(*server.token_ids(r.request_id or ""), turn=r.turn)
-                    for r in ordered]
+        requests = [
+            OracleRequest(*server.token_ids(r.request_id or ""), turn=r.turn) for r in ordered
+        ]
     turn2 = what_if(requests, capacity_tokens=46202)[1]
     observed = sum(r.cached_tokens or 0 for r in result.records if r.turn == 2)
     assert observed < 0.5 * turn2.unlimited_hit_tokens

@@ -17,16 +17,28 @@ CORPUS = load_corpus("stdlib")
 
 
 def scenario(**fields):
-    base = {"name": "t", "users": 2, "turns": 3, "opening_tokens": 3000, "turn_tokens": 400,
-            "output_tokens": 16}
+    base = {
+        "name": "t",
+        "users": 2,
+        "turns": 3,
+        "opening_tokens": 3000,
+        "turn_tokens": 400,
+        "output_tokens": 16,
+    }
     return workloads.Scenario.model_validate({**base, **fields})
 
 
 async def open_and_turns(sizing: CellSizing, tok, *, session=0, turns=2, reply="ok " * 16):
     s = sizing.scenario
     nonces = make_nonces(b"s" * 16, cell=0, repetition=0, users=s.users, mode=s.nonce)
-    conv = Conversation(corpus=CORPUS, style=s.content.style, seed=0, session=session,
-                        nonce=nonces.sessions[session], run_nonce=nonces.run)
+    conv = Conversation(
+        corpus=CORPUS,
+        style=s.content.style,
+        seed=0,
+        session=session,
+        nonce=nonces.sessions[session],
+        run_nonce=nonces.run,
+    )
     n_system = await sizing.fit_shared(conv, probe_nonce(nonces)) if s.opening_tokens else 0
     messages, ids, exact = await sizing.fit_opening(conv, n_system)
     conv.set_opening(messages)
@@ -34,8 +46,11 @@ async def open_and_turns(sizing: CellSizing, tok, *, session=0, turns=2, reply="
     for turn in range(1, turns + 1):
         prepared = await sizing.fit_turn(conv, turn, base, exact=exact)
         conv.commit(prepared.messages)
-        prompts.append(tok.count_prompt(prepared.messages) if hasattr(tok, "count_prompt")
-                       else len(prepared.ids))
+        prompts.append(
+            tok.count_prompt(prepared.messages)
+            if hasattr(tok, "count_prompt")
+            else len(prepared.ids)
+        )
         conv.add_reply(reply)
         base = len(prepared.ids) + len(await tok.encode(reply))
     return len(ids), prompts
@@ -77,8 +92,10 @@ def test_the_shared_prefix_is_the_common_part_of_two_sessions():
     tok = LocalTokenizer("words")
     sizing = CellSizing(s, tok)
     nonces = make_nonces(b"q" * 16, cell=0, repetition=0, users=2, mode="run")
-    convs = [Conversation(corpus=CORPUS, style="agent", seed=0, session=i, nonce=n,
-                          run_nonce=nonces.run) for i, n in enumerate(nonces.sessions)]
+    convs = [
+        Conversation(corpus=CORPUS, style="agent", seed=0, session=i, nonce=n, run_nonce=nonces.run)
+        for i, n in enumerate(nonces.sessions)
+    ]
     n_system = asyncio.run(sizing.fit_shared(convs[0], probe_nonce(nonces)))
     a, b = (asyncio.run(tok.render(c.opening(n_system, 100), "continue")) for c in convs)
     common = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
@@ -98,10 +115,21 @@ def test_estimates_are_scaled_by_what_the_warm_up_taught_per_session():
 def _turn2(shareable: int, cached: int):
     from workloads.model.records import TurnRecord
 
-    return TurnRecord(repetition=0, warmup=False, session=0, turn=2, status="ok", valid=True,
-                      prompt_tokens=shareable + 100, completion_tokens=500,
-                      cached_tokens=cached, shareable_tokens=shareable, shareable_exact=True,
-                      configured_prior_tokens=0, started_ns=0)
+    return TurnRecord(
+        repetition=0,
+        warmup=False,
+        session=0,
+        turn=2,
+        status="ok",
+        valid=True,
+        prompt_tokens=shareable + 100,
+        completion_tokens=500,
+        cached_tokens=cached,
+        shareable_tokens=shareable,
+        shareable_exact=True,
+        configured_prior_tokens=0,
+        started_ns=0,
+    )
 
 
 def test_sampled_replies_that_go_uncached_are_explained_not_blamed_on_the_cache():

@@ -13,9 +13,17 @@ EXACT = Sizing(tokenizer="vLLM-shaped /tokenize (messages)", exact=True, calls=1
 
 def rec(session: int, prompt: int, configured: int = 12_216) -> TurnRecord:
     return TurnRecord(
-        repetition=1, warmup=False, session=session, turn=1, status="ok", valid=True,
-        finish_reason="length", prompt_tokens=prompt, completion_tokens=512,
-        configured_prior_tokens=configured - 1000, configured_prompt_tokens=configured,
+        repetition=1,
+        warmup=False,
+        session=session,
+        turn=1,
+        status="ok",
+        valid=True,
+        finish_reason="length",
+        prompt_tokens=prompt,
+        completion_tokens=512,
+        configured_prior_tokens=configured - 1000,
+        configured_prompt_tokens=configured,
         started_ns=0,
     )
 
@@ -31,5 +39,7 @@ def test_a_miss_over_one_percent_is_a_warning_with_its_size():
     records = [rec(0, 12_214), rec(1, 12_000), rec(2, 11_950)]
     warnings = [w for w in sizing_warnings(records, EXACT, scenario) if "missed" in w]
     assert len(warnings) == 1
-    assert warnings[0].startswith("2 measured turns missed their configured prompt by more "
-                                  "than 1% (worst: turn 1, 11,950 tokens for 12,216: -266, -2.2%)")
+    assert warnings[0].startswith(
+        "2 measured turns missed their configured prompt by more "
+        "than 1% (worst: turn 1, 11,950 tokens for 12,216: -266, -2.2%)"
+    )

@@ -92,8 +92,11 @@ def test_multiline_data_comments_and_event_names():
 
 def test_id_and_retry_fields_are_kept_and_carry_over():
     stream = b"id: 7\nretry: 1500\ndata: a\n\ndata: b\n\nid\nretry: x\ndata: c\n\n"
-    assert decode_all([stream]) == [ev("a", id="7", retry_ms=1500), ev("b", id="7",
-                                    retry_ms=1500), ev("c", id="", retry_ms=1500)]
+    assert decode_all([stream]) == [
+        ev("a", id="7", retry_ms=1500),
+        ev("b", id="7", retry_ms=1500),
+        ev("c", id="", retry_ms=1500),
+    ]
 
 
 def test_a_leading_bom_is_dropped_even_split_across_reads():
@@ -125,7 +128,7 @@ def test_utf8_split_inside_a_character():
 def test_events_over_one_megabyte_in_small_reads():
     big = "x" * (2 * 1024 * 1024)
     stream = f"data: {big}\n\n".encode()
-    reads = [stream[i:i + 1024] for i in range(0, len(stream), 1024)]
+    reads = [stream[i : i + 1024] for i in range(0, len(stream), 1024)]
     assert decode_all(reads) == [ev(big)]
 
 
@@ -185,8 +188,10 @@ def test_the_decoder_agrees_with_the_line_by_line_rules(lines, newline, cuts):
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    lines=st.lists(st.one_of(field_line, field_line.map(lambda _: "data: {}"),
-                             field_line.map(lambda _: "")), max_size=40),
+    lines=st.lists(
+        st.one_of(field_line, field_line.map(lambda _: "data: {}"), field_line.map(lambda _: "")),
+        max_size=40,
+    ),
     newline=st.sampled_from(["\n", "\n", "\r\n"]),
     cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=20),
 )

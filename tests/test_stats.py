@@ -12,10 +12,18 @@ from workloads.core.stats import ratio_test, t_cdf, t_quantile
 from workloads.report.compare import MetricComparison, familywise
 
 
-@pytest.mark.parametrize(("df", "expected"), [
-    (1, 12.706205), (2, 4.302653), (3, 3.182446), (4, 2.776445), (10, 2.228139),
-    (30, 2.042272), (1000, 1.962339),
-])
+@pytest.mark.parametrize(
+    ("df", "expected"),
+    [
+        (1, 12.706205),
+        (2, 4.302653),
+        (3, 3.182446),
+        (4, 2.776445),
+        (10, 2.228139),
+        (30, 2.042272),
+        (1000, 1.962339),
+    ],
+)
 def test_t_quantiles_match_the_tables(df, expected):
     assert t_quantile(0.975, df) == pytest.approx(expected, abs=1e-5)
     assert t_cdf(expected, df) == pytest.approx(0.975, abs=1e-7)
@@ -32,8 +40,9 @@ def test_the_ratio_is_of_geometric_means_with_an_interval_around_it():
 def test_fewer_than_three_repetitions_a_side_give_no_test():
     assert ratio_test([1.0, 2.0], [3.0, 4.0, 5.0]) is None
     assert ratio_test([1.0, None, 2.0, 0.0], [3.0, 4.0, 5.0]) is None  # unknown, non-positive
-    row = MetricComparison("x", "", stats.band([1.0, 2.0]), stats.band([3.0, 4.0]), True,
-                           (1.0, 2.0), (3.0, 4.0))
+    row = MetricComparison(
+        "x", "", stats.band([1.0, 2.0]), stats.band([3.0, 4.0]), True, (1.0, 2.0), (3.0, 4.0)
+    )
     assert row.verdict == "2.33x, too few repetitions, n = 2/2" and not row.significant
 
 
@@ -50,11 +59,12 @@ def _row(rng: random.Random, *, n: int, cv: float, effect: float) -> MetricCompa
     return MetricComparison("x", "tok/s", stats.band(a), stats.band(b), True, a, b)
 
 
-def _compare(rng: random.Random, *, rows: int, n: int, cv: float, effect: float = 1.0,
-             effect_rows: int = 0) -> list[MetricComparison]:
-    return familywise([
-        _row(rng, n=n, cv=cv, effect=effect if i < effect_rows else 1.0) for i in range(rows)
-    ])
+def _compare(
+    rng: random.Random, *, rows: int, n: int, cv: float, effect: float = 1.0, effect_rows: int = 0
+) -> list[MetricComparison]:
+    return familywise(
+        [_row(rng, n=n, cv=cv, effect=effect if i < effect_rows else 1.0) for i in range(rows)]
+    )
 
 
 def test_same_configuration_rows_are_not_significant_at_least_95_percent_of_the_time():
@@ -82,15 +92,20 @@ def test_a_real_20_percent_difference_is_found():
     assert sum(m.significant for m in one) / len(one) >= 0.95
     assert all(m.outcome == "better" for m in one if m.significant)
     # In a compare of 16 rows (4 of them differ) with 5 a side, as seed 001 ran.
-    compares = [_compare(rng, rows=16, n=5, cv=0.03, effect=1.2, effect_rows=4)
-                for _ in range(500)]
+    compares = [_compare(rng, rows=16, n=5, cv=0.03, effect=1.2, effect_rows=4) for _ in range(500)]
     assert sum(c[0].significant for c in compares) / len(compares) >= 0.95
 
 
 def test_a_significant_verdict_prints_the_ratio_and_its_interval():
-    row = MetricComparison("aggregate", "tok/s", stats.band([50.0, 52.6, 51.0]),
-                           stats.band([71.9, 73.4, 72.6]), True, (50.0, 52.6, 51.0),
-                           (71.9, 73.4, 72.6))
+    row = MetricComparison(
+        "aggregate",
+        "tok/s",
+        stats.band([50.0, 52.6, 51.0]),
+        stats.band([71.9, 73.4, 72.6]),
+        True,
+        (50.0, 52.6, 51.0),
+        (71.9, 73.4, 72.6),
+    )
     assert row.verdict == "1.42x [1.34-1.50] (+41.9%) better, n = 3/3"
     slower = MetricComparison("TTFT", "s", row.a, row.b, False, row.a_values, row.b_values)
     assert slower.verdict == "1.42x [1.34-1.50] (+41.9%) worse, n = 3/3"
@@ -98,19 +113,40 @@ def test_a_significant_verdict_prints_the_ratio_and_its_interval():
 
 def test_a_row_that_is_not_significant_still_prints_its_ratio_interval_and_n():
     # No effect and too little data must not read the same.
-    flat = MetricComparison("aggregate", "tok/s", stats.band([50.0, 52.0, 51.0]),
-                            stats.band([51.0, 50.0, 52.5]), True, (50.0, 52.0, 51.0),
-                            (51.0, 50.0, 52.5))
+    flat = MetricComparison(
+        "aggregate",
+        "tok/s",
+        stats.band([50.0, 52.0, 51.0]),
+        stats.band([51.0, 50.0, 52.5]),
+        True,
+        (50.0, 52.0, 51.0),
+        (51.0, 50.0, 52.5),
+    )
     test = flat.test
     assert test is not None and not flat.significant
-    assert flat.verdict == (f"{test.ratio:.2f}x [{test.low:.2f}-{test.high:.2f}], "
-                            "not significant, n = 3/3")
+    assert flat.verdict == (
+        f"{test.ratio:.2f}x [{test.low:.2f}-{test.high:.2f}], not significant, n = 3/3"
+    )
     # The test calls it, the minimum effect does not: said so.
-    close = MetricComparison("aggregate", "tok/s", stats.band([100.0] * 3),
-                             stats.band([101.0] * 3), True, (100.0,) * 3, (101.0,) * 3)
+    close = MetricComparison(
+        "aggregate",
+        "tok/s",
+        stats.band([100.0] * 3),
+        stats.band([101.0] * 3),
+        True,
+        (100.0,) * 3,
+        (101.0,) * 3,
+    )
     assert close.verdict == "1.01x [1.01-1.01], not significant (under 2% apart), n = 3/3"
-    withheld = MetricComparison("aggregate", "tok/s", stats.band([50.0] * 3),
-                                stats.band([75.0] * 3), True, (50.0,) * 3, (75.0,) * 3,
-                                withheld="B invalid")
+    withheld = MetricComparison(
+        "aggregate",
+        "tok/s",
+        stats.band([50.0] * 3),
+        stats.band([75.0] * 3),
+        True,
+        (50.0,) * 3,
+        (75.0,) * 3,
+        withheld="B invalid",
+    )
     assert withheld.outcome == "no verdict" and withheld.significant
     assert withheld.verdict == "1.50x [1.50-1.50], no verdict (B invalid), n = 3/3"

@@ -29,20 +29,27 @@ from workloads.wire.client import AiohttpChatClient
 # Long replies on the fast profile: a turn streams for about a second, so a stop lands while
 # turns are in flight.
 LONG = [
-    "users=3", "turns=3", "opening_tokens=600", "turn_tokens=100", "output_tokens=400",
-    "repetitions.warmup=0", "repetitions.measured=2",
+    "users=3",
+    "turns=3",
+    "opening_tokens=600",
+    "turn_tokens=100",
+    "output_tokens=400",
+    "repetitions.warmup=0",
+    "repetitions.measured=2",
     "gate=off",  # the gate's greedy requests stream too: the stop must land on turns
 ]
 
 
 def turn_lines(out: Path) -> list[dict]:
-    lines = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()
-             if line.strip()]
+    lines = [
+        json.loads(line)
+        for line in (out / "records.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
     return [line for line in lines if "kind" not in line]
 
 
-async def stop_when_streaming(server: SimulatedServer, stop: asyncio.Event,
-                             users: int = 3) -> None:
+async def stop_when_streaming(server: SimulatedServer, stop: asyncio.Event, users: int = 3) -> None:
     """Set ``stop`` once the server has written content for every user's first request
     (bounded wait: on a loaded machine a session may start its turn late)."""
     for _ in range(6000):
@@ -60,9 +67,15 @@ def run_stopped(server: SimulatedServer, out: Path, grace_s: float) -> workloads
         stop = asyncio.Event()
         async with asyncio.TaskGroup() as tg:
             tg.create_task(stop_when_streaming(server, stop))
-            running = tg.create_task(workloads.run_async(
-                scenario, server.target, out_dir=out, stop=stop, stop_grace_s=grace_s,
-            ))
+            running = tg.create_task(
+                workloads.run_async(
+                    scenario,
+                    server.target,
+                    out_dir=out,
+                    stop=stop,
+                    stop_grace_s=grace_s,
+                )
+            )
         return running.result()
 
     return asyncio.run(go())
@@ -106,15 +119,18 @@ def test_a_cancelled_turn_keeps_its_corrected_shareable_prefix(tmp_path):
     A turn cut off in flight records the same as a finished one would."""
     with SimulatedServer() as server:
         scenario = workloads.load_scenario("five-user-coding").with_overrides(
-            [*LONG, "nonce=run", "turns=1"])
+            [*LONG, "nonce=run", "turns=1"]
+        )
 
         async def go() -> workloads.RunResult:
             stop = asyncio.Event()
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(stop_when_streaming(server, stop))
-                running = tg.create_task(workloads.run_async(
-                    scenario, server.target, out_dir=tmp_path / "cut", stop=stop,
-                    stop_grace_s=0))
+                running = tg.create_task(
+                    workloads.run_async(
+                        scenario, server.target, out_dir=tmp_path / "cut", stop=stop, stop_grace_s=0
+                    )
+                )
             return running.result()
 
         result = asyncio.run(go())
@@ -125,8 +141,18 @@ def test_a_cancelled_turn_keeps_its_corrected_shareable_prefix(tmp_path):
 
 
 def start_cli(out: Path, *extra: str) -> subprocess.Popen[bytes]:
-    args = [sys.executable, "-m", "workloads", "run", "five-user-coding", "--out", str(out),
-            "--quiet", "--no-plots", *extra]
+    args = [
+        sys.executable,
+        "-m",
+        "workloads",
+        "run",
+        "five-user-coding",
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-plots",
+        *extra,
+    ]
     for item in LONG:
         args += ["--set", item]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -144,9 +170,7 @@ def wait_for_records(out: Path, n: int, process: subprocess.Popen[bytes]) -> Non
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_to_the_cli_stops_it_gracefully_with_the_partial_result(
-    tmp_path, signum, code
-):
+def test_a_signal_to_the_cli_stops_it_gracefully_with_the_partial_result(tmp_path, signum, code):
     out = tmp_path / "signalled"
     process = start_cli(out, "--grace", "0")
     wait_for_records(out, 3, process)  # turn 1 done; turn 2 in flight (lock-step)
@@ -206,11 +230,21 @@ def test_a_turn_cancelled_before_any_response_byte_keeps_its_send_time():
         port = server.sockets[0].getsockname()[1]
         async with server, AiohttpChatClient(f"http://127.0.0.1:{port}/v1") as client:
             session = Session(
-                client=client, scenario=scenario, model="m",
-                conversation=Conversation(corpus=load_corpus("stdlib"), style="agent",
-                                          seed=0, session=0, nonce="n#0", run_nonce=None),
-                sizing=CellSizing(scenario, EstimateTokenizer()), repetition=0,
-                warmup=False, on_record=records.append,
+                client=client,
+                scenario=scenario,
+                model="m",
+                conversation=Conversation(
+                    corpus=load_corpus("stdlib"),
+                    style="agent",
+                    seed=0,
+                    session=0,
+                    nonce="n#0",
+                    run_nonce=None,
+                ),
+                sizing=CellSizing(scenario, EstimateTokenizer()),
+                repetition=0,
+                warmup=False,
+                on_record=records.append,
             )
             await session.open(0)
             sending = asyncio.create_task(session.turn(1))
@@ -233,8 +267,14 @@ def test_the_library_installs_no_sigterm_handler_when_embedded():
     before = signal.getsignal(signal.SIGTERM)
     during: list[object] = []
     scenario = workloads.load_scenario("five-user-coding").with_overrides(
-        ["users=1", "turns=1", "opening_tokens=300", "output_tokens=4",
-         "repetitions.warmup=0", "repetitions.measured=1"]
+        [
+            "users=1",
+            "turns=1",
+            "opening_tokens=300",
+            "output_tokens=4",
+            "repetitions.warmup=0",
+            "repetitions.measured=1",
+        ]
     )
     workloads.run(scenario, on_record=lambda r: during.append(signal.getsignal(signal.SIGTERM)))
     assert during == [before]

@@ -26,8 +26,9 @@ def exact_cdf(k: int, n: int, p: float) -> float:
     return sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k + 1))
 
 
-@given(st.integers(min_value=1, max_value=120), st.floats(min_value=0.01, max_value=0.99),
-       st.data())
+@given(
+    st.integers(min_value=1, max_value=120), st.floats(min_value=0.01, max_value=0.99), st.data()
+)
 def test_the_binomial_cdf_matches_the_sum_of_its_terms(n, p, data):
     k = data.draw(st.integers(min_value=-1, max_value=n))
     assert binomial_cdf(k, n, p) == pytest.approx(exact_cdf(k, n, p), abs=1e-12)
@@ -68,8 +69,10 @@ def test_each_bound_has_its_confidence_and_is_the_tightest_that_does(n, q):
         assert low == n or 1 - exact_cdf(low, n, p) < 0.95
 
 
-@given(st.lists(st.floats(min_value=0, max_value=1e6), min_size=1, max_size=200),
-       st.sampled_from([50.0, 90.0, 99.0]))
+@given(
+    st.lists(st.floats(min_value=0, max_value=1e6), min_size=1, max_size=200),
+    st.sampled_from([50.0, 90.0, 99.0]),
+)
 def test_bounds_are_values_around_the_percentile(values, q):
     low, high = percentile_bounds(values, q)
     point = stats.percentile(values, q)
@@ -103,8 +106,7 @@ def test_verdicts_hold_fail_or_cannot_tell():
 @pytest.mark.parametrize(("n", "q"), [(45, 90.0), (45, 50.0), (300, 99.0), (120, 95.0)])
 def test_the_bounds_cover_the_true_percentile_at_least_as_often_as_they_claim(n, q):
     # Lognormal latencies (median 1 s, sigma 0.6): the true percentile is known exactly.
-    z = {50.0: 0.0, 90.0: 1.2815515655446004, 95.0: 1.6448536269514722,
-         99.0: 2.3263478740408408}[q]
+    z = {50.0: 0.0, 90.0: 1.2815515655446004, 95.0: 1.6448536269514722, 99.0: 2.3263478740408408}[q]
     truth = math.exp(0.6 * z)
     rng = random.Random(1234)
     trials = 1000

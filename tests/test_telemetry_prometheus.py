@@ -115,10 +115,13 @@ def test_text_that_is_not_exposition_format_raises_value_error():
         parse_metrics("<html>404 Not Found {</html>\n")
 
 
-@pytest.mark.parametrize("text", [
-    '# TYPE h histogram\nh_bucket{le="1"} 2\na{b="c"} 1oa{b="c"} 1\n# EOF\n',  # KeyError
-    ' {b="c"} 1\n# TYPE a counter\na_total 1\n# EOF\n',  # IndexError
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '# TYPE h histogram\nh_bucket{le="1"} 2\na{b="c"} 1oa{b="c"} 1\n# EOF\n',  # KeyError
+        ' {b="c"} 1\n# TYPE a counter\na_total 1\n# EOF\n',  # IndexError
+    ],
+)
 def test_malformed_openmetrics_the_parser_trips_on_is_a_value_error_too(text):
     """prometheus_client's OpenMetrics parser raises KeyError or IndexError on these (found
     by fuzzing): the window counts ValueError as "not Prometheus text", and any other
@@ -137,17 +140,21 @@ def test_the_server_is_detected_from_its_metric_names(text, server):
 
 
 def test_unknown_metrics_detect_no_server():
-    assert detect_server(parse_metrics("# TYPE process_cpu_seconds_total counter\n"
-                                       "process_cpu_seconds_total 3.5\n")) is None
+    assert (
+        detect_server(
+            parse_metrics(
+                "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 3.5\n"
+            )
+        )
+        is None
+    )
 
 
 label_values = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=8)
 
 
 @given(
-    st.dictionaries(
-        label_values, st.integers(min_value=0, max_value=2**50), min_size=1, max_size=6
-    )
+    st.dictionaries(label_values, st.integers(min_value=0, max_value=2**50), min_size=1, max_size=6)
 )
 def test_sums_survive_prometheus_client_rendering(per_engine):
     """Whatever label values a server prints (quotes, backslashes, unicode), the sum over

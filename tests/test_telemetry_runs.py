@@ -60,16 +60,20 @@ def test_sim_window_deltas_equal_the_measured_usage_exactly(run_scenario, tiny_s
 def test_sim_acceptance_matches_its_configured_truth(tiny_scenario):
     fields = Profile.model_fields
     if "spec_tokens" not in fields:
-        pytest.skip("the simulator has no speculative decoding yet (no spec_tokens field in "
-                    "its Profile); this checks window acceptance against it once it lands")
+        pytest.skip(
+            "the simulator has no speculative decoding yet (no spec_tokens field in "
+            "its Profile); this checks window acceptance against it once it lands"
+        )
     accept = [name for name in fields if "accept" in name]
     if not accept:
-        pytest.skip("the simulator's Profile has spec_tokens but no acceptance field to "
-                    "compare with")
+        pytest.skip(
+            "the simulator's Profile has spec_tokens but no acceptance field to compare with"
+        )
     k, p = 3, 0.6
     with workloads.SimulatedServer("fast", sim={"spec_tokens": k, accept[0]: p}) as server:
         result = workloads.run(
-            tiny_scenario.with_overrides(["output_tokens=200", "users=3"]), server.target,
+            tiny_scenario.with_overrides(["output_tokens=200", "users=3"]),
+            server.target,
             telemetry=NO_ENERGY,
         )
     t = result.window.server
@@ -81,8 +85,7 @@ def test_sim_acceptance_matches_its_configured_truth(tiny_scenario):
     # the window figure must land within sampling error of what was configured.
     expected = [p, sum(p**i for i in range(1, k + 1)) / k]
     assert any(
-        abs(t.spec_acceptance_rate - e) <= 5 * math.sqrt(e * (1 - e) / n) + 0.01
-        for e in expected
+        abs(t.spec_acceptance_rate - e) <= 5 * math.sqrt(e * (1 - e) / n) + 0.01 for e in expected
     ), (t.spec_acceptance_rate, expected, n)
 
 
@@ -92,11 +95,14 @@ class LlamaLike:
 
     def __init__(self, *, metrics: bool = True) -> None:
         # Large starting values, so the 6 printed digits lose precision over the window.
-        self.counters = {"prompt_tokens_total": 4_321_001, "prompt_tokens_cached_total":
-                         12_345_678, "tokens_predicted_total": 777_777,
-                         "spec_decode_num_drafts_total": 0,
-                         "spec_decode_num_draft_tokens_total": 0,
-                         "spec_decode_num_accepted_tokens_total": 0}
+        self.counters = {
+            "prompt_tokens_total": 4_321_001,
+            "prompt_tokens_cached_total": 12_345_678,
+            "tokens_predicted_total": 777_777,
+            "spec_decode_num_drafts_total": 0,
+            "spec_decode_num_draft_tokens_total": 0,
+            "spec_decode_num_accepted_tokens_total": 0,
+        }
         self.app = web.Application()
         self.app.router.add_get("/v1/models", self.models)
         self.app.router.add_post("/v1/chat/completions", self.chat)
@@ -126,13 +132,22 @@ class LlamaLike:
         async def send(obj: dict) -> None:
             await resp.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
 
-        base = {"id": "chatcmpl-x", "object": "chat.completion.chunk", "model": "llama-fake",
-                "system_fingerprint": "b9876-0c1e5709"}
-        await send({**base, "choices": [{"index": 0, "delta": {"role": "assistant",
-                                                               "content": None}}]})
+        base = {
+            "id": "chatcmpl-x",
+            "object": "chat.completion.chunk",
+            "model": "llama-fake",
+            "system_fingerprint": "b9876-0c1e5709",
+        }
+        await send(
+            {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]}
+        )
         for _ in range(n):
-            await send({**base, "choices": [{"index": 0, "delta": {"content": "tok "},
-                                             "finish_reason": None}]})
+            await send(
+                {
+                    **base,
+                    "choices": [{"index": 0, "delta": {"content": "tok "}, "finish_reason": None}],
+                }
+            )
         await send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
         c = self.counters
         c["prompt_tokens_total"] += prompt - cached
@@ -141,13 +156,28 @@ class LlamaLike:
         c["spec_decode_num_drafts_total"] += drafts
         c["spec_decode_num_draft_tokens_total"] += draft_tokens
         c["spec_decode_num_accepted_tokens_total"] += accepted
-        await send({**base, "choices": [], "usage": {
-            "completion_tokens": n, "prompt_tokens": prompt, "total_tokens": prompt + n,
-            "prompt_tokens_details": {"cached_tokens": cached}},
-            "timings": {"cache_n": cached, "prompt_n": prompt - cached, "prompt_ms": 21.5,
-                        "predicted_n": n, "predicted_ms": 290.4,
-                        "predicted_per_second": 88.2, "draft_n": draft_tokens,
-                        "draft_n_accepted": accepted}})
+        await send(
+            {
+                **base,
+                "choices": [],
+                "usage": {
+                    "completion_tokens": n,
+                    "prompt_tokens": prompt,
+                    "total_tokens": prompt + n,
+                    "prompt_tokens_details": {"cached_tokens": cached},
+                },
+                "timings": {
+                    "cache_n": cached,
+                    "prompt_n": prompt - cached,
+                    "prompt_ms": 21.5,
+                    "predicted_n": n,
+                    "predicted_ms": 290.4,
+                    "predicted_per_second": 88.2,
+                    "draft_n": draft_tokens,
+                    "draft_n_accepted": accepted,
+                },
+            }
+        )
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
@@ -166,15 +196,22 @@ async def test_llamacpp_timings_land_in_records_and_its_counters_reconcile(
         assert r.timings is not None and r.timings["prompt_n"] == r.prompt_tokens - r.cached_tokens
         assert r.timings["cache_n"] == r.cached_tokens
         assert {"prompt_ms", "predicted_per_second", "draft_n", "draft_n_accepted"} <= set(
-            r.timings)
+            r.timings
+        )
     t = result.window.server
     assert t.server == "llama.cpp"
     rows = {r.figure: r for r in t.reconciliation}
-    assert set(rows) == {"uncached_prompt_tokens", "cached_prompt_tokens", "generation_tokens",
-                         "spec_draft_tokens", "spec_accepted_tokens"}
+    assert set(rows) == {
+        "uncached_prompt_tokens",
+        "cached_prompt_tokens",
+        "generation_tokens",
+        "spec_draft_tokens",
+        "spec_accepted_tokens",
+    }
     assert all(r.verdict == "reconciles" for r in rows.values()), rows
     assert rows["uncached_prompt_tokens"].client == sum(
-        r.prompt_tokens - r.cached_tokens for r in measured)
+        r.prompt_tokens - r.cached_tokens for r in measured
+    )
     assert rows["cached_prompt_tokens"].tolerance == 100  # 1.23457e+07: ±50 at each edge
     assert t.spec_acceptance_rate == pytest.approx(0.5, abs=0.01)
     assert t.preemptions is None and t.kv_usage_peak is None  # llama.cpp exports neither
@@ -206,10 +243,31 @@ async def test_a_server_without_metrics_completes_with_not_reported_and_a_warnin
 
 def test_cli_metrics_off_and_energy_off_read_nothing(simulated_server, tmp_path, capsys):
     out = tmp_path / "off"
-    code = main(["run", "five-user-coding", "--target", simulated_server.base_url, "--out",
-                 str(out), "--quiet", "--metrics-url", "off", "--energy", "off",
-                 "--set", "users=1", "--set", "turns=1", "--set", "output_tokens=8",
-                 "--set", "opening_tokens=300", "--set", "repetitions.measured=1"])
+    code = main(
+        [
+            "run",
+            "five-user-coding",
+            "--target",
+            simulated_server.base_url,
+            "--out",
+            str(out),
+            "--quiet",
+            "--metrics-url",
+            "off",
+            "--energy",
+            "off",
+            "--set",
+            "users=1",
+            "--set",
+            "turns=1",
+            "--set",
+            "output_tokens=8",
+            "--set",
+            "opening_tokens=300",
+            "--set",
+            "repetitions.measured=1",
+        ]
+    )
     assert code == 0
     saved = json.loads((out / "result.json").read_text())
     assert saved["window"]["server"] is None
@@ -222,10 +280,29 @@ def test_cli_metrics_off_and_energy_off_read_nothing(simulated_server, tmp_path,
 def test_cli_metrics_url_points_at_the_metrics_elsewhere(simulated_server, tmp_path):
     out = tmp_path / "url"
     root = simulated_server.base_url.removesuffix("/v1")
-    code = main(["run", "five-user-coding", "--target", simulated_server.base_url + "/",
-                 "--out", str(out), "--quiet", "--metrics-url", root + "/metrics",
-                 "--set", "users=1", "--set", "turns=2", "--set", "output_tokens=8",
-                 "--set", "opening_tokens=300", "--set", "repetitions.measured=1"])
+    code = main(
+        [
+            "run",
+            "five-user-coding",
+            "--target",
+            simulated_server.base_url + "/",
+            "--out",
+            str(out),
+            "--quiet",
+            "--metrics-url",
+            root + "/metrics",
+            "--set",
+            "users=1",
+            "--set",
+            "turns=2",
+            "--set",
+            "output_tokens=8",
+            "--set",
+            "opening_tokens=300",
+            "--set",
+            "repetitions.measured=1",
+        ]
+    )
     assert code == 0
     result = workloads.load_result(out)
     assert result.window.server.metrics_url == root + "/metrics"

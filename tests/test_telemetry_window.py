@@ -45,9 +45,19 @@ class MetricsText:
 
 
 def record(completion: int) -> TurnRecord:
-    return TurnRecord(repetition=0, warmup=False, session=0, turn=1, status="ok",
-                      http_status=200, prompt_tokens=10, cached_tokens=0,
-                      completion_tokens=completion, configured_prior_tokens=0, started_ns=1)
+    return TurnRecord(
+        repetition=0,
+        warmup=False,
+        session=0,
+        turn=1,
+        status="ok",
+        http_status=200,
+        prompt_tokens=10,
+        cached_tokens=0,
+        completion_tokens=completion,
+        configured_prior_tokens=0,
+        started_ns=1,
+    )
 
 
 QUICK = TelemetryOptions(energy="off", gauge_interval_s=0.02, settle_s=0.05)
@@ -55,9 +65,10 @@ QUICK = TelemetryOptions(energy="off", gauge_interval_s=0.02, settle_s=0.05)
 
 async def test_acceptance_over_the_window_from_a_real_metrics_endpoint(serve_app):
     server = MetricsText(spec_text(50, 200, 100))
-    async with serve_app(server.app) as root, WindowTelemetry(
-        QUICK, metrics_url=root + "/metrics"
-    ) as window:
+    async with (
+        serve_app(server.app) as root,
+        WindowTelemetry(QUICK, metrics_url=root + "/metrics") as window,
+    ):
         await window.start()
         server.text = spec_text(50 + 201, 200 + 804, 100 + 437, kv=0.8)
         await asyncio.sleep(0.1)
@@ -80,9 +91,10 @@ async def test_a_counter_that_lags_the_last_response_reconciles_on_the_settle_re
         await asyncio.sleep(0.02)  # the server counts the last request a moment after its end
         server.text = spec_text(0, 0, 0, generated=1064)
 
-    async with serve_app(server.app) as root, WindowTelemetry(
-        QUICK, metrics_url=root + "/metrics"
-    ) as window:
+    async with (
+        serve_app(server.app) as root,
+        WindowTelemetry(QUICK, metrics_url=root + "/metrics") as window,
+    ):
         await window.start()
         server.text = spec_text(0, 0, 0, generated=1032)
         late = asyncio.create_task(count_late())
@@ -95,9 +107,10 @@ async def test_a_counter_that_lags_the_last_response_reconciles_on_the_settle_re
 
 async def test_a_missing_metrics_endpoint_is_a_warning_not_an_error(serve_app):
     server = MetricsText(status=404)
-    async with serve_app(server.app) as root, WindowTelemetry(
-        QUICK, metrics_url=root + "/metrics"
-    ) as window:
+    async with (
+        serve_app(server.app) as root,
+        WindowTelemetry(QUICK, metrics_url=root + "/metrics") as window,
+    ):
         await window.start()
         telemetry, _ = await window.finish([record(8)])
     assert telemetry is not None and telemetry.server is None
@@ -116,9 +129,10 @@ async def test_an_unreachable_metrics_endpoint_is_a_warning(serve_app):
 
 async def test_a_failing_window_end_scrape_leaves_counters_unknown(serve_app):
     server = MetricsText(spec_text(1, 4, 2))
-    async with serve_app(server.app) as root, WindowTelemetry(
-        QUICK, metrics_url=root + "/metrics"
-    ) as window:
+    async with (
+        serve_app(server.app) as root,
+        WindowTelemetry(QUICK, metrics_url=root + "/metrics") as window,
+    ):
         await window.start()
         server.status = 500
         # some gauge samples fail too: wait for one (bounded), not a fixed 60 ms, which a
@@ -134,16 +148,24 @@ async def test_a_failing_window_end_scrape_leaves_counters_unknown(serve_app):
     assert any("gauge samples" in w for w in window.warnings)
 
 
-@pytest.mark.parametrize(("text", "warning"), [
-    ("<html>{ nope</html>", "not Prometheus text"),
-    ("# TYPE http_requests_total counter\nhttp_requests_total 7\n",
-     "/metrics exports no vLLM, SGLang, llama.cpp or TGI metrics; server figures not reported"),
-], ids=["not-prometheus", "no-known-server"])
+@pytest.mark.parametrize(
+    ("text", "warning"),
+    [
+        ("<html>{ nope</html>", "not Prometheus text"),
+        (
+            "# TYPE http_requests_total counter\nhttp_requests_total 7\n",
+            "/metrics exports no vLLM, SGLang, llama.cpp or TGI metrics;"
+            " server figures not reported",
+        ),
+    ],
+    ids=["not-prometheus", "no-known-server"],
+)
 async def test_metrics_text_the_window_cannot_read_is_one_warning(serve_app, text, warning):
     server = MetricsText(text)
-    async with serve_app(server.app) as root, WindowTelemetry(
-        QUICK, metrics_url=root + "/metrics"
-    ) as window:
+    async with (
+        serve_app(server.app) as root,
+        WindowTelemetry(QUICK, metrics_url=root + "/metrics") as window,
+    ):
         await window.start()
         telemetry, _ = await window.finish([record(8)])
     assert telemetry is not None and telemetry.server is None
@@ -156,8 +178,9 @@ async def test_the_sampler_catches_rapl_wraps_inside_the_window(tmp_path):
     (zone / "name").write_text("package-0\n")
     (zone / "max_energy_range_uj").write_text("1000\n")
     (zone / "energy_uj").write_text("900\n")
-    options = TelemetryOptions(metrics=False, energy="rapl", energy_interval_s=0.01,
-                               sysfs_root=str(tmp_path))
+    options = TelemetryOptions(
+        metrics=False, energy="rapl", energy_interval_s=0.01, sysfs_root=str(tmp_path)
+    )
     async with WindowTelemetry(options, metrics_url=None) as window:
         await window.start()
         meter = window._meter

@@ -95,7 +95,7 @@ def test_vllm_shape_on_the_simulated_server(simulated_server):
     full, prefix, plain = asyncio.run(_shapes(found))
     # ChatML on cl100k: "continue" stops right after the content, before <|im_end|>.
     assert full[: len(prefix)] == prefix and len(full) == len(prefix) + 5
-    assert prefix[-len(plain):] == plain
+    assert prefix[-len(plain) :] == plain
     assert found.calls == 3 and found.seconds > 0
 
 
@@ -108,7 +108,7 @@ def test_llamacpp_shape_renders_with_apply_template_and_tokenize():
         template = server.tokenizer.template(CHAT)
         assert full == server.tokenizer.encode(template, add_special=True)
         assert full[0] == 1 and full[: len(prefix)] == prefix  # BOS, then a true prefix
-        assert prefix[-len(plain):] == plain
+        assert prefix[-len(plain) :] == plain
 
 
 def test_a_target_without_tokenize_has_no_tokenizer():
@@ -129,8 +129,30 @@ def test_a_failing_tokenize_call_is_a_tokenize_error():
 # --- the segment memo behind estimate sizing -------------------------------------------------
 
 _PIECES = st.sampled_from(
-    ["\n", "\n\n", "  ", "\t", "\r\n", "def", " f(x):", ")", ".", "'s", "123", "é", " ", "\u3000",
-     "x", "    return", "#", "\x0c", "```", "αβ", "\u2028", ":\n"]
+    [
+        "\n",
+        "\n\n",
+        "  ",
+        "\t",
+        "\r\n",
+        "def",
+        " f(x):",
+        ")",
+        ".",
+        "'s",
+        "123",
+        "é",
+        " ",
+        "\u3000",
+        "x",
+        "    return",
+        "#",
+        "\x0c",
+        "```",
+        "αβ",
+        "\u2028",
+        ":\n",
+    ]
 )
 
 

@@ -26,20 +26,36 @@ def root(server: SimulatedServer) -> str:
 
 
 TOOLS = [
-    {"type": "function", "function": {
-        "name": "read_file", "description": "Read a file of the repository.",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
-                       "required": ["path"]}}},
-    {"type": "function", "function": {
-        "name": "bash", "description": "Run a shell command.",
-        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file of the repository.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run a shell command.",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+        },
+    },
 ]
 MESSAGES = [
     {"role": "system", "content": "You are a coding agent."},
     {"role": "user", "content": "Fix the failing test in parser.py, please."},
 ]
-CALL = {"id": "call_1", "type": "function",
-        "function": {"name": "read_file", "arguments": '{"path": "parser.py"}'}}
+CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "read_file", "arguments": '{"path": "parser.py"}'},
+}
 
 
 # --- what a template renders -----------------------------------------------------------------
@@ -50,8 +66,7 @@ def test_assistant_text_renders_content_then_each_call_in_hermes_markup():
     one = '\n<tool_call>\n{"name": "read_file", "arguments": {"path": "parser.py"}}\n</tool_call>'
     assert tokens.assistant_text(message) == "Let me look." + one + one
     assert tokens.assistant_text({"role": "assistant", "content": None}) == ""
-    assert tokens.message_text({"role": "assistant", "content": None, "tool_calls": [CALL]}) \
-        == one
+    assert tokens.message_text({"role": "assistant", "content": None, "tool_calls": [CALL]}) == one
     tool = {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "x"}]}
     assert tokens.message_text(tool) == "x"
     assert tokens.tools_text(None) == tokens.tools_text([]) == ""
@@ -83,8 +98,7 @@ def test_the_estimate_renders_as_many_ids_as_the_simulated_template(messages, to
 
 def grown(system: str) -> int:
     """Tokens the tools add to a system message's text (they can merge with its end)."""
-    return len(tokenizer.encode(system + tokens.tools_text(TOOLS))) - len(
-        tokenizer.encode(system))
+    return len(tokenizer.encode(system + tokens.tools_text(TOOLS))) - len(tokenizer.encode(system))
 
 
 def test_the_simulated_template_puts_the_tools_in_the_system_block():
@@ -101,8 +115,9 @@ def test_the_simulated_template_puts_the_tools_in_the_system_block():
 
 
 def sse(*deltas: dict[str, Any], finish: str = "tool_calls") -> bytes:
-    chunks = [{"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant",
-                                                              "content": ""}}]}]
+    chunks = [
+        {"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+    ]
     chunks += [{"id": "c1", "choices": [{"index": 0, "delta": d}]} for d in deltas]
     chunks.append({"id": "c1", "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
     body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
@@ -110,8 +125,16 @@ def sse(*deltas: dict[str, Any], finish: str = "tool_calls") -> bytes:
 
 
 def header(index: int, call_id: str, name: str) -> dict[str, Any]:
-    return {"tool_calls": [{"index": index, "id": call_id, "type": "function",
-                            "function": {"name": name, "arguments": ""}}]}
+    return {
+        "tool_calls": [
+            {
+                "index": index,
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": ""},
+            }
+        ]
+    }
 
 
 def args(index: int, text: str) -> dict[str, Any]:
@@ -120,15 +143,23 @@ def args(index: int, text: str) -> dict[str, Any]:
 
 PARALLEL = sse(
     {"content": "Two reads."},
-    header(0, "call_a", "read_file"), args(0, '{"path": '),
-    header(1, "call_b", "bash"), args(1, '{"command": "ls"}'),
+    header(0, "call_a", "read_file"),
+    args(0, '{"path": '),
+    header(1, "call_b", "bash"),
+    args(1, '{"command": "ls"}'),
     args(0, '"a.py"}'),
 )
 EXPECTED = [
-    {"id": "call_a", "type": "function",
-     "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}},
-    {"id": "call_b", "type": "function", "function": {"name": "bash",
-                                                      "arguments": '{"command": "ls"}'}},
+    {
+        "id": "call_a",
+        "type": "function",
+        "function": {"name": "read_file", "arguments": '{"path": "a.py"}'},
+    },
+    {
+        "id": "call_b",
+        "type": "function",
+        "function": {"name": "bash", "arguments": '{"command": "ls"}'},
+    },
 ]
 
 
@@ -154,8 +185,9 @@ def test_a_call_in_the_same_delta_as_content_is_not_lost():
     both = {"content": "x", **header(0, "call_a", "bash")}
     assert stream.feed(sse(both, args(0, "{}")), 1)
     assert stream.text == "x"
-    assert stream.tool_calls == [{"id": "call_a", "type": "function",
-                                  "function": {"name": "bash", "arguments": "{}"}}]
+    assert stream.tool_calls == [
+        {"id": "call_a", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+    ]
 
 
 def test_reasoning_and_calls_count_for_ttft_but_not_for_the_first_text():
@@ -181,39 +213,67 @@ def test_tool_replies_are_exactly_as_long_as_asked_and_render_back_to_themselves
     several = 0
     for n in [MIN_TOOL_REPLY_TOKENS, 49, 50, 64, 97, 128, 300, 1000]:
         for seed in range(6):
-            reply = plan_tool_reply(corpus, profile, body, seed=seed, n_tokens=n,
-                                    request_id="r")
+            reply = plan_tool_reply(corpus, profile, body, seed=seed, n_tokens=n, request_id="r")
             assert reply is not None, (n, seed)
             assert len(tokenizer.encode(reply.text)) == n
-            message = {"role": "assistant", "content": reply.content,
-                       "tool_calls": reply.tool_calls()}
+            message = {
+                "role": "assistant",
+                "content": reply.content,
+                "tool_calls": reply.tool_calls(),
+            }
             assert tokens.assistant_text(message) == reply.text
             several += len(reply.calls) > 1
     assert several > 0
-    assert plan_tool_reply(corpus, profile, body, seed=0, n_tokens=MIN_TOOL_REPLY_TOKENS - 1,
-                           request_id="r") is None
-    assert plan_tool_reply(corpus, profile, {"tools": TOOLS, "tool_choice": "none"}, seed=0,
-                           n_tokens=200, request_id="r") is None
+    assert (
+        plan_tool_reply(
+            corpus, profile, body, seed=0, n_tokens=MIN_TOOL_REPLY_TOKENS - 1, request_id="r"
+        )
+        is None
+    )
+    assert (
+        plan_tool_reply(
+            corpus,
+            profile,
+            {"tools": TOOLS, "tool_choice": "none"},
+            seed=0,
+            n_tokens=200,
+            request_id="r",
+        )
+        is None
+    )
 
 
-async def send(server: SimulatedServer, messages: list[dict[str, Any]], n: int,
-               **body: Any) -> ChatResponse:
-    async with HttpChatClient(server.base_url, connections=1,
-                              timeouts=Timeouts(read_gap_s=30)) as client:
-        return await client.stream_chat({
-            "model": server.model, "messages": messages, "stream": True,
-            "stream_options": {"include_usage": True}, "tools": TOOLS,
-            "max_tokens": n, "min_tokens": n, "ignore_eos": True, **body,
-        })
+async def send(
+    server: SimulatedServer, messages: list[dict[str, Any]], n: int, **body: Any
+) -> ChatResponse:
+    async with HttpChatClient(
+        server.base_url, connections=1, timeouts=Timeouts(read_gap_s=30)
+    ) as client:
+        return await client.stream_chat(
+            {
+                "model": server.model,
+                "messages": messages,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "tools": TOOLS,
+                "max_tokens": n,
+                "min_tokens": n,
+                "ignore_eos": True,
+                **body,
+            }
+        )
 
 
 @pytest.mark.parametrize("n", [8, 47, 48, 64, 200, 600])
 async def test_a_streamed_tool_reply_has_exactly_n_tokens(n):
     with SimulatedServer("fast", sim={"parallel_tool_call_share": 0.5}) as server:
-        responses = await asyncio.gather(*(  # together: the engine batches them
-            send(server, MESSAGES, n, seed=seed, tool_choice=choice)
-            for seed in range(4) for choice in ("auto", "required")
-        ))
+        responses = await asyncio.gather(
+            *(  # together: the engine batches them
+                send(server, MESSAGES, n, seed=seed, tool_choice=choice)
+                for seed in range(4)
+                for choice in ("auto", "required")
+            )
+        )
     called = 0
     for r in responses:
         assert r.ok and r.usage is not None, r.error_message
@@ -250,8 +310,10 @@ async def test_sending_the_calls_back_is_cached_exactly(simulated_server):
     history = [
         *MESSAGES,
         {"role": "assistant", "content": first.text, "tool_calls": first.tool_calls},
-        *({"role": "tool", "tool_call_id": call["id"], "content": "ok\n"}
-          for call in first.tool_calls),
+        *(
+            {"role": "tool", "tool_call_id": call["id"], "content": "ok\n"}
+            for call in first.tool_calls
+        ),
         {"role": "user", "content": "Go on."},
     ]
     second = await send(server, history, 32)
@@ -275,11 +337,13 @@ def test_tokenize_counts_the_tools(simulated_server):
 async def test_reasoning_streams_apart_and_counts_in_the_completion():
     with SimulatedServer("fast", sim={"reasoning_tokens": 10}) as server:
         plain = await send(server, MESSAGES, 64, tools=None)
-        off = await send(server, MESSAGES, 64, tools=None,
-                         chat_template_kwargs={"enable_thinking": False})
+        off = await send(
+            server, MESSAGES, 64, tools=None, chat_template_kwargs={"enable_thinking": False}
+        )
     with SimulatedServer("fast") as server:
-        asked = await send(server, MESSAGES, 100, tools=None,
-                           chat_template_kwargs={"enable_thinking": True})
+        asked = await send(
+            server, MESSAGES, 100, tools=None, chat_template_kwargs={"enable_thinking": True}
+        )
     for response, n, thinking in [(plain, 64, 10), (off, 64, 0), (asked, 100, 64)]:
         assert response.ok and response.usage is not None
         assert response.usage.completion_tokens == n
@@ -289,11 +353,17 @@ async def test_reasoning_streams_apart_and_counts_in_the_completion():
 
 
 def test_a_whole_response_carries_the_calls(simulated_server):
-    status, reply = post(simulated_server.base_url + "/chat/completions", {
-        "model": simulated_server.model, "messages": MESSAGES, "tools": TOOLS,
-        "tool_choice": {"type": "function", "function": {"name": "bash"}},
-        "max_tokens": 120, "ignore_eos": True,
-    })
+    status, reply = post(
+        simulated_server.base_url + "/chat/completions",
+        {
+            "model": simulated_server.model,
+            "messages": MESSAGES,
+            "tools": TOOLS,
+            "tool_choice": {"type": "function", "function": {"name": "bash"}},
+            "max_tokens": 120,
+            "ignore_eos": True,
+        },
+    )
     assert status == 200
     choice = reply["choices"][0]
     assert choice["finish_reason"] == "tool_calls"
@@ -317,7 +387,10 @@ def test_argument_pieces_join_by_index_whatever_their_order_and_cuts(pieces, cut
     stream = ChatStream()
     assert any(stream.feed(read, now) for now, read in enumerate(reads, 1))
     assert stream.tool_calls == [
-        {"id": f"call_{i}", "type": "function", "function": {
-            "name": f"tool{i}", "arguments": "".join(p for j, p in pieces if j == i)}}
+        {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": f"tool{i}", "arguments": "".join(p for j, p in pieces if j == i)},
+        }
         for i in range(3)
     ]

@@ -18,8 +18,21 @@ SAMPLE = ROOT / "traces" / "mooncake-sample.jsonl"
 def test_the_sample_trace_replays_with_observed_beside_ideal_hit_rate(tmp_path, capsys):
     out = tmp_path / "run"
     # time_scale 0.05: the sample's 44 s of trace time in about 2 s
-    code = main(["run", "--trace", str(SAMPLE), "--set", "pacing.time_scale=0.05",
-                 "--set", "gate=off", "--out", str(out), "--quiet", "--no-plots"])
+    code = main(
+        [
+            "run",
+            "--trace",
+            str(SAMPLE),
+            "--set",
+            "pacing.time_scale=0.05",
+            "--set",
+            "gate=off",
+            "--out",
+            str(out),
+            "--quiet",
+            "--no-plots",
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0, printed
     trace = load_mooncake(SAMPLE)
@@ -47,20 +60,33 @@ def test_the_sample_trace_replays_with_observed_beside_ideal_hit_rate(tmp_path, 
     assert "trace mooncake-sample.jsonl" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("text", "words"), [
-    ('{"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1]}\n',
-     ["bad.jsonl:1", "'hash_ids'"]),
-    ('{"timestamp": 5, "input_length": 10, "output_length": 4, "hash_ids": [1]}\n'
-     '{"timestamp": 1, "input_length": 10, "output_length": 4, "hash_ids": [1]}\n',
-     ["bad.jsonl:2", "'timestamp'"]),
-    ("", ["bad.jsonl", "empty"]),
-    ("not json\n", ["bad.jsonl:1", "not a JSON object"]),
-    ('{"session": 0, "step": 1, "kind": "human", "appended_tokens": -1, '
-     '"output_tokens": 1, "pause_s": 0}\n', ["bad.jsonl:1", "appended_tokens"]),
-    ('{"session": 0, "step": 1, "kind": "human", "appended_tokens": 1, "output_tokens": 1, '
-     '"pause_s": 0}\n{"session": 0, "step": 3, "kind": "tool", "appended_tokens": 1, '
-     '"output_tokens": 1, "pause_s": 0}\n', ["bad.jsonl:2", "step"]),
-])
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (
+            '{"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1]}\n',
+            ["bad.jsonl:1", "'hash_ids'"],
+        ),
+        (
+            '{"timestamp": 5, "input_length": 10, "output_length": 4, "hash_ids": [1]}\n'
+            '{"timestamp": 1, "input_length": 10, "output_length": 4, "hash_ids": [1]}\n',
+            ["bad.jsonl:2", "'timestamp'"],
+        ),
+        ("", ["bad.jsonl", "empty"]),
+        ("not json\n", ["bad.jsonl:1", "not a JSON object"]),
+        (
+            '{"session": 0, "step": 1, "kind": "human", "appended_tokens": -1, '
+            '"output_tokens": 1, "pause_s": 0}\n',
+            ["bad.jsonl:1", "appended_tokens"],
+        ),
+        (
+            '{"session": 0, "step": 1, "kind": "human", "appended_tokens": 1, "output_tokens": 1, '
+            '"pause_s": 0}\n{"session": 0, "step": 3, "kind": "tool", "appended_tokens": 1, '
+            '"output_tokens": 1, "pause_s": 0}\n',
+            ["bad.jsonl:2", "step"],
+        ),
+    ],
+)
 def test_a_bad_trace_is_one_line_exit_2_and_no_output_directory(tmp_path, capsys, text, words):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(text)
@@ -74,7 +100,18 @@ def test_a_bad_trace_is_one_line_exit_2_and_no_output_directory(tmp_path, capsys
 
 
 def test_a_missing_trace_names_the_packaged_ones(tmp_path, capsys):
-    assert main(["run", "--trace", str(tmp_path / "nope.jsonl"), "--quiet",
-                 "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "--trace",
+                str(tmp_path / "nope.jsonl"),
+                "--quiet",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
     assert "mooncake-sample" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()

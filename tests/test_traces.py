@@ -38,25 +38,33 @@ def test_mooncake_lines_become_requests_in_order(tmp_path):
     path = write(tmp_path, [req(0, 1000, [1, 2]), "", req(5, 512, [1], out=3)])
     trace = load_mooncake(path)
     assert trace.requests == (
-        MooncakeRequest(0, 1000, 8, (1, 2)), MooncakeRequest(5, 512, 3, (1,)),
+        MooncakeRequest(0, 1000, 8, (1, 2)),
+        MooncakeRequest(5, 512, 3, (1,)),
     )
     assert not trace.truncated and len(trace.sha256) == 64
 
 
-@pytest.mark.parametrize(("rows", "words"), [
-    ([{"timestamp": 0, "input_length": 10, "output_length": 1}], ["t.jsonl:1", "'hash_ids'",
-                                                                   "missing"]),
-    ([req(0, 10, [1]), {"timestamp": 1, "output_length": 1, "hash_ids": [1]}],
-     ["t.jsonl:2", "'input_length'", "missing"]),
-    ([req(0, 10, [1]), req("1", 10, [1])], ["t.jsonl:2", "'timestamp'", "integer"]),
-    ([req(0, -5, [1])], ["t.jsonl:1", "'input_length'", "at least 1"]),
-    ([req(9, 10, [1]), req(3, 10, [1])], ["t.jsonl:2", "'timestamp'", "back in time"]),
-    ([req(0, 1025, [1, 2])], ["t.jsonl:1", "'hash_ids'", "ceil(1025/512) = 3"]),
-    ([req(0, 10, ["a"])], ["t.jsonl:1", "'hash_ids'", "list of integers"]),
-    ([req(0, 10, [1]), "{not json"], ["t.jsonl:2", "not a JSON object"]),
-    (["[1, 2]"], ["t.jsonl:1", "not a JSON object"]),
-    (["", "  "], ["t.jsonl", "no request"]),
-])
+@pytest.mark.parametrize(
+    ("rows", "words"),
+    [
+        (
+            [{"timestamp": 0, "input_length": 10, "output_length": 1}],
+            ["t.jsonl:1", "'hash_ids'", "missing"],
+        ),
+        (
+            [req(0, 10, [1]), {"timestamp": 1, "output_length": 1, "hash_ids": [1]}],
+            ["t.jsonl:2", "'input_length'", "missing"],
+        ),
+        ([req(0, 10, [1]), req("1", 10, [1])], ["t.jsonl:2", "'timestamp'", "integer"]),
+        ([req(0, -5, [1])], ["t.jsonl:1", "'input_length'", "at least 1"]),
+        ([req(9, 10, [1]), req(3, 10, [1])], ["t.jsonl:2", "'timestamp'", "back in time"]),
+        ([req(0, 1025, [1, 2])], ["t.jsonl:1", "'hash_ids'", "ceil(1025/512) = 3"]),
+        ([req(0, 10, ["a"])], ["t.jsonl:1", "'hash_ids'", "list of integers"]),
+        ([req(0, 10, [1]), "{not json"], ["t.jsonl:2", "not a JSON object"]),
+        (["[1, 2]"], ["t.jsonl:1", "not a JSON object"]),
+        (["", "  "], ["t.jsonl", "no request"]),
+    ],
+)
 def test_bad_mooncake_lines_name_the_file_line_and_field(tmp_path, rows, words):
     with pytest.raises(TraceError) as err:
         load_mooncake(write(tmp_path, rows))
@@ -108,26 +116,52 @@ def test_ideal_cache_stops_at_the_first_unseen_block():
 
 def test_observed_hit_rate_is_token_weighted_over_valid_measured_records():
     def rec(prompt: int, cached: int | None, *, valid: bool = True, warmup: bool = False):
-        return TurnRecord(repetition=0, warmup=warmup, session=0, turn=1, status="ok",
-                          valid=valid, prompt_tokens=prompt, cached_tokens=cached,
-                          configured_prior_tokens=0, started_ns=100)
+        return TurnRecord(
+            repetition=0,
+            warmup=warmup,
+            session=0,
+            turn=1,
+            status="ok",
+            valid=valid,
+            prompt_tokens=prompt,
+            cached_tokens=cached,
+            configured_prior_tokens=0,
+            started_ns=100,
+        )
 
-    records = [rec(1000, 500), rec(3000, 0), rec(100, 100, valid=False),
-               rec(100, 100, warmup=True), rec(50, None)]
+    records = [
+        rec(1000, 500),
+        rec(3000, 0),
+        rec(100, 100, valid=False),
+        rec(100, 100, warmup=True),
+        rec(50, None),
+    ]
     assert observed_hit_rate(records) == pytest.approx(500 / 4000)
     assert observed_hit_rate([rec(10, None)]) is None
 
 
 def step(session, n, kind, appended=100, output=10, pause=1.0, **extra):
-    return {"session": session, "step": n, "kind": kind, "appended_tokens": appended,
-            "output_tokens": output, "pause_s": pause, **extra}
+    return {
+        "session": session,
+        "step": n,
+        "kind": kind,
+        "appended_tokens": appended,
+        "output_tokens": output,
+        "pause_s": pause,
+        **extra,
+    }
 
 
 def test_agent_trace_plans_accumulate_prior_tokens_and_reset_after_compaction(tmp_path):
-    path = write(tmp_path, [
-        step(0, 1, "human", 100, 10), step(0, 2, "tool", 200, 20),
-        step(0, 3, "compaction", 30, 50), step(0, 4, "tool", 300, 5),
-    ])
+    path = write(
+        tmp_path,
+        [
+            step(0, 1, "human", 100, 10),
+            step(0, 2, "tool", 200, 20),
+            step(0, 3, "compaction", 30, 50),
+            step(0, 4, "tool", 300, 5),
+        ],
+    )
     plan = load_agent_trace(path, opening_tokens=1000)[0]
     assert [s.prior_tokens for s in plan] == [1000, 1110, 1330, 1050]
     assert [s.kind for s in plan] == ["human", "tool", "compaction", "tool"]
@@ -135,12 +169,17 @@ def test_agent_trace_plans_accumulate_prior_tokens_and_reset_after_compaction(tm
 
 
 def test_sub_agents_nest_under_their_parent_step(tmp_path):
-    path = write(tmp_path, [
-        step(0, 1, "human"), step(0, 2, "tool"),
-        step(5, 1, "subagent", parent=0, parent_step=2), step(5, 2, "tool"),
-        step(4, 1, "subagent", parent=0, parent_step=2),
-        step(6, 1, "subagent", parent=5, parent_step=2),
-    ])
+    path = write(
+        tmp_path,
+        [
+            step(0, 1, "human"),
+            step(0, 2, "tool"),
+            step(5, 1, "subagent", parent=0, parent_step=2),
+            step(5, 2, "tool"),
+            step(4, 1, "subagent", parent=0, parent_step=2),
+            step(6, 1, "subagent", parent=5, parent_step=2),
+        ],
+    )
     plans = load_agent_trace(path, opening_tokens=10)
     assert list(plans) == [0]
     children = plans[0][1].children
@@ -149,19 +188,29 @@ def test_sub_agents_nest_under_their_parent_step(tmp_path):
     assert plans[0][0].children == ()
 
 
-@pytest.mark.parametrize(("rows", "words"), [
-    ([step(0, 2, "human")], [":1", "'step'", "next step is 1"]),
-    ([step(0, 1, "nap")], [":1", "'kind'", "human, tool, subagent, compaction"]),
-    ([step(0, 1, "human", output=0)], [":1", "'output_tokens'", "at least 1"]),
-    ([step(0, 1, "human", pause=-1)], [":1", "'pause_s'", "at least 0"]),
-    ([step(0, 1, "human", appended="x")], [":1", "'appended_tokens'", "integer"]),
-    ([step(0, 1, "subagent")], [":1", "'parent' is missing"]),
-    ([step(0, 1, "human"), step(1, 1, "subagent", parent=0, parent_step=3)],
-     [":2", "'parent_step' is 3", "has 1 steps"]),
-    ([step(1, 1, "subagent", parent=9, parent_step=1)], [":1", "'parent' is 9"]),
-    ([step(1, 1, "subagent", parent=2, parent_step=1),
-      step(2, 1, "subagent", parent=1, parent_step=1)], ["cycle"]),
-])
+@pytest.mark.parametrize(
+    ("rows", "words"),
+    [
+        ([step(0, 2, "human")], [":1", "'step'", "next step is 1"]),
+        ([step(0, 1, "nap")], [":1", "'kind'", "human, tool, subagent, compaction"]),
+        ([step(0, 1, "human", output=0)], [":1", "'output_tokens'", "at least 1"]),
+        ([step(0, 1, "human", pause=-1)], [":1", "'pause_s'", "at least 0"]),
+        ([step(0, 1, "human", appended="x")], [":1", "'appended_tokens'", "integer"]),
+        ([step(0, 1, "subagent")], [":1", "'parent' is missing"]),
+        (
+            [step(0, 1, "human"), step(1, 1, "subagent", parent=0, parent_step=3)],
+            [":2", "'parent_step' is 3", "has 1 steps"],
+        ),
+        ([step(1, 1, "subagent", parent=9, parent_step=1)], [":1", "'parent' is 9"]),
+        (
+            [
+                step(1, 1, "subagent", parent=2, parent_step=1),
+                step(2, 1, "subagent", parent=1, parent_step=1),
+            ],
+            ["cycle"],
+        ),
+    ],
+)
 def test_bad_agent_steps_name_the_file_line_and_field(tmp_path, rows, words):
     with pytest.raises(TraceError) as err:
         load_agent_trace(write(tmp_path, rows), opening_tokens=0)
@@ -178,7 +227,8 @@ def test_format_is_told_by_the_first_line(tmp_path):
 
 def test_shipped_samples_are_what_the_script_writes_and_load():
     spec = importlib.util.spec_from_file_location(
-        "make_sample_traces", ROOT / "scripts" / "make_sample_traces.py")
+        "make_sample_traces", ROOT / "scripts" / "make_sample_traces.py"
+    )
     assert spec is not None and spec.loader is not None
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

@@ -27,9 +27,22 @@ from workloads.report.compare import compare
 from workloads.report.verdicts import verdict_lines
 from workloads.servers.simulated import SimulatedServer
 
-SMALL = ["--set", "users=2", "--set", "turns=3", "--set", "opening_tokens=600",
-         "--set", "turn_tokens=120", "--set", "output_tokens=24",
-         "--set", "repetitions.measured=1", "--set", "sampling.temperature=0"]
+SMALL = [
+    "--set",
+    "users=2",
+    "--set",
+    "turns=3",
+    "--set",
+    "opening_tokens=600",
+    "--set",
+    "turn_tokens=120",
+    "--set",
+    "output_tokens=24",
+    "--set",
+    "repetitions.measured=1",
+    "--set",
+    "sampling.temperature=0",
+]
 
 
 def run(out: Path, *extra: str) -> workloads.RunResult:
@@ -51,7 +64,9 @@ def test_every_turn_is_in_the_transcripts_and_each_message_is_stored_once(tmp_pa
         if r.turn > 1:  # the previous reply, verbatim, is in this turn's history
             before = turns[(r.cell, r.repetition, r.session, r.turn - 1)]
             assert t.messages[: len(before.messages) + 1] == [
-                *before.messages, {"role": "assistant", "content": before.completion}]
+                *before.messages,
+                {"role": "assistant", "content": before.completion},
+            ]
     # Turn 3's history is not written again: a turn line names its messages by hash.
     turn_lines = [x["turn"] for x in lines if "turn" in x]
     assert max(len(json.dumps(x)) for x in turn_lines) < 1000
@@ -67,8 +82,15 @@ def test_a_torn_last_line_is_skipped_and_a_missing_message_is_an_error(tmp_path)
     path = tmp_path / TRANSCRIPTS_FILE
     with TranscriptWriter(path) as writer:
         for turn in (1, 2):
-            writer.write(cell=0, repetition=0, warmup=False, session=0, turn=turn,
-                         messages=[{"role": "user", "content": f"q{turn}"}], completion="a")
+            writer.write(
+                cell=0,
+                repetition=0,
+                warmup=False,
+                session=0,
+                turn=turn,
+                messages=[{"role": "user", "content": f"q{turn}"}],
+                completion="a",
+            )
     path.write_text(path.read_text() + '{"turn": {"cell"')
     assert sorted(read_transcripts(path)) == [(0, 0, 0, 1), (0, 0, 0, 2)]
     lines = path.read_text().splitlines()
@@ -81,6 +103,7 @@ def test_replay_sends_byte_identical_prompts_so_compare_says_matched(tmp_path, c
     original = run(tmp_path / "a", "five-user-coding", *SMALL)
     first = run(tmp_path / "r1", "--replay", str(tmp_path / "a"))
     second = run(tmp_path / "r2", "--replay", str(tmp_path / "a"))
+
     def key(r: workloads.TurnRecord) -> tuple[int, int, int]:
         return (r.repetition, r.session, r.turn)
 
@@ -135,14 +158,14 @@ def percentages(result: workloads.RunResult) -> list[float]:
     return [float(x.replace(",", "")) for x in re.findall(r"([\d,.]+)%", console.export_text())]
 
 
-def test_a_replay_on_the_target_that_recorded_it_says_its_cache_is_warm(tmp_path, server,
-                                                                        capsys):
+def test_a_replay_on_the_target_that_recorded_it_says_its_cache_is_warm(tmp_path, server, capsys):
     overrides = [x for x in SMALL if x != "--set"]
     scenario = workloads.load_scenario("five-user-coding").with_overrides(overrides)
     recorded = workloads.run(scenario, server.target, out_dir=tmp_path / "a", label="recorded")
     # Against the same server, which still holds the recorded prompts; then a fresh one.
-    warm = workloads.run(scenario, server.target, out_dir=tmp_path / "warm",
-                         replay=tmp_path / "a", label="warm")
+    warm = workloads.run(
+        scenario, server.target, out_dir=tmp_path / "warm", replay=tmp_path / "a", label="warm"
+    )
     cold = workloads.run(scenario, out_dir=tmp_path / "cold", replay=tmp_path / "a")
     assert recorded.replay is None and warm.replay is not None and cold.replay is not None
     assert warm.replay.cache == "warm" and cold.replay.cache == "cold"
@@ -158,11 +181,14 @@ def test_a_replay_on_the_target_that_recorded_it_says_its_cache_is_warm(tmp_path
     # cache held the recorded turn's whole prompt, new content included.)
     for result in (warm, cold):
         valid = [r for r in result.records if r.valid]
-        assert valid and all(r.shareable_tokens == r.prompt_tokens and r.shareable_exact
-                             for r in valid)
+        assert valid and all(
+            r.shareable_tokens == r.prompt_tokens and r.shareable_exact for r in valid
+        )
         assert all((r.cached_tokens or 0) <= (r.shareable_tokens or 0) for r in valid)
-        assert all(t.cache_effectiveness is not None and t.cache_effectiveness <= 1
-                   for t in result.summary.turns)
+        assert all(
+            t.cache_effectiveness is not None and t.cache_effectiveness <= 1
+            for t in result.summary.turns
+        )
         assert max(percentages(result)) <= 100
     assert warm.summary.turns[0].cache_effectiveness > 0.9  # turn 1 found itself cached
     # The report states it.
@@ -195,15 +221,32 @@ def test_a_cold_sampled_replay_is_not_said_to_lose_its_replies_to_retokenizing(t
     workloads.run(scenario, out_dir=tmp_path / "a")
     cold = workloads.run(scenario, out_dir=tmp_path / "cold", replay=tmp_path / "a")
     assert cold.replay is not None and cold.replay.cache == "cold"
-    gaps = [(r.shareable_tokens or 0) - (r.cached_tokens or 0) for r in cold.records
-            if r.valid and r.turn > 1 and not r.warmup]
+    gaps = [
+        (r.shareable_tokens or 0) - (r.cached_tokens or 0)
+        for r in cold.records
+        if r.valid and r.turn > 1 and not r.warmup
+    ]
     assert gaps and min(gaps) > 24  # more than a reply went uncached, every turn
     assert not any("reads low by about one reply" in w for w in cold.warnings)
 
 
-SWEEP = ["concurrency-sweep", "--set", "concurrency=[1, 3, 2]", "--set", "turns=2",
-         "--set", "opening_tokens=600", "--set", "turn_tokens=120", "--set", "output_tokens=24",
-         "--set", "repetitions.measured=1", "--set", "sampling.temperature=0"]
+SWEEP = [
+    "concurrency-sweep",
+    "--set",
+    "concurrency=[1, 3, 2]",
+    "--set",
+    "turns=2",
+    "--set",
+    "opening_tokens=600",
+    "--set",
+    "turn_tokens=120",
+    "--set",
+    "output_tokens=24",
+    "--set",
+    "repetitions.measured=1",
+    "--set",
+    "sampling.temperature=0",
+]
 
 
 def test_a_replayed_sweep_sends_every_cells_recorded_prompts_cell_by_cell(tmp_path, capsys):
@@ -216,8 +259,11 @@ def test_a_replayed_sweep_sends_every_cells_recorded_prompts_cell_by_cell(tmp_pa
     recorded = read_transcripts(tmp_path / "a" / TRANSCRIPTS_FILE)
     sent = read_transcripts(tmp_path / "r" / TRANSCRIPTS_FILE)
     assert original.cells is not None and replayed.cells is not None
-    assert [(c.cell, c.concurrency) for c in replayed.cells] == [
-        (c.cell, c.concurrency) for c in original.cells] == [(0, 1), (1, 3), (2, 2)]
+    assert (
+        [(c.cell, c.concurrency) for c in replayed.cells]
+        == [(c.cell, c.concurrency) for c in original.cells]
+        == [(0, 1), (1, 3), (2, 2)]
+    )
     # Every turn of every cell, warm-up included: (1 + 3 + 2) sessions x 2 turns x 2 reps.
     assert sorted(sent) == sorted(recorded) and len(sent) == 6 * 2 * 2
     for key, transcript in recorded.items():
@@ -228,8 +274,10 @@ def test_a_replayed_sweep_sends_every_cells_recorded_prompts_cell_by_cell(tmp_pa
     for r in replayed.records:
         assert r.prompt_sha256 == by_key[(r.cell, r.repetition, r.session, r.turn)].prompt_sha256
     # The new server answered differently: the replay kept the recorded replies all the same.
-    assert any(r.completion_sha256 != by_key[(r.cell, r.repetition, r.session, r.turn)]
-               .completion_sha256 for r in replayed.records)
+    assert any(
+        r.completion_sha256 != by_key[(r.cell, r.repetition, r.session, r.turn)].completion_sha256
+        for r in replayed.records
+    )
     comparison = compare(original, replayed)
     assert comparison.match == "matched"
     assert comparison.hashed_prompts == sum(not r.warmup for r in original.records) == 12

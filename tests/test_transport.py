@@ -23,8 +23,12 @@ from workloads.wire.client import HttpChatClient
 from workloads.wire.identify import identify
 from workloads.wire.transport import Transport, transport_for
 
-BODY = {"model": "sim-fast", "messages": [{"role": "user", "content": "hello"}],
-        "max_tokens": 4, "stream": True}
+BODY = {
+    "model": "sim-fast",
+    "messages": [{"role": "user", "content": "hello"}],
+    "max_tokens": 4,
+    "stream": True,
+}
 
 
 def _body(model: str) -> dict[str, object]:
@@ -48,8 +52,11 @@ async def _raw_server(answer: bytes | None, seen: list[bytes]) -> AsyncIterator[
                     length = int(line.split(b":", 1)[1])
             body = await reader.readexactly(length)
             seen.append(head + body)
-            writer.write((answer or b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
-                         .replace(b"{port}", str(port).encode()))
+            writer.write(
+                (answer or b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n").replace(
+                    b"{port}", str(port).encode()
+                )
+            )
             await writer.drain()
         finally:
             writer.close()
@@ -105,9 +112,23 @@ def proxy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
     port_file, log = where / "port", where / "proxy.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "proxy", "--hostname", "127.0.0.1", "--port", "0",
-             "--port-file", str(port_file), "--num-acceptors", "1", "--num-workers", "1"],
-            stdout=out, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "proxy",
+                "--hostname",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--port-file",
+                str(port_file),
+                "--num-acceptors",
+                "1",
+                "--num-workers",
+                "1",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     try:
         for _ in range(600):  # bounded: 60 s for a cold start on a loaded machine
@@ -125,8 +146,7 @@ def proxy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
 
 
 def _count(log: Path, what: str) -> int:
-    return sum(1 for line in log.read_text().splitlines()
-               if "access_log" in line and what in line)
+    return sum(1 for line in log.read_text().splitlines() if "access_log" in line and what in line)
 
 
 async def _carried(log: Path, what: str, at_least: int = 0) -> int:
@@ -156,11 +176,14 @@ def no_proxy_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 async def test_chat_follows_308_keeping_body_and_remembers_it(simulated_server, no_proxy_env):
     sim_port = simulated_server.port
     seen: list[bytes] = []
-    moved = (f"HTTP/1.1 308 Permanent Redirect\r\nLocation: http://127.0.0.1:{sim_port}"
-             "/v1/chat/completions\r\nContent-Length: 0\r\n\r\n").encode()
-    async with _raw_server(moved, seen) as port, HttpChatClient(
-        f"http://127.0.0.1:{port}/v1"
-    ) as client:
+    moved = (
+        f"HTTP/1.1 308 Permanent Redirect\r\nLocation: http://127.0.0.1:{sim_port}"
+        "/v1/chat/completions\r\nContent-Length: 0\r\n\r\n"
+    ).encode()
+    async with (
+        _raw_server(moved, seen) as port,
+        HttpChatClient(f"http://127.0.0.1:{port}/v1") as client,
+    ):
         first = await client.stream_chat(_body(simulated_server.model))
         second = await client.stream_chat(_body(simulated_server.model))
     assert first.ok and first.text, first.error_message
@@ -173,11 +196,14 @@ async def test_chat_follows_308_keeping_body_and_remembers_it(simulated_server, 
 
 async def test_redirects_stop_after_five_hops(no_proxy_env):
     seen: list[bytes] = []
-    loop_back = (b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /v1/chat/completions\r\n"
-                 b"Content-Length: 0\r\n\r\n")
-    async with _raw_server(loop_back, seen) as port, HttpChatClient(
-        f"http://127.0.0.1:{port}/v1"
-    ) as client:
+    loop_back = (
+        b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /v1/chat/completions\r\n"
+        b"Content-Length: 0\r\n\r\n"
+    )
+    async with (
+        _raw_server(loop_back, seen) as port,
+        HttpChatClient(f"http://127.0.0.1:{port}/v1") as client,
+    ):
         response = await client.stream_chat(BODY)
     assert response.error_kind == "http_other"
     assert response.error_message is not None
@@ -189,11 +215,14 @@ async def test_redirects_stop_after_five_hops(no_proxy_env):
 @pytest.mark.parametrize("status", [301, 302, 303])
 async def test_post_redirect_301_302_303_names_status_and_location(status, no_proxy_env):
     seen: list[bytes] = []
-    answer = (f"HTTP/1.1 {status} Moved\r\nLocation: https://other.example/v1/chat/completions"
-              "\r\nContent-Length: 0\r\n\r\n").encode()
-    async with _raw_server(answer, seen) as port, HttpChatClient(
-        f"http://127.0.0.1:{port}/v1"
-    ) as client:
+    answer = (
+        f"HTTP/1.1 {status} Moved\r\nLocation: https://other.example/v1/chat/completions"
+        "\r\nContent-Length: 0\r\n\r\n"
+    ).encode()
+    async with (
+        _raw_server(answer, seen) as port,
+        HttpChatClient(f"http://127.0.0.1:{port}/v1") as client,
+    ):
         response = await client.stream_chat(BODY)
     message = response.error_message or ""
     assert response.http_status == status and len(seen) == 1
@@ -204,9 +233,10 @@ async def test_post_redirect_301_302_303_names_status_and_location(status, no_pr
 
 async def test_request_line_percent_encodes_spaces_and_non_ascii(no_proxy_env):
     seen: list[bytes] = []
-    async with _raw_server(None, seen) as port, HttpChatClient(
-        f"http://127.0.0.1:{port}/my v1/ü"
-    ) as client:
+    async with (
+        _raw_server(None, seen) as port,
+        HttpChatClient(f"http://127.0.0.1:{port}/my v1/ü") as client,
+    ):
         await client.stream_chat(BODY)
     assert seen[0].startswith(b"POST /my%20v1/%C3%BC/chat/completions HTTP/1.1\r\n")
 
@@ -269,8 +299,9 @@ async def test_env_proxy_carries_chat_and_reads_and_no_proxy_bypasses_it(
     assert _count(log, f"POST {origin}/v1/chat/completions") == before + 1
 
 
-async def test_https_target_through_a_connect_tunnel(simulated_server, proxy_server, tls,
-                                                     no_proxy_env):
+async def test_https_target_through_a_connect_tunnel(
+    simulated_server, proxy_server, tls, no_proxy_env
+):
     proxy, log = proxy_server
     server_ctx, ca_pem = tls
     async with _tls_relay(simulated_server.port, server_ctx) as port:
@@ -292,8 +323,9 @@ async def test_run_through_a_proxy_says_so_in_the_environment(
     no_proxy_env.setenv("HTTP_PROXY", proxy)
     origin = f"127.0.0.1:{simulated_server.port}"
     before = _count(log, f"POST {origin}/v1/chat/completions")
-    result = await workloads.run_async(tiny_scenario, simulated_server.target,
-                                       out_dir=tmp_path / "run")
+    result = await workloads.run_async(
+        tiny_scenario, simulated_server.target, out_dir=tmp_path / "run"
+    )
     assert result.environment["proxy"] == f"{proxy} (from HTTP_PROXY)"
     assert result.records and all(r.error_kind is None for r in result.records)
     # proxy.py writes one line per connection (kept alive: many requests), when it closes
@@ -312,7 +344,8 @@ async def test_the_embedded_simulated_server_is_never_reached_through_a_proxy(
     result = await workloads.run_async(tiny_scenario, out_dir=tmp_path / "run")
     assert result.records and all(r.error_kind is None for r in result.records)
     assert "proxy" not in result.environment or "127.0.0.1:9" not in str(
-        result.environment["proxy"])
+        result.environment["proxy"]
+    )
 
 
 def test_https_proxy_and_bad_proxy_urls_are_one_line():
@@ -349,8 +382,8 @@ def _echo_app() -> web.Application:
     async def chat(request: web.Request) -> web.Response:
         await request.read()
         return web.json_response(
-            {"error": f"invalid credentials: {request.headers.get('Authorization')}"},
-            status=401)
+            {"error": f"invalid credentials: {request.headers.get('Authorization')}"}, status=401
+        )
 
     app = web.Application()
     app.router.add_get("/v1/models", models)
@@ -371,8 +404,9 @@ async def test_key_and_password_never_reach_any_output_file(
             "userinfo": Target(f"http://bob:{password}@{host}/v1", api_key_env="WL_NO_KEY"),
         }
         for name, target in runs.items():
-            result = await workloads.run_async(scenario, target, out_dir=tmp_path / name,
-                                               transcripts=True)
+            result = await workloads.run_async(
+                scenario, target, out_dir=tmp_path / name, transcripts=True
+            )
             failed = [r for r in result.records if r.error_kind == "http_4xx"]
             assert failed and all("<redacted>" in (r.error_message or "") for r in failed)
     files = [p for p in tmp_path.rglob("*") if p.is_file()]

@@ -31,8 +31,16 @@ from workloads.report.verdicts import verdict_lines
 from workloads.runner.outcome import Measured, build_result
 from workloads.runner.sizing import CellSizing, sizing_warnings
 
-BASE = ["users=2", "turns=2", "opening_tokens=300", "turn_tokens=60", "output_tokens=16",
-        "repetitions.warmup=0", "repetitions.measured=1", "gate=off"]
+BASE = [
+    "users=2",
+    "turns=2",
+    "opening_tokens=300",
+    "turn_tokens=60",
+    "output_tokens=16",
+    "repetitions.warmup=0",
+    "repetitions.measured=1",
+    "gate=off",
+]
 
 # The client's own health depends on the machine the test runs on (a busy CI host stalls
 # the event loop), not on the run's configuration: tests/test_monitor.py causes and silences
@@ -78,13 +86,18 @@ def test_a_healthy_run_warns_about_nothing(pacing):
 
 # --- the shipped presets -----------------------------------------------------------------
 
+
 def shrunk(scenario: workloads.Scenario) -> workloads.Scenario:
     """A preset at its shape (pacing, warm-up, nonce, depths, tools, agent) but smaller: at
     most 4 users and 4 turns, one measured repetition, pauses a tenth as long, the first two
     cells of a sweep. The full presets were run too (the warnings they gave did not depend on
     this shrink: see the Warnings section of docs/architecture.md)."""
-    overrides = [f"users={min(scenario.users, 4)}", f"turns={min(scenario.turns, 4)}",
-                 "repetitions.measured=1", f"pacing.time_scale={scenario.pacing.time_scale / 10}"]
+    overrides = [
+        f"users={min(scenario.users, 4)}",
+        f"turns={min(scenario.turns, 4)}",
+        "repetitions.measured=1",
+        f"pacing.time_scale={scenario.pacing.time_scale / 10}",
+    ]
     if scenario.concurrency is not None:
         overrides.append(f"concurrency={scenario.concurrency[:2]}")
     if scenario.prior_tokens is not None:
@@ -96,13 +109,13 @@ def about_the_preset(result: workloads.RunResult) -> list[str]:
     """The warnings but those about this machine: the client's health, and turns sent late
     when the client's own event loop stalled past the lateness threshold (the warning then
     names the stall)."""
-    return [w for w in about_the_run(result)
-            if "the client's event loop stalled" not in w]
+    return [w for w in about_the_run(result) if "the client's event loop stalled" not in w]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in sorted(workloads.list_scenarios())
-                                  if n != "trace-replay"])  # replays a trace: tested above
+@pytest.mark.parametrize(
+    "name", [n for n in sorted(workloads.list_scenarios()) if n != "trace-replay"]
+)  # replays a trace: tested above
 def test_a_shipped_preset_warns_about_nothing_of_its_own_on_the_simulator(name):
     result = workloads.run(shrunk(workloads.load_scenario(name)))
     assert result.records and all(r.valid for r in result.records)
@@ -110,6 +123,7 @@ def test_a_shipped_preset_warns_about_nothing_of_its_own_on_the_simulator(name):
 
 
 # --- cache effectiveness: a block-granularity effect is not a cache problem ---------------
+
 
 def test_short_replies_on_whole_blocks_do_not_read_as_a_low_cache():
     """The simulator caches 16-token blocks: of 376 shareable tokens it holds 368 (the last
@@ -130,8 +144,9 @@ def test_replies_cached_with_what_the_next_prompt_lacks_read_low_and_say_why():
     gap = int(re.search(r"median cacheable − cached = (\d+) tokens", warning)[1])
     assert gap >= 32  # over half a reply
     assert "reasoning the next prompt does not carry" in warning
-    greedy = workloads.run(tiny("output_tokens=64", "sampling.temperature=0"),
-                           sim={"reasoning_tokens": 8})
+    greedy = workloads.run(
+        tiny("output_tokens=64", "sampling.temperature=0"), sim={"reasoning_tokens": 8}
+    )
     assert not [w for w in greedy.warnings if "reads low" in w]  # said only where asked
 
 
@@ -141,11 +156,13 @@ def test_the_cache_rule_measures_from_whole_blocks_of_the_servers_size():
     # 300 shareable, 256 cached: 32 tokens short of 288 on 16-token blocks, 0 on 64-token ones.
     records = [record(0, 2, shareable_tokens=300, cached_tokens=256, shareable_exact=True)]
     assert [w for w in sizing_warnings(records, exact, scenario) if "reads low" in w]
-    assert not [w for w in sizing_warnings(records, exact, scenario, block_tokens=64)
-                if "reads low" in w]
+    assert not [
+        w for w in sizing_warnings(records, exact, scenario, block_tokens=64) if "reads low" in w
+    ]
 
 
 # --- turns that failed, finished invalid, or loop ----------------------------------------
+
 
 def test_failed_turns_are_counted_and_named():
     result = workloads.run(tiny(), sim={"faults.rate_500": 1.0})
@@ -163,8 +180,10 @@ def test_turns_of_the_wrong_length_are_invalid_and_named():
 def test_looping_completions_are_flagged():
     result = workloads.run(tiny("output_tokens=200"), sim={"faults.rate_corrupt": 1.0})
     assert one(result, "are degenerate").startswith("4 of 4 measured completions")
-    assert any(text.startswith("degenerate completions: 4 of 4") and style == "warning"
-               for text, style in verdict_lines(result))
+    assert any(
+        text.startswith("degenerate completions: 4 of 4") and style == "warning"
+        for text, style in verdict_lines(result)
+    )
 
 
 def test_a_server_that_reports_no_cached_tokens_is_named():
@@ -178,12 +197,14 @@ def test_an_slo_on_a_figure_the_records_lack_has_no_goodput_and_says_why():
     scenario = tiny("slo={ itl_ms = 50.0 }")
     result = workloads.run(scenario, client=FakeChatClient(lambda body: (300, "ok " * 8)))
     assert one(result, "no goodput").startswith(
-        "no goodput: the SLO limits itl_ms, and valid measured records carry no chunk gaps")
+        "no goodput: the SLO limits itl_ms, and valid measured records carry no chunk gaps"
+    )
     healthy = workloads.run(scenario)  # the simulator's streams: gaps recorded
     assert healthy.goodput is not None and about_the_run(healthy) == []
 
 
 # --- sizing --------------------------------------------------------------------------------
+
 
 def test_estimated_sizing_says_so_and_advises_a_warm_up_only_where_it_helps():
     result = workloads.run(tiny("tokenizer=tiktoken"))
@@ -196,8 +217,10 @@ def test_estimated_sizing_says_so_and_advises_a_warm_up_only_where_it_helps():
 def test_a_target_counting_far_from_tiktoken_is_named_after_one_warm_up():
     """The "words" tokenizer counts 1.4-1.8x tiktoken on code."""
     with LlamaCppLikeServer(tokenizer="words") as server:
-        result = workloads.run(tiny("tokenizer=tiktoken", "repetitions.warmup=1"),
-                               workloads.Target(server.base_url, server.model))
+        result = workloads.run(
+            tiny("tokenizer=tiktoken", "repetitions.warmup=1"),
+            workloads.Target(server.base_url, server.model),
+        )
     assert "repetitions.warmup = 2 refines it" in one(result, "more or fewer tokens")
 
 
@@ -222,14 +245,17 @@ def test_the_rules_that_read_sizing_records_fire_only_on_their_condition():
     # A turn sent 0.3 s after it was due.
     late = [*healthy[:-1], record(1, 2, pacing_lag_ns=300_000_000)]
     (warning,) = sizing_warnings(late, exact, scenario, loop_lag_max_ms=20.0)
-    assert warning.startswith("1 measured turns were sent more than 100 ms after they were "
-                              "due (worst 0.30 s): sizing them took longer")
+    assert warning.startswith(
+        "1 measured turns were sent more than 100 ms after they were "
+        "due (worst 0.30 s): sizing them took longer"
+    )
     (stalled,) = sizing_warnings(late, exact, scenario, loop_lag_max_ms=250.0)
     assert "the client's event loop stalled for up to 250 ms (see the client line)" in stalled
     # /tokenize calls that failed.
     failed = exact.model_copy(update={"fallbacks": 2})
     assert sizing_warnings(healthy, failed, scenario) == [
-        "2 openings or turns were sized by estimate because a /tokenize call failed"]
+        "2 openings or turns were sized by estimate because a /tokenize call failed"
+    ]
 
 
 def test_quiet_sizing_at_its_configured_prompts_is_no_warning_and_a_miss_is():
@@ -248,6 +274,7 @@ def test_quiet_sizing_at_its_configured_prompts_is_no_warning_and_a_miss_is():
 
 # --- what build_result adds --------------------------------------------------------------
 
+
 class ExactEstimate(EstimateTokenizer):
     exact = True  # stands for a target tokenizer: only the flag is read here
     description = "the target's /tokenize (a stand-in)"
@@ -257,10 +284,15 @@ def built(records: list[TurnRecord], *, insecure: bool = False) -> workloads.Run
     scenario = tiny()
     tok = ExactEstimate()
     measured = Measured(
-        scenario=scenario, target=TargetInfo(base_url="http://127.0.0.1:1/v1", model="m",
-                                             simulated=False, insecure=insecure),
-        corpus=load_corpus("synthetic"), cells=scenario.cells(),
-        sizings={0: CellSizing(scenario, tok)}, tokenizer=tok, records=records,
+        scenario=scenario,
+        target=TargetInfo(
+            base_url="http://127.0.0.1:1/v1", model="m", simulated=False, insecure=insecure
+        ),
+        corpus=load_corpus("synthetic"),
+        cells=scenario.cells(),
+        sizings={0: CellSizing(scenario, tok)},
+        tokenizer=tok,
+        records=records,
     )
     return build_result(measured, complete=True)
 
@@ -278,7 +310,8 @@ def test_resends_are_counted_and_said_not_to_be_server_errors():
     records[1] = records[1].model_copy(update={"resends": 1})
     assert built(records).warnings == [
         "1 requests were re-sent on a fresh connection because the server had closed the "
-        "pooled one before reading them (not server errors)"]
+        "pooled one before reading them (not server errors)"
+    ]
 
 
 def test_records_from_several_hosts_say_which_figures_need_one_clock():
@@ -288,42 +321,56 @@ def test_records_from_several_hosts_say_which_figures_need_one_clock():
 
 
 def test_an_insecure_target_is_named_first():
-    assert built(healthy_records(), insecure=True).warnings[0].startswith(
-        "TLS certificates were not verified (--insecure)")
+    assert (
+        built(healthy_records(), insecure=True)
+        .warnings[0]
+        .startswith("TLS certificates were not verified (--insecure)")
+    )
 
 
 def test_a_cut_trace_says_only_its_first_requests_were_replayed(tmp_path):
     scenario = workloads.load_scenario("trace-replay").with_overrides(
-        ["trace.max_requests=3", "pacing.time_scale=0.01"])
+        ["trace.max_requests=3", "pacing.time_scale=0.01"]
+    )
     result = workloads.run(scenario, trace="mooncake-sample")
     assert "the trace was cut at 3 requests" in one(result, "trace was cut")
-    whole = workloads.run(scenario.with_overrides(["trace.max_requests=1000000"]),
-                          trace=_three_requests(tmp_path))
+    whole = workloads.run(
+        scenario.with_overrides(["trace.max_requests=1000000"]), trace=_three_requests(tmp_path)
+    )
     assert not [w for w in whole.warnings if "trace was cut" in w]
 
 
 def _three_requests(tmp_path: Path) -> Path:
     path = tmp_path / "three.jsonl"
-    path.write_text("".join(
-        f'{{"timestamp": {i * 10}, "input_length": 600, "output_length": 8, '
-        f'"hash_ids": [{i}, {i + 1}]}}\n' for i in range(3)))
+    path.write_text(
+        "".join(
+            f'{{"timestamp": {i * 10}, "input_length": 600, "output_length": 8, '
+            f'"hash_ids": [{i}, {i + 1}]}}\n'
+            for i in range(3)
+        )
+    )
     return path
 
 
 # --- concurrency: the header says what ran -------------------------------------------------
 
+
 def test_a_header_whose_users_mostly_paused_says_how_many_requests_were_in_flight():
     """Four users thinking a second before each 16-token turn (tens of milliseconds on the
     simulator): well under half of them have a request in flight."""
-    scenario = tiny("users=4", "pacing.mode=free",
-                    'pacing.think_time={ kind = "constant", median = 1.0 }')
+    scenario = tiny(
+        "users=4", "pacing.mode=free", 'pacing.think_time={ kind = "constant", median = 1.0 }'
+    )
     result = workloads.run(scenario)
     c = result.concurrency
     assert c is not None and c.mean < 2
     label = report.users_label(result)
     assert label.startswith(f"C4 (requests in flight averaged {c.mean:.1f}: ")
-    active, busy = re.search(r": ([\d.]+) sessions active at a time on average, each with a "
-                             r"request in flight (\d+)% of that time", label).groups()
+    active, busy = re.search(
+        r": ([\d.]+) sessions active at a time on average, each with a "
+        r"request in flight (\d+)% of that time",
+        label,
+    ).groups()
     # The why multiplies out to the mean it explains (to the rounding of its two figures).
     assert float(active) * int(busy) / 100 == pytest.approx(c.mean, abs=0.06 + 0.01 * c.mean)
     assert report.coordinates_line(result).startswith(label + " · actual prompt tokens")
@@ -333,25 +380,42 @@ def test_a_header_whose_users_mostly_paused_says_how_many_requests_were_in_fligh
 
 # --- a stopped run --------------------------------------------------------------------------
 
+
 def record(session: int, turn: int, **fields: object) -> TurnRecord:
     """A valid measured turn of tiny()'s shape: prompts 360 and 436, as configured."""
     prompt = 360 if turn == 1 else 436
     base: dict[str, object] = dict(
-        repetition=0, warmup=False, session=session, turn=turn, status="ok", valid=True,
-        finish_reason="length", prompt_tokens=prompt, completion_tokens=16, cached_tokens=0,
-        shareable_tokens=0, shareable_exact=True, configured_prior_tokens=prompt - 60,
-        configured_prompt_tokens=prompt, tokenized_prompt_tokens=prompt,
-        started_ns=100 * turn, sent_ns=100 * turn + 1,
-        first_content_ns=100 * turn + 10, last_content_ns=100 * turn + 20,
+        repetition=0,
+        warmup=False,
+        session=session,
+        turn=turn,
+        status="ok",
+        valid=True,
+        finish_reason="length",
+        prompt_tokens=prompt,
+        completion_tokens=16,
+        cached_tokens=0,
+        shareable_tokens=0,
+        shareable_exact=True,
+        configured_prior_tokens=prompt - 60,
+        configured_prompt_tokens=prompt,
+        tokenized_prompt_tokens=prompt,
+        started_ns=100 * turn,
+        sent_ns=100 * turn + 1,
+        first_content_ns=100 * turn + 10,
+        last_content_ns=100 * turn + 20,
         done_ns=100 * turn + 21,
     )
     return TurnRecord.model_validate({**base, **fields})
 
 
 def test_cancelled_turns_are_neither_failed_nor_in_the_failure_table():
-    records = [record(0, 1), record(1, 1),
-               record(0, 2, status="incomplete", valid=False, error_kind="cancelled"),
-               record(1, 2, status="error", valid=False, error_kind="http_5xx")]
+    records = [
+        record(0, 1),
+        record(1, 1),
+        record(0, 2, status="incomplete", valid=False, error_kind="cancelled"),
+        record(1, 2, status="error", valid=False, error_kind="http_5xx"),
+    ]
     result = built(records)
     run = result.summary.run
     assert (run.valid, run.errors, run.cancelled, run.records) == (2, 1, 1, 4)
@@ -370,24 +434,38 @@ def test_stopped_before_any_measured_turn_has_one_line_not_empty_tables():
         stop_at_first.set()  # the first warm-up turn ended: no measured turn will start
 
     async def go() -> workloads.RunResult:
-        return await workloads.run_async(tiny("repetitions.warmup=1"), on_record=first,
-                                         stop=stop_at_first, stop_grace_s=0)
+        return await workloads.run_async(
+            tiny("repetitions.warmup=1"), on_record=first, stop=stop_at_first, stop_grace_s=0
+        )
 
     result = asyncio.run(go())
     assert result.records and all(r.warmup for r in result.records)
     assert report.stopped_early(result) == "before any measured turn"
-    cut = result.model_copy(update={"records": [
-        record(0, 1, status="incomplete", valid=False, error_kind="cancelled")]})
-    assert report.stopped_early(cut) == ("before any measured turn finished (1 turn "
-                                         "cancelled in flight)")
+    cut = result.model_copy(
+        update={"records": [record(0, 1, status="incomplete", valid=False, error_kind="cancelled")]}
+    )
+    assert report.stopped_early(cut) == (
+        "before any measured turn finished (1 turn cancelled in flight)"
+    )
     assert report.stopped_early(built(healthy_records())) is None
 
 
 def test_ctrl_c_before_any_measured_turn_prints_one_line(tmp_path):
     """The CLI, interrupted in its warm-up (a slow server: 12 s or more of warm-up)."""
     out = tmp_path / "early"
-    args = [sys.executable, "-m", "workloads", "run", "five-user-coding", "--out", str(out),
-            "--quiet", "--no-plots", "--sim", "decode_s_per_seq=0.01"]
+    args = [
+        sys.executable,
+        "-m",
+        "workloads",
+        "run",
+        "five-user-coding",
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-plots",
+        "--sim",
+        "decode_s_per_seq=0.01",
+    ]
     for item in [*BASE, "repetitions.warmup=1", "output_tokens=400", "turns=3"]:
         args += ["--set", item]
     process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -404,5 +482,6 @@ def test_ctrl_c_before_any_measured_turn_prints_one_line(tmp_path):
     printed = " ".join(stdout.decode().split())  # the console wraps long lines
     notice, line = printed.split(" stopped by ")  # the notice when the signal came, and it
     assert notice.startswith("SIGINT: stopping — no new turns")
-    assert line == (f"SIGINT before any measured turn: nothing to report; records in {out} "
-                    "(exit 130)")
+    assert line == (
+        f"SIGINT before any measured turn: nothing to report; records in {out} (exit 130)"
+    )

@@ -8,8 +8,15 @@ from rich.console import Console
 import workloads
 from workloads.report.console import render, what_if_table
 
-SMALL = ["users=4", "turns=3", "opening_tokens=2000", "turn_tokens=300", "output_tokens=16",
-         "repetitions.warmup=0", "repetitions.measured=1"]
+SMALL = [
+    "users=4",
+    "turns=3",
+    "opening_tokens=2000",
+    "turn_tokens=300",
+    "output_tokens=16",
+    "repetitions.warmup=0",
+    "repetitions.measured=1",
+]
 
 
 def run(kv: int) -> workloads.RunResult:
@@ -51,14 +58,23 @@ def test_requests_not_in_the_observed_rate_are_replayed_but_not_counted():
 
 
 def test_with_nonce_run_the_first_session_to_send_turn_1_has_nothing_shareable():
-    scenario = workloads.load_scenario("shared-repo-team").with_overrides([
-        "users=4", "shared_prefix_tokens=1024", "opening_tokens=1500", "turn_tokens=100",
-        "output_tokens=16", "turns=1", "repetitions.measured=2", "gate=off",
-    ])
+    scenario = workloads.load_scenario("shared-repo-team").with_overrides(
+        [
+            "users=4",
+            "shared_prefix_tokens=1024",
+            "opening_tokens=1500",
+            "turn_tokens=100",
+            "output_tokens=16",
+            "turns=1",
+            "repetitions.measured=2",
+            "gate=off",
+        ]
+    )
     result = workloads.run(scenario, telemetry=workloads.TelemetryOptions(energy="off"))
     for rep in (1, 2):
-        turn1 = sorted((r for r in result.records if r.repetition == rep),
-                       key=lambda r: r.started_ns)
+        turn1 = sorted(
+            (r for r in result.records if r.repetition == rep), key=lambda r: r.started_ns
+        )
         assert [r.shareable_tokens == 0 for r in turn1] == [True, False, False, False]
     effectiveness = result.summary.turns[0].cache_effectiveness
     assert effectiveness is not None and effectiveness > 0.99  # was 75%: 3 of 4 credited
@@ -67,11 +83,24 @@ def test_with_nonce_run_the_first_session_to_send_turn_1_has_nothing_shareable()
 def test_a_real_servers_kv_capacity_given_by_the_user_feeds_the_oracle(simulated_server):
     # A Target without the simulator's profile is a "real" server to the run: the oracle
     # learns the capacity only from the user.
-    target = workloads.Target(simulated_server.base_url, simulated_server.model,
-                              kv_capacity_tokens=5_000, kv_block_tokens=1)
+    target = workloads.Target(
+        simulated_server.base_url,
+        simulated_server.model,
+        kv_capacity_tokens=5_000,
+        kv_block_tokens=1,
+    )
     scenario = workloads.load_scenario("five-user-coding").with_overrides(
-        ["users=2", "turns=2", "opening_tokens=600", "turn_tokens=100", "output_tokens=8",
-         "repetitions.warmup=0", "repetitions.measured=1", "gate=off"])
+        [
+            "users=2",
+            "turns=2",
+            "opening_tokens=600",
+            "turn_tokens=100",
+            "output_tokens=8",
+            "repetitions.warmup=0",
+            "repetitions.measured=1",
+            "gate=off",
+        ]
+    )
     result = workloads.run(scenario, target, telemetry=workloads.TelemetryOptions(energy="off"))
     assert not result.target.simulated
     assert result.target.kv_capacity_tokens == 5_000 and result.target.kv_block_tokens == 1

@@ -28,9 +28,16 @@ from workloads.servers.simulated import SimulatedServer
 pytestmark = pytest.mark.slow
 
 SMALL = [
-    "users=4", "turns=2", "opening_tokens=600", "turn_tokens=80", "output_tokens=24",
-    "nonce=run", "shared_prefix_tokens=200", "repetitions.warmup=1",
-    "repetitions.measured=1", "gate=off",
+    "users=4",
+    "turns=2",
+    "opening_tokens=600",
+    "turn_tokens=80",
+    "output_tokens=24",
+    "nonce=run",
+    "shared_prefix_tokens=200",
+    "repetitions.warmup=1",
+    "repetitions.measured=1",
+    "gate=off",
 ]
 
 
@@ -43,10 +50,12 @@ def turn_lines(out: Path) -> list[dict]:
     return [line for line in lines if "kind" not in line]
 
 
-async def run_on(server: SimulatedServer, out: Path, workers: int,
-                 **options: object) -> workloads.RunResult:
-    return await workloads.run_async(scenario(), server.target, out_dir=out, workers=workers,
-                                     **options)
+async def run_on(
+    server: SimulatedServer, out: Path, workers: int, **options: object
+) -> workloads.RunResult:
+    return await workloads.run_async(
+        scenario(), server.target, out_dir=out, workers=workers, **options
+    )
 
 
 async def test_sharded_run_sends_what_one_process_sends(tmp_path: Path) -> None:
@@ -102,8 +111,7 @@ async def test_free_pacing_and_transcripts_across_workers(tmp_path: Path) -> Non
 
 
 async def test_stop_reaches_every_worker(tmp_path: Path) -> None:
-    s = scenario("output_tokens=400", "turns=3", "repetitions.warmup=0",
-                 "repetitions.measured=2")
+    s = scenario("output_tokens=400", "turns=3", "repetitions.warmup=0", "repetitions.measured=2")
     async with SimulatedServer() as server:
         stop = asyncio.Event()
 
@@ -116,8 +124,11 @@ async def test_stop_reaches_every_worker(tmp_path: Path) -> None:
 
         async with asyncio.TaskGroup() as tg:
             tg.create_task(stop_soon())
-            run = tg.create_task(workloads.run_async(
-                s, server.target, out_dir=tmp_path, workers=2, stop=stop, stop_grace_s=0.0))
+            run = tg.create_task(
+                workloads.run_async(
+                    s, server.target, out_dir=tmp_path, workers=2, stop=stop, stop_grace_s=0.0
+                )
+            )
         result = run.result()
     assert not result.complete
     assert len(result.records) < 4 * 3 * 2
@@ -161,12 +172,22 @@ def test_auto_workers_uses_a_process_per_64_sessions_up_to_the_cores() -> None:
 
 def test_cli_workers_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
-    code = main(["run", "five-user-coding", "--workers", "2", "--out", str(out), "--no-plots",
-                 "--quiet", *[a for s in SMALL for a in ("--set", s)]])
+    code = main(
+        [
+            "run",
+            "five-user-coding",
+            "--workers",
+            "2",
+            "--out",
+            str(out),
+            "--no-plots",
+            "--quiet",
+            *[a for s in SMALL for a in ("--set", s)],
+        ]
+    )
     assert code == 0
     assert "2 worker processes" in capsys.readouterr().out
-    assert main(["run", "five-user-coding", "--workers", "0", "--out",
-                 str(tmp_path / "bad")]) == 2
+    assert main(["run", "five-user-coding", "--workers", "0", "--out", str(tmp_path / "bad")]) == 2
     assert "--workers 0: give a number of processes" in capsys.readouterr().err
 
 
@@ -176,12 +197,26 @@ def test_ctrl_c_to_the_whole_process_group_stops_a_sharded_cli_run_gracefully(
     """A terminal's Ctrl-C reaches every process of the foreground group: the workers leave
     the stop to the coordinator, which saves the partial result and exits 130."""
     out = tmp_path / "signalled"
-    args = [sys.executable, "-m", "workloads", "run", "five-user-coding", "--out", str(out),
-            "--quiet", "--no-plots", "--workers", "2", "--grace", "0"]
+    args = [
+        sys.executable,
+        "-m",
+        "workloads",
+        "run",
+        "five-user-coding",
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-plots",
+        "--workers",
+        "2",
+        "--grace",
+        "0",
+    ]
     for item in [*SMALL, "output_tokens=400", "turns=3", "repetitions.warmup=0"]:
         args += ["--set", item]
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               start_new_session=True)  # its own group, as in a terminal
+    process = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )  # its own group, as in a terminal
     for _ in range(1200):  # bounded: 120 s for turn 1 of every session
         if (out / "records.jsonl").exists() and len(turn_lines(out)) >= 4:
             break

@@ -5,6 +5,7 @@ no download. The converter recognises the result as "llama-bpe" by its pre-token
 
     python make_llama3_tokenizer.py ggml-vocab-llama-bpe.gguf OUT_DIR   (needs gguf-py)
 """
+
 import json
 import sys
 from pathlib import Path
@@ -38,8 +39,17 @@ def main(src: str, out: str) -> None:
     vocab, added = {}, []
     for i, (tok, typ) in enumerate(zip(tokens, types, strict=True)):
         if typ == 3:  # CONTROL: an added special token
-            added.append({"id": i, "content": tok, "single_word": False, "lstrip": False,
-                          "rstrip": False, "normalized": False, "special": True})
+            added.append(
+                {
+                    "id": i,
+                    "content": tok,
+                    "single_word": False,
+                    "lstrip": False,
+                    "rstrip": False,
+                    "normalized": False,
+                    "special": True,
+                }
+            )
         vocab[tok] = i
     tj = {
         "version": "1.0",
@@ -47,42 +57,94 @@ def main(src: str, out: str) -> None:
         "padding": None,
         "added_tokens": added,
         "normalizer": None,
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": LLAMA3_SPLIT}, "behavior": "Isolated",
-             "invert": False},
-            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
-             "use_regex": False},
-        ]},
-        "post_processor": {"type": "TemplateProcessing",
-                           "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
-                                      {"Sequence": {"id": "A", "type_id": 0}}],
-                           "pair": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
-                                    {"Sequence": {"id": "A", "type_id": 0}},
-                                    {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 1}},
-                                    {"Sequence": {"id": "B", "type_id": 1}}],
-                           "special_tokens": {"<|begin_of_text|>": {
-                               "id": "<|begin_of_text|>", "ids": [128000],
-                               "tokens": ["<|begin_of_text|>"]}}},
-        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
-                    "use_regex": True},
-        "model": {"type": "BPE", "dropout": None, "unk_token": None,
-                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
-                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
-                  "vocab": vocab, "merges": list(merges)},
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [
+                {
+                    "type": "Split",
+                    "pattern": {"Regex": LLAMA3_SPLIT},
+                    "behavior": "Isolated",
+                    "invert": False,
+                },
+                {
+                    "type": "ByteLevel",
+                    "add_prefix_space": False,
+                    "trim_offsets": True,
+                    "use_regex": False,
+                },
+            ],
+        },
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [
+                {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                {"Sequence": {"id": "A", "type_id": 0}},
+            ],
+            "pair": [
+                {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                {"Sequence": {"id": "A", "type_id": 0}},
+                {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 1}},
+                {"Sequence": {"id": "B", "type_id": 1}},
+            ],
+            "special_tokens": {
+                "<|begin_of_text|>": {
+                    "id": "<|begin_of_text|>",
+                    "ids": [128000],
+                    "tokens": ["<|begin_of_text|>"],
+                }
+            },
+        },
+        "decoder": {
+            "type": "ByteLevel",
+            "add_prefix_space": True,
+            "trim_offsets": True,
+            "use_regex": True,
+        },
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": True,
+            "vocab": vocab,
+            "merges": list(merges),
+        },
     }
     o = Path(out)
     o.mkdir(parents=True, exist_ok=True)
     (o / "tokenizer.json").write_text(json.dumps(tj, ensure_ascii=False))
-    (o / "tokenizer_config.json").write_text(json.dumps({
-        "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
-        "clean_up_tokenization_spaces": True, "model_max_length": 131072,
-        "tokenizer_class": "PreTrainedTokenizerFast", "chat_template": CHAT_TEMPLATE,
-        "added_tokens_decoder": {str(a["id"]): {k: a[k] for k in
-                                 ("content", "lstrip", "normalized", "rstrip", "single_word",
-                                  "special")} for a in added},
-    }))
-    (o / "special_tokens_map.json").write_text(json.dumps(
-        {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}))
+    (o / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "bos_token": "<|begin_of_text|>",
+                "eos_token": "<|eot_id|>",
+                "clean_up_tokenization_spaces": True,
+                "model_max_length": 131072,
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "chat_template": CHAT_TEMPLATE,
+                "added_tokens_decoder": {
+                    str(a["id"]): {
+                        k: a[k]
+                        for k in (
+                            "content",
+                            "lstrip",
+                            "normalized",
+                            "rstrip",
+                            "single_word",
+                            "special",
+                        )
+                    }
+                    for a in added
+                },
+            }
+        )
+    )
+    (o / "special_tokens_map.json").write_text(
+        json.dumps({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"})
+    )
 
 
 if __name__ == "__main__":

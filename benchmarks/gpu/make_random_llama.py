@@ -6,6 +6,7 @@ the real shape, so serving cost (weights read per token, KV bytes per token) is 
     python make_random_llama.py OUT_DIR [--layers 32 --hidden 4096 --ffn 14336 --heads 32
                                          --kv-heads 8 --vocab 128256 --ctx 131072]
 """
+
 import argparse
 import json
 from pathlib import Path
@@ -52,32 +53,56 @@ def main() -> None:
     write("model-embed.safetensors", {"model.embed_tokens.weight": rnd(a.vocab, a.hidden)})
     for i in range(a.layers):
         pre = f"model.layers.{i}."
-        write(f"model-layer-{i:03d}.safetensors", {
-            pre + "self_attn.q_proj.weight": rnd(a.heads * head_dim, a.hidden),
-            pre + "self_attn.k_proj.weight": rnd(a.kv_heads * head_dim, a.hidden),
-            pre + "self_attn.v_proj.weight": rnd(a.kv_heads * head_dim, a.hidden),
-            pre + "self_attn.o_proj.weight": rnd(a.hidden, a.heads * head_dim),
-            pre + "mlp.gate_proj.weight": rnd(a.ffn, a.hidden),
-            pre + "mlp.up_proj.weight": rnd(a.ffn, a.hidden),
-            pre + "mlp.down_proj.weight": rnd(a.hidden, a.ffn),
-            pre + "input_layernorm.weight": ones(a.hidden),
-            pre + "post_attention_layernorm.weight": ones(a.hidden),
-        })
-    write("model-head.safetensors", {"model.norm.weight": ones(a.hidden),
-                                     "lm_head.weight": rnd(a.vocab, a.hidden)})
-    (out / "model.safetensors.index.json").write_text(json.dumps(
-        {"metadata": {"total_size": total}, "weight_map": index}, indent=1))
-    (out / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "hidden_size": a.hidden, "intermediate_size": a.ffn, "num_hidden_layers": a.layers,
-        "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
-        "head_dim": head_dim, "vocab_size": a.vocab, "max_position_embeddings": a.ctx,
-        "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "hidden_act": "silu",
-        "tie_word_embeddings": False, "bos_token_id": 128000, "eos_token_id": 128009,
-        "torch_dtype": "float16", "attention_bias": False, "mlp_bias": False,
-    }, indent=1))
-    (out / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": 128000, "eos_token_id": [128001, 128009]}))
+        write(
+            f"model-layer-{i:03d}.safetensors",
+            {
+                pre + "self_attn.q_proj.weight": rnd(a.heads * head_dim, a.hidden),
+                pre + "self_attn.k_proj.weight": rnd(a.kv_heads * head_dim, a.hidden),
+                pre + "self_attn.v_proj.weight": rnd(a.kv_heads * head_dim, a.hidden),
+                pre + "self_attn.o_proj.weight": rnd(a.hidden, a.heads * head_dim),
+                pre + "mlp.gate_proj.weight": rnd(a.ffn, a.hidden),
+                pre + "mlp.up_proj.weight": rnd(a.ffn, a.hidden),
+                pre + "mlp.down_proj.weight": rnd(a.hidden, a.ffn),
+                pre + "input_layernorm.weight": ones(a.hidden),
+                pre + "post_attention_layernorm.weight": ones(a.hidden),
+            },
+        )
+    write(
+        "model-head.safetensors",
+        {"model.norm.weight": ones(a.hidden), "lm_head.weight": rnd(a.vocab, a.hidden)},
+    )
+    (out / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": index}, indent=1)
+    )
+    (out / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": a.hidden,
+                "intermediate_size": a.ffn,
+                "num_hidden_layers": a.layers,
+                "num_attention_heads": a.heads,
+                "num_key_value_heads": a.kv_heads,
+                "head_dim": head_dim,
+                "vocab_size": a.vocab,
+                "max_position_embeddings": a.ctx,
+                "rms_norm_eps": 1e-5,
+                "rope_theta": 500000.0,
+                "hidden_act": "silu",
+                "tie_word_embeddings": False,
+                "bos_token_id": 128000,
+                "eos_token_id": 128009,
+                "torch_dtype": "float16",
+                "attention_bias": False,
+                "mlp_bias": False,
+            },
+            indent=1,
+        )
+    )
+    (out / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": 128000, "eos_token_id": [128001, 128009]})
+    )
     print(f"wrote {total / 2**30:.2f} GiB of float16 weights to {out} ({dev})")
 
 

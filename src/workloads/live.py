@@ -153,8 +153,12 @@ class LiveProgress:
 
             # Redrawn by rich's own refresh thread: the bar on one line, the status under it
             # (wrapping in a narrow terminal rather than being cut).
-            self._live = Live(console=self._console, transient=True, refresh_per_second=2,
-                              get_renderable=self._renderable)
+            self._live = Live(
+                console=self._console,
+                transient=True,
+                refresh_per_second=2,
+                get_renderable=self._renderable,
+            )
             self._live.__enter__()
             return self
         self._ticker = threading.Thread(
@@ -172,9 +176,11 @@ class LiveProgress:
         with self.tally.lock:
             done, total = self.tally.done, self.tally.total
         bar = Table.grid(padding=(0, 1))
-        bar.add_row(Text(self.tally.scenario.name, style="bold"),
-                    ProgressBar(total=total, completed=done, width=30),
-                    Text(f"{done:,}/{total:,}"))
+        bar.add_row(
+            Text(self.tally.scenario.name, style="bold"),
+            ProgressBar(total=total, completed=done, width=30),
+            Text(f"{done:,}/{total:,}"),
+        )
         return Group(bar, Text(progress_line(self.tally)))
 
     def on_record(self, record: TurnRecord) -> None:
@@ -188,11 +194,12 @@ class LiveProgress:
         while first or not self._stop.wait(interval):
             first = False
             out = self.stream or sys.stderr
-            print(f"{self.tally.scenario.name}: {progress_line(self.tally)}", file=out,
-                  flush=True)
+            print(f"{self.tally.scenario.name}: {progress_line(self.tally)}", file=out, flush=True)
 
     def __exit__(
-        self, kind: type[BaseException] | None, err: BaseException | None,
+        self,
+        kind: type[BaseException] | None,
+        err: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self._stop.set()

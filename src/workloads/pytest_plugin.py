@@ -37,9 +37,7 @@ def simulated_server() -> Iterator[SimulatedServer]:
 
 
 @pytest.fixture
-def run_scenario(
-    simulated_server: SimulatedServer, tmp_path: Path
-) -> Callable[..., RunResult]:
+def run_scenario(simulated_server: SimulatedServer, tmp_path: Path) -> Callable[..., RunResult]:
     """Run a scenario (name, path or Scenario) against the simulated server."""
 
     def runner(

@@ -51,9 +51,15 @@ from workloads.model.errors import (
 )
 
 __all__ = [
-    "EXIT_BAD_INPUT", "EXIT_FAILED_TURNS", "EXIT_INVALID_RUN", "EXIT_OK", "EXIT_OUTPUT",
+    "EXIT_BAD_INPUT",
+    "EXIT_FAILED_TURNS",
+    "EXIT_INVALID_RUN",
+    "EXIT_OK",
+    "EXIT_OUTPUT",
     "EXIT_TARGET",
-    "UsageError", "build_parser", "main",
+    "UsageError",
+    "build_parser",
+    "main",
 ]
 
 
@@ -68,51 +74,80 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a scenario and report per-turn figures")
-    run.add_argument("scenario", nargs="?",
-                     help="packaged scenario name or path to a .toml file")
+    run.add_argument("scenario", nargs="?", help="packaged scenario name or path to a .toml file")
     target_arguments(run, "for this run, and stop it after")
-    run.add_argument("--kv-capacity", type=int, metavar="TOKENS",
-                     help="the --target server's KV cache capacity in tokens, for the what-if "
-                     "cache oracle (llama.cpp: its /props n_ctx; vLLM: the KV cache size it "
-                     "logs at start); the simulated server's is known")
-    run.add_argument("--kv-block", type=int, default=16, metavar="TOKENS",
-                     help="the block size the server's prefix cache reuses in (default 16, "
-                     "vLLM's; llama.cpp reuses any prefix length: 1)")
-    run.add_argument("--out", help="directory for result.json and records.jsonl "
-                     "(default: runs/NAME-TIMESTAMP)")
+    run.add_argument(
+        "--kv-capacity",
+        type=int,
+        metavar="TOKENS",
+        help="the --target server's KV cache capacity in tokens, for the what-if "
+        "cache oracle (llama.cpp: its /props n_ctx; vLLM: the KV cache size it "
+        "logs at start); the simulated server's is known",
+    )
+    run.add_argument(
+        "--kv-block",
+        type=int,
+        default=16,
+        metavar="TOKENS",
+        help="the block size the server's prefix cache reuses in (default 16, "
+        "vLLM's; llama.cpp reuses any prefix length: 1)",
+    )
+    run.add_argument(
+        "--out", help="directory for result.json and records.jsonl (default: runs/NAME-TIMESTAMP)"
+    )
     override_arguments(run)
-    run.add_argument("--metrics-url", metavar="URL|off",
-                     help="the server's Prometheus metrics (default: the target's root + "
-                     "/metrics); 'off' reads no server counters")
-    run.add_argument("--energy", choices=["auto", "nvml", "hwmon", "rapl", "off"],
-                     default="auto",
-                     help="energy over the measured window: NVIDIA GPUs (nvml, needs "
-                     "workloads[nvidia]), Intel GPUs (hwmon), CPU packages (rapl); auto picks "
-                     "the first readable, and only for a target on this machine "
-                     "(default: %(default)s)")
+    run.add_argument(
+        "--metrics-url",
+        metavar="URL|off",
+        help="the server's Prometheus metrics (default: the target's root + "
+        "/metrics); 'off' reads no server counters",
+    )
+    run.add_argument(
+        "--energy",
+        choices=["auto", "nvml", "hwmon", "rapl", "off"],
+        default="auto",
+        help="energy over the measured window: NVIDIA GPUs (nvml, needs "
+        "workloads[nvidia]), Intel GPUs (hwmon), CPU packages (rapl); auto picks "
+        "the first readable, and only for a target on this machine "
+        "(default: %(default)s)",
+    )
     run.add_argument("--label", help="name of this arm, stored in the result")
     run.add_argument("--note", help="free text (the stack, flags), stored in the result")
-    run.add_argument("--quiet", action="store_true",
-                     help="no progress (a bar in a terminal, else a line on stderr every 5 s)")
+    run.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress (a bar in a terminal, else a line on stderr every 5 s)",
+    )
     run.add_argument("--no-plots", action="store_true", help="do not write DIR/plots/*.png")
     run_safety_arguments(run)
     scale_arguments(run)
-    run.add_argument("--gate", choices=["off", "report", "required"],
-                     help="the correctness gate, sent greedily before and after the measured "
-                     "window: report it, require it (a failing case makes the run invalid, "
-                     f"exit {EXIT_INVALID_RUN}), or off (default: the scenario's, report)")
-    run.add_argument("--replay", metavar="RUN_DIR",
-                     help="re-send RUN_DIR's exact messages turn by turn (its recorded "
-                     "replies in the history), so compare can call the arms matched")
-    run.add_argument("--trace", metavar="FILE",
-                     help="replay a recorded Mooncake trace (JSONL: timestamp, input_length, "
-                     "output_length, hash_ids) open loop at its timestamps × "
-                     "pacing.time_scale; NAME is then optional (default: trace-replay); "
-                     "packaged: mooncake-sample")
+    run.add_argument(
+        "--gate",
+        choices=["off", "report", "required"],
+        help="the correctness gate, sent greedily before and after the measured "
+        "window: report it, require it (a failing case makes the run invalid, "
+        f"exit {EXIT_INVALID_RUN}), or off (default: the scenario's, report)",
+    )
+    run.add_argument(
+        "--replay",
+        metavar="RUN_DIR",
+        help="re-send RUN_DIR's exact messages turn by turn (its recorded "
+        "replies in the history), so compare can call the arms matched",
+    )
+    run.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="replay a recorded Mooncake trace (JSONL: timestamp, input_length, "
+        "output_length, hash_ids) open loop at its timestamps × "
+        "pacing.time_scale; NAME is then optional (default: trace-replay); "
+        "packaged: mooncake-sample",
+    )
     slo_argument(run, "judge goodput and session goodput by this SLO")
-    run.add_argument("--no-transcripts", action="store_true",
-                     help="do not write DIR/transcripts.jsonl (records keep prompt and "
-                     "completion hashes)")
+    run.add_argument(
+        "--no-transcripts",
+        action="store_true",
+        help="do not write DIR/transcripts.jsonl (records keep prompt and completion hashes)",
+    )
     run.set_defaults(func=cmd_run)
     add_capacity_parser(sub)
 
@@ -122,55 +157,91 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print the report of a saved result")
     show.add_argument("result", help="result directory")
     show.add_argument("--plots", action="store_true", help="(re)write DIR/plots/*.png")
-    show.add_argument("--format", choices=["text", "md", "json", "csv", "html"],
-                      default="text", help="text (the console report), md (Markdown), json "
-                      "(the result, recomputed), csv (one row per cell and turn, raw figures) "
-                      "or html (the self-contained report with its plots) on stdout "
-                      "(default: %(default)s)")
+    show.add_argument(
+        "--format",
+        choices=["text", "md", "json", "csv", "html"],
+        default="text",
+        help="text (the console report), md (Markdown), json "
+        "(the result, recomputed), csv (one row per cell and turn, raw figures) "
+        "or html (the self-contained report with its plots) on stdout "
+        "(default: %(default)s)",
+    )
     slo_argument(show, "judge the saved run by this SLO")
     show.set_defaults(func=cmd_show)
 
     comp = sub.add_parser("compare", help="compare two saved results (A/B arms)")
     comp.add_argument("a", help="baseline result directory (A)")
     comp.add_argument("b", help="candidate result directory (B)")
-    comp.add_argument("--force", action="store_true",
-                      help="compare even when scenario, model or prompt tokens differ, and "
-                      "give verdicts for an invalid or incomplete arm (the output says so)")
-    comp.add_argument("--variable", metavar="NAME",
-                      help="the variable under test: any scenario field (e.g. users, "
-                      "opening_tokens, sampling.temperature; sweep cells are then paired "
-                      "by position), model, cache (a replay's warm prefix cache), or any "
-                      "name such as a server flag; comparability is judged on everything "
-                      "else")
-    comp.add_argument("--min-effect", type=float, default=2.0, metavar="PERCENT",
-                      help="smaller differences are never called significant (default: "
-                      "%(default)s, same-host run-to-run drift)")
-    comp.add_argument("--plot", metavar="FILE",
-                      help="also write a PNG: every figure as B/A with its interval")
+    comp.add_argument(
+        "--force",
+        action="store_true",
+        help="compare even when scenario, model or prompt tokens differ, and "
+        "give verdicts for an invalid or incomplete arm (the output says so)",
+    )
+    comp.add_argument(
+        "--variable",
+        metavar="NAME",
+        help="the variable under test: any scenario field (e.g. users, "
+        "opening_tokens, sampling.temperature; sweep cells are then paired "
+        "by position), model, cache (a replay's warm prefix cache), or any "
+        "name such as a server flag; comparability is judged on everything "
+        "else",
+    )
+    comp.add_argument(
+        "--min-effect",
+        type=float,
+        default=2.0,
+        metavar="PERCENT",
+        help="smaller differences are never called significant (default: "
+        "%(default)s, same-host run-to-run drift)",
+    )
+    comp.add_argument(
+        "--plot", metavar="FILE", help="also write a PNG: every figure as B/A with its interval"
+    )
     comp.set_defaults(func=cmd_compare)
 
-    pr = sub.add_parser("probe", help="check what a target offers (streaming, usage, cached "
-                        "tokens, exact lengths, /tokenize, /metrics) and what a run will do")
+    pr = sub.add_parser(
+        "probe",
+        help="check what a target offers (streaming, usage, cached "
+        "tokens, exact lengths, /tokenize, /metrics) and what a run will do",
+    )
     target_arguments(pr, "probe it, and stop it")
-    pr.add_argument("--metrics-url", help="the server's Prometheus metrics (default: the "
-                    "target's root + /metrics)")
-    pr.add_argument("--sim", action="append", metavar="FIELD=VALUE",
-                    help="override a profile field of the embedded simulator, e.g. "
-                    "--sim spec_tokens=2")
-    pr.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
-                    help="limit for each request (default: %(default)s)")
+    pr.add_argument(
+        "--metrics-url",
+        help="the server's Prometheus metrics (default: the target's root + /metrics)",
+    )
+    pr.add_argument(
+        "--sim",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="override a profile field of the embedded simulator, e.g. --sim spec_tokens=2",
+    )
+    pr.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="limit for each request (default: %(default)s)",
+    )
     pr.add_argument("--json", action="store_true", help="print the report as JSON")
     pr.set_defaults(func=cmd_probe)
 
     serve = sub.add_parser("serve", help="run the simulated server standalone")
-    serve.add_argument("--profile", default="fast",
-                       choices=["fast", "arc-b70-27b", "h200-8b"],
-                       help="engine profile (default: %(default)s)")
+    serve.add_argument(
+        "--profile",
+        default="fast",
+        choices=["fast", "arc-b70-27b", "h200-8b"],
+        help="engine profile (default: %(default)s)",
+    )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000, help="0 = any free port")
-    serve.add_argument("--sim", action="append", metavar="FIELD=VALUE",
-                       help="override a profile field, e.g. --sim kv_capacity_tokens=46202 "
-                       "--sim spec_tokens=4 --sim faults.rate_429=0.1")
+    serve.add_argument(
+        "--sim",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="override a profile field, e.g. --sim kv_capacity_tokens=46202 "
+        "--sim spec_tokens=4 --sim faults.rate_429=0.1",
+    )
     serve.add_argument("--debug", action="store_true", help="enable GET /debug/requests")
     serve.set_defaults(func=cmd_serve)
     return parser
@@ -185,8 +256,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv)
 
 
-def _warning_line(message: Warning | str, category: type[Warning], filename: str,
-                  lineno: int, file: object = None, line: str | None = None) -> None:
+def _warning_line(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: object = None,
+    line: str | None = None,
+) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 

@@ -30,36 +30,75 @@ __all__ = ["add_capacity_parser", "cmd_capacity"]
 def add_capacity_parser(sub: Any) -> None:
     """The ``capacity`` subcommand and its flags."""
     cap = sub.add_parser(
-        "capacity", help="find the highest concurrency (or arrival rate) at which session "
-        "goodput stays at or above a goal")
+        "capacity",
+        help="find the highest concurrency (or arrival rate) at which session "
+        "goodput stays at or above a goal",
+    )
     cap.add_argument("scenario", help="packaged scenario name or path to a .toml file")
-    slo_argument(cap, "the SLO each request is judged by (required unless the scenario "
-                 "has an [slo] table)")
+    slo_argument(
+        cap, "the SLO each request is judged by (required unless the scenario has an [slo] table)"
+    )
     target_arguments(cap, "for the search, and stop it after")
-    cap.add_argument("--goal", type=float, default=95.0, metavar="PERCENT",
-                     help="session goodput to keep (default: %(default)s)")
-    cap.add_argument("--start", type=float, metavar="LOAD",
-                     help="the first load measured: a concurrency, or an arrival rate for an "
-                     "open-loop scenario (default: the scenario's)")
-    cap.add_argument("--max-load", type=float, metavar="LOAD",
-                     help="the highest load tried (default: 4096 sessions; with --launch, "
-                     "the server's slots: 16)")
-    cap.add_argument("--max-points", type=int, default=12, metavar="N",
-                     help="loads measured at most (default: %(default)s)")
-    cap.add_argument("--repetitions", type=int, default=3, metavar="N",
-                     help="measured repetitions per run of a load; an undecided load runs "
-                     "N more (default: %(default)s, at least 3)")
-    cap.add_argument("--max-repetitions", type=int, default=30, metavar="N",
-                     help="repetitions per load at most; a load still undecided is 'cannot "
-                     "tell', treated as not meeting (default: %(default)s)")
-    cap.add_argument("--max-minutes", type=float, default=60.0, metavar="MINUTES",
-                     help="wall time of the whole search, checked between runs (default: "
-                     "%(default)s)")
+    cap.add_argument(
+        "--goal",
+        type=float,
+        default=95.0,
+        metavar="PERCENT",
+        help="session goodput to keep (default: %(default)s)",
+    )
+    cap.add_argument(
+        "--start",
+        type=float,
+        metavar="LOAD",
+        help="the first load measured: a concurrency, or an arrival rate for an "
+        "open-loop scenario (default: the scenario's)",
+    )
+    cap.add_argument(
+        "--max-load",
+        type=float,
+        metavar="LOAD",
+        help="the highest load tried (default: 4096 sessions; with --launch, "
+        "the server's slots: 16)",
+    )
+    cap.add_argument(
+        "--max-points",
+        type=int,
+        default=12,
+        metavar="N",
+        help="loads measured at most (default: %(default)s)",
+    )
+    cap.add_argument(
+        "--repetitions",
+        type=int,
+        default=3,
+        metavar="N",
+        help="measured repetitions per run of a load; an undecided load runs "
+        "N more (default: %(default)s, at least 3)",
+    )
+    cap.add_argument(
+        "--max-repetitions",
+        type=int,
+        default=30,
+        metavar="N",
+        help="repetitions per load at most; a load still undecided is 'cannot "
+        "tell', treated as not meeting (default: %(default)s)",
+    )
+    cap.add_argument(
+        "--max-minutes",
+        type=float,
+        default=60.0,
+        metavar="MINUTES",
+        help="wall time of the whole search, checked between runs (default: %(default)s)",
+    )
     override_arguments(cap)
-    cap.add_argument("--out", help="directory for capacity.json, capacity.png and each run "
-                     "under points/ (default: runs/capacity-NAME-TIMESTAMP)")
-    cap.add_argument("--overwrite", action="store_true",
-                     help="replace a capacity.json already in --out")
+    cap.add_argument(
+        "--out",
+        help="directory for capacity.json, capacity.png and each run "
+        "under points/ (default: runs/capacity-NAME-TIMESTAMP)",
+    )
+    cap.add_argument(
+        "--overwrite", action="store_true", help="replace a capacity.json already in --out"
+    )
     cap.add_argument("--no-plots", action="store_true", help="do not write capacity.png")
     cap.set_defaults(func=cmd_capacity)
 
@@ -71,15 +110,19 @@ def _limits(args: argparse.Namespace) -> Any:
     if not 0.0 < args.goal < 100.0:
         raise UsageError(f"--goal {args.goal:g}: give a percentage between 0 and 100")
     limits = CapacityLimits(
-        max_points=args.max_points, batch=args.repetitions,
-        max_repetitions=args.max_repetitions, max_seconds=args.max_minutes * 60,
+        max_points=args.max_points,
+        batch=args.repetitions,
+        max_repetitions=args.max_repetitions,
+        max_seconds=args.max_minutes * 60,
         max_load=args.max_load if args.max_load is not None else (16 if args.launch else None),
     )
     try:
         limits.check()
     except OptionsError as err:
-        raise UsageError(f"--max-points {args.max_points}, --repetitions {args.repetitions}, "
-                         f"--max-repetitions {args.max_repetitions}, --max-load: {err}") from err
+        raise UsageError(
+            f"--max-points {args.max_points}, --repetitions {args.repetitions}, "
+            f"--max-repetitions {args.max_repetitions}, --max-load: {err}"
+        ) from err
     return limits
 
 
@@ -91,57 +134,93 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     scenario = workloads.load_scenario(args.scenario).with_overrides(args.set or [])
     slo = slo_option(args.slo) or scenario.slo
     if slo is None:
-        raise UsageError(f"capacity needs an SLO: give --slo (e.g. --slo ttft_s=2,itl_ms=50) "
-                         f"or an [slo] table in {args.scenario}")
+        raise UsageError(
+            f"capacity needs an SLO: give --slo (e.g. --slo ttft_s=2,itl_ms=50) "
+            f"or an [slo] table in {args.scenario}"
+        )
     if args.sim and (args.target or args.launch):
-        raise UsageError("--sim sets the embedded simulator's profile; drop it with "
-                         "--target or --launch")
+        raise UsageError(
+            "--sim sets the embedded simulator's profile; drop it with --target or --launch"
+        )
     if args.target and args.launch:
         raise UsageError("give --target (a running server) or --launch (start one), not both")
     limits = _limits(args)
-    out = Path(args.out) if args.out else Path("runs") / (
-        f"capacity-{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = (
+        Path(args.out)
+        if args.out
+        else Path("runs") / (f"capacity-{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    )
     if (out / "capacity.json").exists() and not args.overwrite:
-        raise UsageError(f"{out / 'capacity.json'} exists; choose another --out, or pass "
-                         "--overwrite")
+        raise UsageError(
+            f"{out / 'capacity.json'} exists; choose another --out, or pass --overwrite"
+        )
     word = "arrival rate" if scenario.pacing.mode == "arrivals" else "concurrency"
-    console.print(f"capacity of {scenario.name}: the highest {word} keeping session goodput "
-                  f"≥ {args.goal:g}% at {slo.describe()}")
+    console.print(
+        f"capacity of {scenario.name}: the highest {word} keeping session goodput "
+        f"≥ {args.goal:g}% at {slo.describe()}"
+    )
 
     def on_point(p: Any) -> None:
         load = f"{p.load:g}/s" if word == "arrival rate" else f"C{p.load:g}"
         interval = "" if p.low is None else f" [{p.low:.0%}–{p.high:.0%}]"
         share = "—" if p.session_share is None else f"{p.session_share:.0%}"
         still = " (measuring more)" if p.verdict == "cannot tell" else ""
-        console.print(f"  {load}: session goodput {share}{interval} over "
-                      f"{p.repetitions} repetitions: {p.verdict}{still}")
+        console.print(
+            f"  {load}: session goodput {share}{interval} over "
+            f"{p.repetitions} repetitions: {p.verdict}{still}"
+        )
 
     target = None
     if args.target:
-        target = workloads.Target(args.target, args.model, api_key_env=args.api_key_env,
-                                  proxy=args.proxy, ca_bundle=args.ca_bundle,
-                                  insecure=args.insecure)
+        target = workloads.Target(
+            args.target,
+            args.model,
+            api_key_env=args.api_key_env,
+            proxy=args.proxy,
+            ca_bundle=args.ca_bundle,
+            insecure=args.insecure,
+        )
     with contextlib.ExitStack() as stack:
         if args.launch:
             from workloads.servers.llamacpp import context_per_slot
 
             assert limits.max_load is not None
-            target = stack.enter_context(launch(
-                args.launch, console, parallel=int(limits.max_load),
-                context_per_slot=context_per_slot(scenario)))
-        result = run_loop(_until_signal(dict(
-            scenario=scenario, target=target, slo=slo, goal=args.goal / 100,
-            start=args.start, sim=parse_assignments(args.sim or [], "--sim") or None,
-            out_dir=out, overwrite=args.overwrite, limits=limits, on_point=on_point,
-        ), console))
+            target = stack.enter_context(
+                launch(
+                    args.launch,
+                    console,
+                    parallel=int(limits.max_load),
+                    context_per_slot=context_per_slot(scenario),
+                )
+            )
+        result = run_loop(
+            _until_signal(
+                dict(
+                    scenario=scenario,
+                    target=target,
+                    slo=slo,
+                    goal=args.goal / 100,
+                    start=args.start,
+                    sim=parse_assignments(args.sim or [], "--sim") or None,
+                    out_dir=out,
+                    overwrite=args.overwrite,
+                    limits=limits,
+                    on_point=on_point,
+                ),
+                console,
+            )
+        )
     console.print()
     for block in report.capacity_blocks(result):
         console.print(block)
     console.print(f"saved {out / 'capacity.json'} (each run under {out / 'points'})")
     if not args.no_plots:
         written = report.capacity_plot(result, out / "capacity.png")
-        console.print(f"plot: {written}" if written is not None else
-                      "no plot: install the plots extra (pip install 'workloads[plots]')")
+        console.print(
+            f"plot: {written}"
+            if written is not None
+            else "no plot: install the plots extra (pip install 'workloads[plots]')"
+        )
     return EXIT_OK  # "not found" is an answer too: the report says it
 
 
@@ -154,8 +233,9 @@ async def _until_signal(options: dict[str, Any], console: Any) -> Any:
     loop = asyncio.get_running_loop()
 
     def on_signal(signum: int) -> None:
-        console.print(f"{signal.Signals(signum).name}: stopping the search after this run's "
-                      "turns in flight")
+        console.print(
+            f"{signal.Signals(signum).name}: stopping the search after this run's turns in flight"
+        )
         stop.set()
 
     installed = []

@@ -50,8 +50,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     if (slo := slo_option(args.slo)) is not None:  # judge the saved run by another SLO
         from workloads.core.aggregate import summarized
 
-        result = summarized(result.model_copy(update={"scenario": result.scenario.model_copy(
-            update={"slo": slo})}))
+        result = summarized(
+            result.model_copy(update={"scenario": result.scenario.model_copy(update={"slo": slo})})
+        )
     directory = where if where.is_dir() else where.parent
     for note in report.records_notes(result, directory / "records.jsonl"):
         print(f"warning: {note}", file=sys.stderr)
@@ -87,8 +88,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     a, b = load_result(args.a), load_result(args.b)
     result = compare(
-        a, b, force=args.force, variable=args.variable, min_effect=args.min_effect / 100,
-        completions_a=completions(args.a), completions_b=completions(args.b),
+        a,
+        b,
+        force=args.force,
+        variable=args.variable,
+        min_effect=args.min_effect / 100,
+        completions_a=completions(args.a),
+        completions_b=completions(args.b),
     )
     console = make_console()
     name_a, name_b = a.label or str(args.a), b.label or str(args.b)
@@ -99,8 +105,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from workloads.report.compare_plot import compare_plot
 
         written = compare_plot(result, args.plot, name_a=name_a, name_b=name_b)
-        console.print(f"plot: {written}" if written is not None else
-                      "no plot: install the plots extra (pip install 'workloads[plots]')")
+        console.print(
+            f"plot: {written}"
+            if written is not None
+            else "no plot: install the plots extra (pip install 'workloads[plots]')"
+        )
     # An invalid or incomplete arm: the figures are printed, no verdict is given (exit 5).
     return EXIT_INVALID_RUN if result.withheld else 0
 
@@ -117,15 +126,22 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if args.target and args.launch:
         raise ScenarioError("give --target (a running server) or --launch (start one), not both")
     if args.sim and args.target:
-        raise UsageError("--sim sets the embedded simulator's profile and cannot change a "
-                         "--target server; drop --sim, or drop --target to probe the simulator")
+        raise UsageError(
+            "--sim sets the embedded simulator's profile and cannot change a "
+            "--target server; drop --sim, or drop --target to probe the simulator"
+        )
     if args.target and (problem := base_url_problem(args.target)) is not None:
         raise UsageError(f"--target: {problem}")
     with contextlib.ExitStack() as stack:
         if args.target:
-            target = Target(args.target, args.model, api_key_env=args.api_key_env,
-                            proxy=args.proxy, ca_bundle=args.ca_bundle,
-                            insecure=args.insecure)
+            target = Target(
+                args.target,
+                args.model,
+                api_key_env=args.api_key_env,
+                proxy=args.proxy,
+                ca_bundle=args.ca_bundle,
+                insecure=args.insecure,
+            )
         elif args.launch:
             # One slot: the repeated prompt of the cache check lands where the first one did.
             target = stack.enter_context(
@@ -137,15 +153,15 @@ def cmd_probe(args: argparse.Namespace) -> int:
             sim = parse_assignments(args.sim or [], "--sim")
             server = stack.enter_context(SimulatedServer(sim=sim or None))
             target = server.target
-            console.print(f"probing the embedded simulated server ({server.profile.name} "
-                          "profile); --target URL probes a real one")
+            console.print(
+                f"probing the embedded simulated server ({server.profile.name} "
+                "profile); --target URL probes a real one"
+            )
         if args.model and not args.target:
             console.print("--model is only used with --target; ignoring it")
         if args.sim and (args.target or args.launch):
             console.print("--sim is only used with the embedded simulator; ignoring it")
-        report = run_loop(
-            probe(target, timeout_s=args.timeout, metrics_url=args.metrics_url)
-        )
+        report = run_loop(probe(target, timeout_s=args.timeout, metrics_url=args.metrics_url))
     if args.json:
         print(report.model_dump_json(indent=2))
     else:
@@ -164,11 +180,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except OSError as err:
         if err.errno != errno.EADDRINUSE:
             raise
-        raise UsageError(f"port {args.port} on {args.host} is in use; choose another with "
-                         "--port (--port 0 picks a free one)") from err
-    print(f"simulated server ({profile.name}) serving {profile.model} at {server.base_url} "
-          f"· KV {profile.num_blocks * profile.block_size:,} tokens"
-          + (f" · {profile.spec_tokens} draft tokens" if profile.spec_tokens else ""))
+        raise UsageError(
+            f"port {args.port} on {args.host} is in use; choose another with "
+            "--port (--port 0 picks a free one)"
+        ) from err
+    print(
+        f"simulated server ({profile.name}) serving {profile.model} at {server.base_url} "
+        f"· KV {profile.num_blocks * profile.block_size:,} tokens"
+        + (f" · {profile.spec_tokens} draft tokens" if profile.spec_tokens else "")
+    )
     print("Ctrl-C to stop", flush=True)
     try:
         threading.Event().wait()

@@ -49,13 +49,18 @@ _PHRASES = {
     "Target.insecure": "--insecure",
 }
 _VALUED = {  # NAME=VALUE → --flag VALUE
-    "workers": "--workers", "ray": "--ray", "replay": "--replay", "trace": "--trace",
-    "out_dir": "--out", "stop_grace_s": "--grace",
+    "workers": "--workers",
+    "ray": "--ray",
+    "replay": "--replay",
+    "trace": "--trace",
+    "out_dir": "--out",
+    "stop_grace_s": "--grace",
 }
 _LIBRARY_WORDS = re.compile(
     r"(?<![\w.])(?:(?P<phrase>"
     + "|".join(re.escape(p) for p in sorted(_PHRASES, key=len, reverse=True))
-    + r")(?!\w)|(?P<name>" + "|".join(_VALUED)
+    + r")(?!\w)|(?P<name>"
+    + "|".join(_VALUED)
     + r")=(?P<value>'[^']*'|\"[^\"]*\"|[^\s,;:()'\"]*))"
 )
 
@@ -157,57 +162,101 @@ def write_plots(result: Any, directory: Path, console: Any, *, wanted: bool) -> 
 
 def target_arguments(parser: argparse.ArgumentParser, launch_does: str) -> None:
     """--target/--model/--launch/--api-key-env, shared by run and probe."""
-    parser.add_argument("--target", help="OpenAI base URL, e.g. http://host:8000/v1 "
-                        "(default: the embedded simulated server)")
+    parser.add_argument(
+        "--target",
+        help="OpenAI base URL, e.g. http://host:8000/v1 (default: the embedded simulated server)",
+    )
     parser.add_argument("--model", help="model name at the target (default: its first model)")
-    parser.add_argument("--launch", choices=["llama.cpp"],
-                        help="start a local llama-server with a small real model (the "
-                        f"llamacpp extra), {launch_does}")
-    parser.add_argument("--api-key-env", default="WORKLOADS_API_KEY",
-                        help="environment variable holding the API key (default: %(default)s)")
-    parser.add_argument("--proxy", metavar="URL",
-                        help="send every request through this HTTP proxy (http://[user:pass@]"
-                        "HOST:PORT; default: HTTPS_PROXY/HTTP_PROXY, skipping NO_PROXY hosts)")
-    parser.add_argument("--ca-bundle", metavar="FILE",
-                        help="PEM file of the CA certificates that signed an https target's "
-                        "certificate (a private CA)")
-    parser.add_argument("--insecure", action="store_true",
-                        help="do not verify the https target's certificate (the result and "
-                        "report say so)")
+    parser.add_argument(
+        "--launch",
+        choices=["llama.cpp"],
+        help="start a local llama-server with a small real model (the "
+        f"llamacpp extra), {launch_does}",
+    )
+    parser.add_argument(
+        "--api-key-env",
+        default="WORKLOADS_API_KEY",
+        help="environment variable holding the API key (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--proxy",
+        metavar="URL",
+        help="send every request through this HTTP proxy (http://[user:pass@]"
+        "HOST:PORT; default: HTTPS_PROXY/HTTP_PROXY, skipping NO_PROXY hosts)",
+    )
+    parser.add_argument(
+        "--ca-bundle",
+        metavar="FILE",
+        help="PEM file of the CA certificates that signed an https target's "
+        "certificate (a private CA)",
+    )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="do not verify the https target's certificate (the result and report say so)",
+    )
 
 
 def override_arguments(parser: argparse.ArgumentParser) -> None:
     """--set, --sim: the scenario's and the embedded simulator's fields, overridden."""
-    parser.add_argument("--set", action="append", metavar="FIELD=VALUE",
-                        help="override a scenario field (dotted path), e.g. --set users=2")
-    parser.add_argument("--sim", action="append", metavar="FIELD=VALUE",
-                        help="override a field of the embedded simulator's profile, e.g. "
-                        "--sim kv_capacity_tokens=46202")
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="override a scenario field (dotted path), e.g. --set users=2",
+    )
+    parser.add_argument(
+        "--sim",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="override a field of the embedded simulator's profile, e.g. "
+        "--sim kv_capacity_tokens=46202",
+    )
 
 
 def run_safety_arguments(run: argparse.ArgumentParser) -> None:
     """--overwrite, --max-error-rate, --grace: what a run may replace, fail and wait for."""
-    run.add_argument("--overwrite", action="store_true",
-                     help="replace the result already in --out (never done otherwise)")
-    run.add_argument("--max-error-rate", type=float, default=0.0, metavar="FRACTION",
-                     help="exit 0 while at most this fraction of measured turns failed "
-                     "(default: %(default)s: any failed turn exits 3)")
-    run.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
-                     help="on SIGINT/SIGTERM, how long turns in flight may finish before "
-                     "they are cancelled (default: %(default)s)")
+    run.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the result already in --out (never done otherwise)",
+    )
+    run.add_argument(
+        "--max-error-rate",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
+        help="exit 0 while at most this fraction of measured turns failed "
+        "(default: %(default)s: any failed turn exits 3)",
+    )
+    run.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGINT/SIGTERM, how long turns in flight may finish before "
+        "they are cancelled (default: %(default)s)",
+    )
 
 
 def scale_arguments(run: argparse.ArgumentParser) -> None:
     """--workers, --ray: how many processes, on which hosts, send the requests."""
-    run.add_argument("--workers", default="auto", metavar="N|auto",
-                     help="worker processes that send the requests, each with its own event "
-                     "loop: 1 sends from this process; auto (default) uses one per 64 "
-                     "concurrent sessions, at most one per core")
-    run.add_argument("--ray", metavar="ADDRESS",
-                     help="run the worker processes as Ray actors on the cluster at ADDRESS "
-                     "(e.g. 127.0.0.1:6379 or auto; the ray extra: pip install "
-                     "'workloads[ray]'); --workers says how many (auto: one per 64 concurrent "
-                     "sessions)")
+    run.add_argument(
+        "--workers",
+        default="auto",
+        metavar="N|auto",
+        help="worker processes that send the requests, each with its own event "
+        "loop: 1 sends from this process; auto (default) uses one per 64 "
+        "concurrent sessions, at most one per core",
+    )
+    run.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run the worker processes as Ray actors on the cluster at ADDRESS "
+        "(e.g. 127.0.0.1:6379 or auto; the ray extra: pip install "
+        "'workloads[ray]'); --workers says how many (auto: one per 64 concurrent "
+        "sessions)",
+    )
 
 
 def workers_count(value: str, concurrency: int, *, ray: bool = False) -> int:
@@ -234,12 +283,15 @@ def prog() -> str:
 
 def slo_argument(parser: argparse.ArgumentParser, what: str) -> None:
     """--slo: the latency limits goodput is judged by."""
-    parser.add_argument("--slo", metavar="KEY=N,...",
-                        help=f"{what}: limits per request, the unit in the key: ttft_s, "
-                        "tpot_ms, itl_ms (a request's p90 chunk gap), e2e_s; per step kind "
-                        "KIND.KEY (human, tool, subagent, compaction); percentile=P for the "
-                        "run's checks (default 90); e.g. ttft_s=2,itl_ms=50,tool.ttft_s=5 "
-                        "(replaces the scenario's [slo])")
+    parser.add_argument(
+        "--slo",
+        metavar="KEY=N,...",
+        help=f"{what}: limits per request, the unit in the key: ttft_s, "
+        "tpot_ms, itl_ms (a request's p90 chunk gap), e2e_s; per step kind "
+        "KIND.KEY (human, tool, subagent, compaction); percentile=P for the "
+        "run's checks (default 90); e.g. ttft_s=2,itl_ms=50,tool.ttft_s=5 "
+        "(replaces the scenario's [slo])",
+    )
 
 
 def slo_option(text: str | None) -> Any:

@@ -39,19 +39,23 @@ def run_scenario(args: argparse.Namespace) -> Any:
         if args.replay:
             raise ScenarioError("--trace replays a trace, --replay a recorded run: give one")
         return workloads.load_scenario(args.scenario or "trace-replay").with_overrides(
-            [*(args.set or []), *gate])
+            [*(args.set or []), *gate]
+        )
     if args.replay:
         if args.scenario or args.set:
-            raise ScenarioError("--replay runs the recorded run's scenario: give no scenario "
-                                "name and no --set")
+            raise ScenarioError(
+                "--replay runs the recorded run's scenario: give no scenario name and no --set"
+            )
         from workloads.runner.replay import load_recording
 
         # Read it all now, transcripts included: a directory that cannot be replayed is one
         # error line before anything starts.
         return load_recording(args.replay).result.scenario.with_overrides(gate)
     if not args.scenario:
-        raise ScenarioError("give a scenario name or path (python -m workloads scenarios "
-                            "lists them), --replay RUN_DIR or --trace FILE")
+        raise ScenarioError(
+            "give a scenario name or path (python -m workloads scenarios "
+            "lists them), --replay RUN_DIR or --trace FILE"
+        )
     return workloads.load_scenario(args.scenario).with_overrides([*(args.set or []), *gate])
 
 
@@ -85,14 +89,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         sim_profile(sim)
     if args.target:
         target = workloads.Target(
-            args.target, args.model, api_key_env=args.api_key_env,
-            kv_capacity_tokens=args.kv_capacity, kv_block_tokens=args.kv_block,
-            proxy=args.proxy, ca_bundle=args.ca_bundle, insecure=args.insecure,
+            args.target,
+            args.model,
+            api_key_env=args.api_key_env,
+            kv_capacity_tokens=args.kv_capacity,
+            kv_block_tokens=args.kv_block,
+            proxy=args.proxy,
+            ca_bundle=args.ca_bundle,
+            insecure=args.insecure,
         )
     elif args.model:
         console.print("--model is only used with --target; ignoring it")
-    workers = workers_count(args.workers, max(c.concurrency for c in scenario.cells()),
-                            ray=args.ray is not None)
+    workers = workers_count(
+        args.workers, max(c.concurrency for c in scenario.cells()), ray=args.ray is not None
+    )
     if (args.replay or args.trace) and args.workers == "auto":
         workers = 1  # replay and trace replay send from one process
     from workloads.runner.outdir import check_out_dir, new_run_dir
@@ -106,16 +116,34 @@ def cmd_run(args: argparse.Namespace) -> int:
         fresh = new_run_dir(Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
         out = fresh.path
     try:
-        return run_into(out, args, console=console, scenario=scenario, target=target,
-                        sim=sim, telemetry=telemetry, workers=workers, trace=trace)
+        return run_into(
+            out,
+            args,
+            console=console,
+            scenario=scenario,
+            target=target,
+            sim=sim,
+            telemetry=telemetry,
+            workers=workers,
+            trace=trace,
+        )
     finally:
         if fresh is not None:
             fresh.discard()  # only if still empty: the run never started
 
 
-def run_into(out: Path, args: argparse.Namespace, *, console: Any, scenario: Any,
-             target: Any, sim: dict[str, Any], telemetry: Any, workers: int,
-             trace: Any) -> int:
+def run_into(
+    out: Path,
+    args: argparse.Namespace,
+    *,
+    console: Any,
+    scenario: Any,
+    target: Any,
+    sim: dict[str, Any],
+    telemetry: Any,
+    workers: int,
+    trace: Any,
+) -> int:
     """The run itself, into ``out`` (checked or made), then its report; the exit code."""
     from workloads.live import LiveProgress
     from workloads.report import console as report
@@ -127,38 +155,42 @@ def run_into(out: Path, args: argparse.Namespace, *, console: Any, scenario: Any
                 if args.launch:
                     from workloads.servers.llamacpp import context_per_slot
 
-                    target = stack.enter_context(launch(
-                        args.launch, console,
-                        parallel=max(c.concurrency for c in scenario.cells()),
-                        context_per_slot=context_per_slot(scenario),
-                    ))
-                result, signum = run_loop(run_until_signal(
-                    dict(
-                        scenario=scenario,
-                        target=target,
-                        out_dir=out,
-                        label=args.label,
-                        note=args.note,
-                        sim=sim or None,
-                        on_record=on_record,
-                        telemetry=telemetry,
-                        overwrite=args.overwrite,
-                        transcripts=not args.no_transcripts,
-                        replay=args.replay,
-                        workers=workers,
-                        ray=args.ray,
-                        trace=trace,
-                        slo=slo_option(args.slo),
-                    ),
-                    grace_s=args.grace,
-                    console=console,
-                ))
+                    target = stack.enter_context(
+                        launch(
+                            args.launch,
+                            console,
+                            parallel=max(c.concurrency for c in scenario.cells()),
+                            context_per_slot=context_per_slot(scenario),
+                        )
+                    )
+                result, signum = run_loop(
+                    run_until_signal(
+                        dict(
+                            scenario=scenario,
+                            target=target,
+                            out_dir=out,
+                            label=args.label,
+                            note=args.note,
+                            sim=sim or None,
+                            on_record=on_record,
+                            telemetry=telemetry,
+                            overwrite=args.overwrite,
+                            transcripts=not args.no_transcripts,
+                            replay=args.replay,
+                            workers=workers,
+                            ray=args.ray,
+                            trace=trace,
+                            slo=slo_option(args.slo),
+                        ),
+                        grace_s=args.grace,
+                        console=console,
+                    )
+                )
         except KeyboardInterrupt as err:  # Ctrl-C (or SIGTERM with --launch) before the
             # run's own handlers were in place
             signum = err.signum if isinstance(err, StoppedByTerm) else signal.SIGINT
             if (out / "records.jsonl").exists():
-                console.print(f"interrupted: every turn measured so far is in "
-                              f"{out}/records.jsonl")
+                console.print(f"interrupted: every turn measured so far is in {out}/records.jsonl")
             else:
                 console.print("interrupted before the run started: nothing was written")
             return 128 + signum
@@ -168,8 +200,10 @@ def run_into(out: Path, args: argparse.Namespace, *, console: Any, scenario: Any
         result = load_result(out)
     if signum is not None and (early := report.stopped_early(result)) is not None:
         # Nothing measured to report: one line, not a report of empty tables.
-        console.print(f"stopped by {signal.Signals(signum).name} {early}: nothing to report; "
-                      f"records in {out} (exit {128 + signum})")
+        console.print(
+            f"stopped by {signal.Signals(signum).name} {early}: nothing to report; "
+            f"records in {out} (exit {128 + signum})"
+        )
         return 128 + signum
     console.print(report.render(result))
     console.print(f"saved {out / 'result.json'} and {out / 'records.jsonl'}")
@@ -177,9 +211,12 @@ def run_into(out: Path, args: argparse.Namespace, *, console: Any, scenario: Any
         write_plots(result, out / "plots", console, wanted=not args.no_plots)
         write_html(result, out, console, with_plots=not args.no_plots)
     except OSError as err:  # a full disk after the run: name what failed, keep the rest
-        raise OutputError.writing(err.filename or out, err,
-                                  name=None if err.filename else f"the report into {out}",
-                                  then="; the result and records are saved") from err
+        raise OutputError.writing(
+            err.filename or out,
+            err,
+            name=None if err.filename else f"the report into {out}",
+            then="; the result and records are saved",
+        ) from err
     return run_exit_code(result, signum, args.max_error_rate, console)
 
 
@@ -196,29 +233,40 @@ def read_trace(name: str, scenario: Any, *, named: bool) -> tuple[Any, Any]:
     path = find_trace(name)
     if trace_format(path, max_bytes=scenario.trace.max_bytes) != "agent":
         return read(path, scenario.trace), scenario
-    base = scenario if named else workloads.load_scenario("coding-agents").with_overrides(
-        list(_trace_overrides(scenario)))
+    base = (
+        scenario
+        if named
+        else workloads.load_scenario("coding-agents").with_overrides(
+            list(_trace_overrides(scenario))
+        )
+    )
     if base.agent is None:
-        raise ScenarioError(f"--trace {path}: an agent trace plays on a scenario with an "
-                            "[agent] section (coding-agents, the default, has one)")
+        raise ScenarioError(
+            f"--trace {path}: an agent trace plays on a scenario with an "
+            "[agent] section (coding-agents, the default, has one)"
+        )
     from workloads.model.scenario import nominal
 
-    plans = load_agent_trace(path, nominal(base.opening_tokens),
-                             max_bytes=scenario.trace.max_bytes)
+    plans = load_agent_trace(path, nominal(base.opening_tokens), max_bytes=scenario.trace.max_bytes)
     if not plans:
         raise ScenarioError(f"--trace {path}: no steps")
-    return None, base.with_overrides([
-        f"users={len(plans)}", f"turns={max(len(p) for p in plans.values())}",
-        f"agent.trace={json.dumps(str(path.resolve()))}",
-    ])
+    return None, base.with_overrides(
+        [
+            f"users={len(plans)}",
+            f"turns={max(len(p) for p in plans.values())}",
+            f"agent.trace={json.dumps(str(path.resolve()))}",
+        ]
+    )
 
 
 def _trace_overrides(scenario: Any) -> list[str]:
     """What --set changed of the trace-replay scenario that also applies to coding-agents:
     repetitions, pacing.time_scale, sampling (the rest of trace-replay is Mooncake's)."""
-    out = [f"repetitions.warmup={scenario.repetitions.warmup}",
-           f"repetitions.measured={scenario.repetitions.measured}",
-           f"pacing.time_scale={scenario.pacing.time_scale}"]
+    out = [
+        f"repetitions.warmup={scenario.repetitions.warmup}",
+        f"repetitions.measured={scenario.repetitions.measured}",
+        f"pacing.time_scale={scenario.pacing.time_scale}",
+    ]
     return out
 
 
@@ -227,16 +275,22 @@ def check_run_flags(args: argparse.Namespace) -> None:
     from workloads.model.target import base_url_problem
 
     if args.sim and args.target:
-        raise UsageError("--sim sets the embedded simulator's profile and cannot change a "
-                         "--target server; drop --sim, or drop --target to run the simulator")
+        raise UsageError(
+            "--sim sets the embedded simulator's profile and cannot change a "
+            "--target server; drop --sim, or drop --target to run the simulator"
+        )
     if args.kv_capacity is not None and not args.target:
-        raise UsageError("--kv-capacity describes a --target server; the simulated server's "
-                         "capacity is its profile's (--sim kv_capacity_tokens=N)")
+        raise UsageError(
+            "--kv-capacity describes a --target server; the simulated server's "
+            "capacity is its profile's (--sim kv_capacity_tokens=N)"
+        )
     if args.target and (problem := base_url_problem(args.target)) is not None:
         raise UsageError(f"--target: {problem}")
     if not 0.0 <= args.max_error_rate <= 1.0:
-        raise UsageError(f"--max-error-rate {args.max_error_rate:g}: give a fraction from 0 "
-                         "to 1, e.g. 0.05 for 5%")
+        raise UsageError(
+            f"--max-error-rate {args.max_error_rate:g}: give a fraction from 0 "
+            "to 1, e.g. 0.05 for 5%"
+        )
     if args.grace < 0:
         raise UsageError(f"--grace {args.grace:g}: give seconds, 0 or more")
     slo_option(args.slo)  # a malformed --slo: one line, before --out exists
@@ -260,8 +314,10 @@ async def run_until_signal(
         signals.append(signum)
         name = signal.Signals(signum).name
         if len(signals) == 1:
-            console.print(f"{name}: stopping — no new turns; turns in flight get {grace_s:g} s "
-                          "(send it again to cancel them now)")
+            console.print(
+                f"{name}: stopping — no new turns; turns in flight get {grace_s:g} s "
+                "(send it again to cancel them now)"
+            )
             stop.set()
         elif task is not None:
             task.cancel()
@@ -291,8 +347,10 @@ def run_exit_code(result: Any, signum: int | None, max_error_rate: float, consol
 
     print_failures(result, console)
     if signum is not None:
-        console.print(f"stopped by {signal.Signals(signum).name}: the result is partial "
-                      f"(complete: false); exit {128 + signum}")
+        console.print(
+            f"stopped by {signal.Signals(signum).name}: the result is partial "
+            f"(complete: false); exit {128 + signum}"
+        )
         return 128 + signum
     if result.invalid_reason:
         console.print(f"the run is invalid: {result.invalid_reason}; exit {EXIT_INVALID_RUN}")
@@ -302,8 +360,10 @@ def run_exit_code(result: Any, signum: int | None, max_error_rate: float, consol
         console.print("no measured turn was recorded")
         return EXIT_FAILED_TURNS
     if rate > max_error_rate:
-        console.print(f"{rate:.1%} of measured turns failed (allowed: --max-error-rate "
-                      f"{max_error_rate:g}); exit {EXIT_FAILED_TURNS}")
+        console.print(
+            f"{rate:.1%} of measured turns failed (allowed: --max-error-rate "
+            f"{max_error_rate:g}); exit {EXIT_FAILED_TURNS}"
+        )
         return EXIT_FAILED_TURNS
     return EXIT_OK
 

@@ -17,8 +17,18 @@ from workloads.core.draws import draw_seconds, draw_tokens
 from workloads.model.records import StepKind
 from workloads.model.scenario import Scenario
 
-__all__ = ["CODING_TOOLS", "MAX_CHILDREN", "Step", "child_session", "draw_plan",
-           "plan_steps", "planned_requests", "scaled", "session_plan", "tool_schemas"]
+__all__ = [
+    "CODING_TOOLS",
+    "MAX_CHILDREN",
+    "Step",
+    "child_session",
+    "draw_plan",
+    "plan_steps",
+    "planned_requests",
+    "scaled",
+    "session_plan",
+    "tool_schemas",
+]
 
 # A session spawns at most this many sub-agents in all (their session numbers are
 # ``child_session``'s, unique in the repetition).
@@ -58,8 +68,11 @@ def scaled(plan: tuple[Step, ...], scale: float) -> tuple[Step, ...]:
     if scale == 1.0:
         return plan
     return tuple(
-        dataclasses.replace(step, pause_s=step.pause_s * scale,
-                            children=tuple(scaled(c, scale) for c in step.children))
+        dataclasses.replace(
+            step,
+            pause_s=step.pause_s * scale,
+            children=tuple(scaled(c, scale) for c in step.children),
+        )
         for step in plan
     )
 
@@ -75,15 +88,16 @@ def plan_steps(plan: tuple[Step, ...]) -> int:
     return sum(1 + sum(plan_steps(child) for child in step.children) for step in plan)
 
 
-def session_plan(
-    scenario: Scenario, cell: int, repetition: int, session: int
-) -> tuple[Step, ...]:
+def session_plan(scenario: Scenario, cell: int, repetition: int, session: int) -> tuple[Step, ...]:
     """The plan session ``session`` of (``cell``, ``repetition``) plays: drawn with the
     generators seeded by ``content.seed`` and those coordinates (sizes and pauses apart).
     ``scenario`` is the cell's. Pure."""
     seed = scenario.content.seed
-    return draw_plan(scenario, stream_rng(seed, "sizes", cell, repetition, session),
-                     stream_rng(seed, "pacing", cell, repetition, session))
+    return draw_plan(
+        scenario,
+        stream_rng(seed, "sizes", cell, repetition, session),
+        stream_rng(seed, "pacing", cell, repetition, session),
+    )
 
 
 # Past this many sessions in a run, planned_requests does not draw every plan to count them.
@@ -112,9 +126,7 @@ def planned_requests(scenario: Scenario) -> int | None:
     return total
 
 
-def draw_plan(
-    scenario: Scenario, sizes: random.Random, pauses: random.Random
-) -> tuple[Step, ...]:
+def draw_plan(scenario: Scenario, sizes: random.Random, pauses: random.Random) -> tuple[Step, ...]:
     """One session's plan, drawn from ``scenario``: its opening first (``prior_tokens`` of
     turn 1), then every step's sizes from ``sizes`` and its pause from ``pauses`` (separate
     generators, so changing pauses never changes sizes). Pure given the generators.
@@ -136,8 +148,9 @@ def draw_plan(
             pause = draw_seconds(think, pauses)
             if turn > 1:
                 pause += draw_seconds(tool, pauses)
-            steps.append(Step(turn, "human" if turn == 1 else "tool", new, out,
-                              pause * scale, context))
+            steps.append(
+                Step(turn, "human" if turn == 1 else "tool", new, out, pause * scale, context)
+            )
             context += new + out
         return tuple(steps)
     system = s.shared_prefix_tokens or 0  # what a compaction keeps (configured figures)
@@ -203,8 +216,7 @@ def _tool(name: str, summary: str, **params: str) -> dict[str, Any]:
         "function": {
             "name": name,
             "description": summary,
-            "parameters": {"type": "object", "properties": properties,
-                           "required": list(params)},
+            "parameters": {"type": "object", "properties": properties, "required": list(params)},
         },
     }
 
@@ -213,26 +225,52 @@ def _tool(name: str, summary: str, **params: str) -> dict[str, Any]:
 # parameters trimmed to what a benchmark needs; the schemas' size is what matters to the
 # server: they sit in every request's system block).
 CODING_TOOLS: tuple[dict[str, Any], ...] = (
-    _tool("read", "Read a file of the repository, with line numbers.",
-          path="Path of the file, relative to the repository root.",
-          offset="First line to read (1-based); the whole file when absent.",
-          limit="How many lines to read; 2,000 at most."),
-    _tool("edit", "Replace one exact occurrence of old_text by new_text in a file.",
-          path="Path of the file to change.", old_text="The exact text to replace.",
-          new_text="The replacement text."),
-    _tool("write", "Create or overwrite a file with the given content.",
-          path="Path of the file to write.", content="The file's whole new content."),
-    _tool("bash", "Run a shell command in the repository and return its output (truncated "
-          "to 10 KiB or 256 lines, head and tail kept).",
-          command="The command line.", timeout="Seconds before the command is killed."),
-    _tool("grep", "Search file contents with a regular expression.",
-          pattern="The regular expression.", path="Directory or file to search.",
-          glob="Only files matching this glob, e.g. *.py."),
-    _tool("glob", "List files whose paths match a glob pattern.",
-          pattern="The pattern, e.g. src/**/*.py."),
-    _tool("task", "Start a sub-agent with its own context on a self-contained task; its "
-          "final answer comes back as this tool's result.",
-          description="A few words naming the task.", prompt="The task, in full."),
+    _tool(
+        "read",
+        "Read a file of the repository, with line numbers.",
+        path="Path of the file, relative to the repository root.",
+        offset="First line to read (1-based); the whole file when absent.",
+        limit="How many lines to read; 2,000 at most.",
+    ),
+    _tool(
+        "edit",
+        "Replace one exact occurrence of old_text by new_text in a file.",
+        path="Path of the file to change.",
+        old_text="The exact text to replace.",
+        new_text="The replacement text.",
+    ),
+    _tool(
+        "write",
+        "Create or overwrite a file with the given content.",
+        path="Path of the file to write.",
+        content="The file's whole new content.",
+    ),
+    _tool(
+        "bash",
+        "Run a shell command in the repository and return its output (truncated "
+        "to 10 KiB or 256 lines, head and tail kept).",
+        command="The command line.",
+        timeout="Seconds before the command is killed.",
+    ),
+    _tool(
+        "grep",
+        "Search file contents with a regular expression.",
+        pattern="The regular expression.",
+        path="Directory or file to search.",
+        glob="Only files matching this glob, e.g. *.py.",
+    ),
+    _tool(
+        "glob",
+        "List files whose paths match a glob pattern.",
+        pattern="The pattern, e.g. src/**/*.py.",
+    ),
+    _tool(
+        "task",
+        "Start a sub-agent with its own context on a self-contained task; its "
+        "final answer comes back as this tool's result.",
+        description="A few words naming the task.",
+        prompt="The task, in full.",
+    ),
 )
 
 

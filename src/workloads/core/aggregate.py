@@ -141,8 +141,11 @@ def users_own(records: Iterable[TurnRecord]) -> list[TurnRecord]:
 def _hit_rate(records: Iterable[TurnRecord]) -> float | None:
     """Σ cached / Σ prompt over the valid records with cached known (None: none, or no
     prompt tokens)."""
-    known = [r for r in records if r.valid and r.cached_tokens is not None
-             and r.prompt_tokens is not None]
+    known = [
+        r
+        for r in records
+        if r.valid and r.cached_tokens is not None and r.prompt_tokens is not None
+    ]
     prompt = sum(r.prompt_tokens or 0 for r in known)
     return sum(r.cached_tokens or 0 for r in known) / prompt if prompt > 0 else None
 
@@ -217,9 +220,13 @@ def _spec_counts(records: Iterable[TurnRecord]) -> tuple[int | None, int | None]
     """(Σ drafted, Σ accepted) tokens over the responses that report both in their
     per-response timings (llama.cpp's draft_n, draft_n_accepted); (None, None) when none
     does: not reported, which is not zero."""
-    pairs = [(d, a) for r in records if r.timings is not None
-             and isinstance(d := r.timings.get("draft_n"), int | float)
-             and isinstance(a := r.timings.get("draft_n_accepted"), int | float)]
+    pairs = [
+        (d, a)
+        for r in records
+        if r.timings is not None
+        and isinstance(d := r.timings.get("draft_n"), int | float)
+        and isinstance(a := r.timings.get("draft_n_accepted"), int | float)
+    ]
     if not pairs:
         return None, None
     return int(sum(d for d, _ in pairs)), int(sum(a for _, a in pairs))
@@ -325,15 +332,16 @@ def repetitions(records: Iterable[TurnRecord], *, users: int) -> list[Repetition
 
 
 def _effectiveness(records: Iterable[TurnRecord]) -> float | None:
-    both = [r for r in records if r.valid and r.cached_tokens is not None
-            and r.shareable_tokens is not None]
+    both = [
+        r
+        for r in records
+        if r.valid and r.cached_tokens is not None and r.shareable_tokens is not None
+    ]
     shareable = sum(r.shareable_tokens or 0 for r in both)
     return sum(r.cached_tokens or 0 for r in both) / shareable if shareable > 0 else None
 
 
-def turn_repetitions(
-    records: Iterable[TurnRecord], *, users: int
-) -> list[TurnRepetitionFigures]:
+def turn_repetitions(records: Iterable[TurnRecord], *, users: int) -> list[TurnRepetitionFigures]:
     """The figures of each measured (cell, repetition, turn) of the users' own sessions, in
     order. ``users``: the cell's concurrency; the aggregate is None unless that many streams
     were valid."""
@@ -345,18 +353,24 @@ def turn_repetitions(
     for (cell, rep, turn), group in sorted(groups.items()):
         rates = _rates(group)
         valid = [r for r in group if r.valid]
-        out.append(TurnRepetitionFigures(
-            cell=cell, repetition=rep, turn=turn, streams=len(rates),
-            aggregate_rate=sum(rates) if rates and len(rates) >= users else None,
-            per_user_rate=stats.median(rates),
-            ttft_s=stats.median(_ttft_s(r) for r in valid),
-            prefill_rate=stats.median(
-                r.prompt_tokens / t for r in valid
-                if (t := _ttft_s(r)) and r.prompt_tokens is not None
-            ),
-            cache_effectiveness=_effectiveness(group),
-            spec_acceptance=spec_acceptance(group),
-        ))
+        out.append(
+            TurnRepetitionFigures(
+                cell=cell,
+                repetition=rep,
+                turn=turn,
+                streams=len(rates),
+                aggregate_rate=sum(rates) if rates and len(rates) >= users else None,
+                per_user_rate=stats.median(rates),
+                ttft_s=stats.median(_ttft_s(r) for r in valid),
+                prefill_rate=stats.median(
+                    r.prompt_tokens / t
+                    for r in valid
+                    if (t := _ttft_s(r)) and r.prompt_tokens is not None
+                ),
+                cache_effectiveness=_effectiveness(group),
+                spec_acceptance=spec_acceptance(group),
+            )
+        )
     return out
 
 
@@ -389,8 +403,10 @@ def summarize(records: Iterable[TurnRecord], *, users: int, lockstep: bool = Tru
     by_turn: dict[int, list[TurnRecord]] = defaultdict(list)
     for r in users_own(measured):
         by_turn[r.turn].append(r)
-    turns = [_turn_summary(t, by_turn[t], users=users, pooled=pooled, lockstep=lockstep)
-             for t in sorted(by_turn)]
+    turns = [
+        _turn_summary(t, by_turn[t], users=users, pooled=pooled, lockstep=lockstep)
+        for t in sorted(by_turn)
+    ]
     valid = [r for r in measured if r.valid]
     finished = [r for r in measured if r.status == "ok"]
     per_user = stats.median(r.decode_tokens_per_s for r in users_own(valid))
@@ -408,25 +424,25 @@ def summarize(records: Iterable[TurnRecord], *, users: int, lockstep: bool = Tru
         cancelled=cancelled(measured),
         warmup_records=len(everything) - len(measured),
         per_user_rate=per_user,
-        aggregate_rate=None if pooled or not lockstep else stats.median(
-            t.aggregate_rate for t in by_rep_turn
-        ),
+        aggregate_rate=None
+        if pooled or not lockstep
+        else stats.median(t.aggregate_rate for t in by_rep_turn),
         turn_aggregate_rate=stats.band(
             t.aggregate_rate.median if t.aggregate_rate else None for t in turns
         ),
         ttft_s=stats.band(_ttft_s(r) for r in valid),
         completion_tokens=sum(r.completion_tokens or 0 for r in measured),
-        wall_aggregate_rate=None if pooled else stats.band(
-            f.wall_aggregate_rate for f in repetitions(measured, users=users)
-        ),
+        wall_aggregate_rate=None
+        if pooled
+        else stats.band(f.wall_aggregate_rate for f in repetitions(measured, users=users)),
         full_turns=sum(t.aggregate_rate is not None for t in by_rep_turn),
         partial_turns=sum(t.aggregate_rate is None for t in by_rep_turn),
         ttft_percentiles=stats.percentiles(_ttft_s(r) for r in valid),
         itl_percentiles=stats.percentiles(itl_gaps_s(valid)),
         e2e_percentiles=stats.percentiles(e2e_s(r) for r in valid),
-        request_rate=None if pooled else stats.band(
-            _request_rate(group) for group in _per_rep(measured).values()
-        ),
+        request_rate=None
+        if pooled
+        else stats.band(_request_rate(group) for group in _per_rep(measured).values()),
     )
     return Summary(turns=turns, run=run, kinds=kinds(measured), cache_cliff=cache_cliff(measured))
 
@@ -448,24 +464,26 @@ def kinds(records: Iterable[TurnRecord]) -> list[KindSummary] | None:
             continue
         valid = [r for r in mine if r.valid]
         offered = [r.tool_calls for r in mine if r.tool_calls is not None]
-        out.append(KindSummary(
-            kind=kind,
-            records=len(mine),
-            valid=len(valid),
-            hit_rate=_hit_rate(valid),
-            cache_effectiveness=_effectiveness(valid),
-            shareable_exact=bool(valid) and all(r.shareable_exact for r in valid),
-            ttft_percentiles=stats.percentiles(_ttft_s(r) for r in valid),
-            ttft_content_percentiles=stats.percentiles(
-                r.ttft_content_ns / 1e9 for r in valid if r.ttft_content_ns
-            ),
-            per_user_rate=stats.median(_rates(valid)),
-            prompt_tokens=stats.median(r.prompt_tokens for r in valid),
-            new_tokens=stats.percentiles(r.new_tokens for r in mine),
-            output_tokens=stats.percentiles(r.output_tokens for r in mine),
-            pause_s=stats.percentiles(r.pause_s for r in mine),
-            tool_calls=sum(offered) if offered else None,
-        ))
+        out.append(
+            KindSummary(
+                kind=kind,
+                records=len(mine),
+                valid=len(valid),
+                hit_rate=_hit_rate(valid),
+                cache_effectiveness=_effectiveness(valid),
+                shareable_exact=bool(valid) and all(r.shareable_exact for r in valid),
+                ttft_percentiles=stats.percentiles(_ttft_s(r) for r in valid),
+                ttft_content_percentiles=stats.percentiles(
+                    r.ttft_content_ns / 1e9 for r in valid if r.ttft_content_ns
+                ),
+                per_user_rate=stats.median(_rates(valid)),
+                prompt_tokens=stats.median(r.prompt_tokens for r in valid),
+                new_tokens=stats.percentiles(r.new_tokens for r in mine),
+                output_tokens=stats.percentiles(r.output_tokens for r in mine),
+                pause_s=stats.percentiles(r.pause_s for r in mine),
+                tool_calls=sum(offered) if offered else None,
+            )
+        )
     return out
 
 
@@ -474,19 +492,31 @@ def cache_cliff(records: Iterable[TurnRecord]) -> CacheCliff | None:
     same session) beside that of the other valid human and tool steps past each session's
     first (which is cold but for a shared system prefix). None without compactions."""
     measured = [r for r in records if not r.warmup]
-    compactions = {(r.cell, r.repetition, r.session, r.turn + 1)
-                   for r in measured if r.step_kind == "compaction"}
+    compactions = {
+        (r.cell, r.repetition, r.session, r.turn + 1)
+        for r in measured
+        if r.step_kind == "compaction"
+    }
     if not compactions:
         return None
-    steps = [r for r in measured if r.valid and r.cached_tokens is not None
-             and r.step_kind in ("human", "tool")]
+    steps = [
+        r
+        for r in measured
+        if r.valid and r.cached_tokens is not None and r.step_kind in ("human", "tool")
+    ]
     after = [r for r in steps if (r.cell, r.repetition, r.session, r.turn) in compactions]
     # A session's first step is cold but for a shared system prefix: not the comparison.
-    other = [r for r in steps if r.turn > 1
-             and (r.cell, r.repetition, r.session, r.turn) not in compactions]
+    other = [
+        r
+        for r in steps
+        if r.turn > 1 and (r.cell, r.repetition, r.session, r.turn) not in compactions
+    ]
     return CacheCliff(
-        compactions=len(compactions), after=len(after), after_hit_rate=_hit_rate(after),
-        other=len(other), other_hit_rate=_hit_rate(other),
+        compactions=len(compactions),
+        after=len(after),
+        after_hit_rate=_hit_rate(after),
+        other=len(other),
+        other_hit_rate=_hit_rate(other),
     )
 
 
@@ -495,8 +525,10 @@ def cell_figures(
 ) -> dict[str, object]:
     """One sweep cell's computed figures: its summary and its generation-rate band (the
     fields of :class:`~workloads.model.results.CellSummary` that come from records)."""
-    return {"summary": summarize(records, users=users, lockstep=lockstep),
-            "generation_rate": generation_rate(records)}
+    return {
+        "summary": summarize(records, users=users, lockstep=lockstep),
+        "generation_rate": generation_rate(records),
+    }
 
 
 def summarized(result: RunResult) -> RunResult:
@@ -515,10 +547,12 @@ def summarized(result: RunResult) -> RunResult:
     update["goodput"] = judged_goodput(result.records, slo)
     if result.cells is not None:
         update["cells"] = [
-            cell.model_copy(update={
-                **cell_figures(cell_records, users=cell.concurrency, lockstep=lockstep),
-                "goodput": judged_goodput(cell_records, slo),
-            })
+            cell.model_copy(
+                update={
+                    **cell_figures(cell_records, users=cell.concurrency, lockstep=lockstep),
+                    "goodput": judged_goodput(cell_records, slo),
+                }
+            )
             for cell in result.cells
             for cell_records in [[r for r in result.records if r.cell == cell.cell]]
         ]

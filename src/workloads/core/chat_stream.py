@@ -66,8 +66,9 @@ def _text(value: Any) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, list):
-        return "".join(p["text"] for p in value if isinstance(p, dict) and isinstance(
-            p.get("text"), str))
+        return "".join(
+            p["text"] for p in value if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
     return ""
 
 
@@ -89,8 +90,9 @@ def _load(data: bytes | str) -> dict[str, Any]:
     try:
         obj = loads(data)
     except (ValueError, RecursionError) as err:  # JSONDecodeError, bad UTF-8, deep nesting
-        raise RequestError("malformed", f"malformed JSON in stream: {err} in {data[:80]!r}") \
-            from err
+        raise RequestError(
+            "malformed", f"malformed JSON in stream: {err} in {data[:80]!r}"
+        ) from err
     if type(obj) is not dict:
         raise RequestError("malformed", f"stream chunk is not an object: {data[:80]!r}")
     if "error" in obj:
@@ -170,11 +172,11 @@ _PARTS_KEPT = 256  # content parts held apart before they are joined (per read)
 class ChatStream:
     """The state of one streamed chat completion, fed with every read and its arrival time.
 
-        stream = ChatStream()
-        for raw, now in reads:
-            if stream.feed(raw, now):   # True once ``data: [DONE]`` arrived
-                break
-        stream.close(now)               # the body ended: flush an undispatched event
+    stream = ChatStream()
+    for raw, now in reads:
+        if stream.feed(raw, now):   # True once ``data: [DONE]`` arrived
+            break
+    stream.close(now)               # the body ended: flush an undispatched event
     """
 
     __slots__ = (
@@ -260,9 +262,14 @@ class ChatStream:
                 obj = loads(data)
                 choice = obj["choices"][0]  # indexing succeeds only on a dict and a list
                 content, reasoning, calls = generated(choice["delta"])
-                fast = content and calls is None and self.request_id is not None \
-                    and "error" not in obj and obj.get("usage") is None \
+                fast = (
+                    content
+                    and calls is None
+                    and self.request_id is not None
+                    and "error" not in obj
+                    and obj.get("usage") is None
                     and obj.get("timings") is None
+                )
             except (ValueError, RecursionError, LookupError, TypeError, AttributeError):
                 fast = False
             if fast:
@@ -372,6 +379,7 @@ class _CallParts:
 
     def call(self) -> dict[str, Any]:
         return {
-            "id": self.id, "type": self.type,
+            "id": self.id,
+            "type": self.type,
             "function": {"name": self.name or "", "arguments": "".join(self.arguments)},
         }

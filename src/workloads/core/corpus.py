@@ -367,22 +367,27 @@ class Corpus:
             start = rng.randrange(max(1, len(lines) - 20))
             roll = rng.random()
             if roll < 0.45:
-                call = {"name": "read_file", "arguments": {
-                    "path": f.path, "start_line": start + 1, "end_line": start + 60}}
+                call = {
+                    "name": "read_file",
+                    "arguments": {"path": f.path, "start_line": start + 1, "end_line": start + 60},
+                }
                 why = f"I need to see how `{f.path}` handles this before changing anything."
             elif roll < 0.65:
                 word = next((w for w in lines[start].split() if w.isidentifier()), "main")
                 call = {"name": "grep", "arguments": {"pattern": rf"\b{word}\b", "glob": "*.py"}}
                 why = f"Let me find every use of `{word}` first."
             elif roll < 0.8:
-                call = {"name": "run_tests", "arguments": {
-                    "selector": f"tests/test_{Path(f.path).stem}.py"}}
+                call = {
+                    "name": "run_tests",
+                    "arguments": {"selector": f"tests/test_{Path(f.path).stem}.py"},
+                }
                 why = "The change is in place; running the narrowest test that covers it."
             else:
                 old = lines[start : start + 6]
                 new = [ln.rstrip() + "  # checked" if i == 2 else ln for i, ln in enumerate(old)]
-                diff = "\n".join(difflib.unified_diff(old, new, f"a/{f.path}", f"b/{f.path}",
-                                                      lineterm=""))
+                diff = "\n".join(
+                    difflib.unified_diff(old, new, f"a/{f.path}", f"b/{f.path}", lineterm="")
+                )
                 call = {"name": "apply_patch", "arguments": {"diff": diff}}
                 why = f"The root cause is in `{f.path}` near line {start + 1}; here is the fix."
             yield f"{why}\n```tool_call\n{json.dumps(call)}\n```\n"
@@ -401,19 +406,67 @@ def _chain(head: list[str], rest: Iterator[str]) -> Iterator[str]:
 
 
 def _fence_language(path: str) -> str:
-    return {".py": "python", ".js": "javascript", ".ts": "typescript", ".go": "go",
-            ".rs": "rust", ".c": "c", ".h": "c", ".java": "java"}.get(Path(path).suffix, "")
+    return {
+        ".py": "python",
+        ".js": "javascript",
+        ".ts": "typescript",
+        ".go": "go",
+        ".rs": "rust",
+        ".c": "c",
+        ".h": "c",
+        ".java": "java",
+    }.get(Path(path).suffix, "")
 
 
 # Source files a user's repository may hold; anything else (binaries, data) is skipped.
 _SOURCE_SUFFIXES = {
-    ".py", ".pyi", ".js", ".jsx", ".ts", ".tsx", ".go", ".rs", ".c", ".h", ".cc", ".cpp",
-    ".hpp", ".java", ".kt", ".rb", ".php", ".cs", ".swift", ".scala", ".sh", ".sql", ".md",
-    ".rst", ".toml", ".yaml", ".yml", ".cfg", ".ini", ".html", ".css",
+    ".py",
+    ".pyi",
+    ".js",
+    ".jsx",
+    ".ts",
+    ".tsx",
+    ".go",
+    ".rs",
+    ".c",
+    ".h",
+    ".cc",
+    ".cpp",
+    ".hpp",
+    ".java",
+    ".kt",
+    ".rb",
+    ".php",
+    ".cs",
+    ".swift",
+    ".scala",
+    ".sh",
+    ".sql",
+    ".md",
+    ".rst",
+    ".toml",
+    ".yaml",
+    ".yml",
+    ".cfg",
+    ".ini",
+    ".html",
+    ".css",
 }
 _SKIP_DIRS = {
-    "test", "tests", "idlelib", "site-packages", "lib2to3", "__pycache__", "ensurepip",
-    "node_modules", "venv", ".venv", "build", "dist", "target", "vendor",
+    "test",
+    "tests",
+    "idlelib",
+    "site-packages",
+    "lib2to3",
+    "__pycache__",
+    "ensurepip",
+    "node_modules",
+    "venv",
+    ".venv",
+    "build",
+    "dist",
+    "target",
+    "vendor",
 }
 
 

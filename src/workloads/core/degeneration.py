@@ -43,7 +43,7 @@ MIN_LOOP_CHARS = 16
 def degeneration(text: str) -> str | None:
     """Why ``text`` looks degenerate, or None when it does not (or is too short to tell).
 
-        degeneration("the cat sat. " * 40)  # "repeated 4-grams: 97% of 117"
+    degeneration("the cat sat. " * 40)  # "repeated 4-grams: 97% of 117"
     """
     words = text.split()
     if len(words) >= MIN_WORDS:
@@ -61,8 +61,10 @@ def degeneration(text: str) -> str | None:
             return f"compresses to {ratio:.1%} of {len(raw):,} bytes (a loop)"
     if len(words) < MIN_WORDS and (loop := _loop(text.strip())) is not None:
         unit, share, length = loop
-        return (f"a {unit}-character unit repeated back to back over {share:.0%} of "
-                f"{length:,} characters")
+        return (
+            f"a {unit}-character unit repeated back to back over {share:.0%} of "
+            f"{length:,} characters"
+        )
     return None
 
 
@@ -80,7 +82,7 @@ def _loop(text: str) -> tuple[int, float, int] | None:
         return None
     lo, hi = n // 4, n - n // 4
     for p in range(1, n // LOOP_REPEATS + 1):
-        if text[lo:hi - p] != text[lo + p:hi]:
+        if text[lo : hi - p] != text[lo + p : hi]:
             continue
         start, end = lo, hi  # text[i] == text[i + p] for i in [start, end - p)
         while start > 0 and text[start - 1] == text[start - 1 + p]:
@@ -88,7 +90,10 @@ def _loop(text: str) -> tuple[int, float, int] | None:
         while end < n and text[end] == text[end - p]:
             end += 1
         length = end - start
-        if (length >= LOOP_REPEATS * p and length >= LOOP_SHARE * n
-                and text[start:start + p].strip()):
+        if (
+            length >= LOOP_REPEATS * p
+            and length >= LOOP_SHARE * n
+            and text[start : start + p].strip()
+        ):
             return p, length / n, n
     return None

@@ -35,8 +35,18 @@ from dataclasses import dataclass
 
 from workloads.model.gate import ECHOED, TEXT_PREFIX, GateResult
 
-__all__ = ["CASES", "ECHO_MAJORITY", "TEXT_CASES", "GateCase", "Judgement", "TextCase",
-           "echoes", "judge", "judge_text", "rejudged"]
+__all__ = [
+    "CASES",
+    "ECHO_MAJORITY",
+    "TEXT_CASES",
+    "GateCase",
+    "Judgement",
+    "TextCase",
+    "echoes",
+    "judge",
+    "judge_text",
+    "rejudged",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,20 +91,29 @@ CASES: tuple[GateCase, ...] = (
     GateCase("arithmetic", (("user", "What is 37 * 43? Reply with the number only."),), 16),
     GateCase(
         "code",
-        (("user", "Complete this Python function. Reply with the whole function only.\n\n"
-                  "def is_even(n):\n    \"\"\"Return True when n is even.\"\"\"\n"),),
+        (
+            (
+                "user",
+                "Complete this Python function. Reply with the whole function only.\n\n"
+                'def is_even(n):\n    """Return True when n is even."""\n',
+            ),
+        ),
         96,
     ),
     GateCase(
         "json-echo",
-        (("user", "Repeat this JSON object exactly, with nothing else: "
-                  + json.dumps(_JSON)),),
+        (("user", "Repeat this JSON object exactly, with nothing else: " + json.dumps(_JSON)),),
         48,
     ),
     GateCase(
         "list-continuation",
-        (("user", "Continue the list with the next three items, comma-separated, nothing "
-                  "else: Monday, Tuesday, Wednesday,"),),
+        (
+            (
+                "user",
+                "Continue the list with the next three items, comma-separated, nothing "
+                "else: Monday, Tuesday, Wednesday,",
+            ),
+        ),
         16,
     ),
     GateCase(
@@ -211,7 +230,7 @@ def _repeat(text: str) -> Judgement:
 def judge(case: GateCase, output: str) -> Judgement:
     """Judge ``output`` as the answer to ``case``. Pure.
 
-        judge(CASES[0], "1591.").passed  # True
+    judge(CASES[0], "1591.").passed  # True
     """
     if echoes(case, output):
         return Judgement(False, f"{ECHOED}: {_short(output)!r}")
@@ -249,7 +268,7 @@ def _first_line(output: str) -> str:
 def judge_text(case: TextCase, output: str) -> Judgement:
     """Judge ``output`` as the continuation of a text case's prompt. Pure.
 
-        judge_text(TEXT_CASES[3], " Thursday, Friday, Saturday, Sunday").passed  # True
+    judge_text(TEXT_CASES[3], " Thursday, Friday, Saturday, Sunday").passed  # True
     """
     name = case.name.removeprefix(TEXT_PREFIX)
     if name == "count":

@@ -39,8 +39,7 @@ from workloads.model.goodput import (
 from workloads.model.records import StepKind, TurnRecord
 from workloads.model.slo import ITL_REQUEST_PERCENTILE, LIMIT_KEYS, STEP_KINDS, Limit, Slo
 
-__all__ = ["ShareJudgement", "judge", "judge_share", "meets", "missing_figure",
-           "request_figures"]
+__all__ = ["ShareJudgement", "judge", "judge_share", "meets", "missing_figure", "request_figures"]
 
 
 def request_figures(r: TurnRecord) -> dict[Limit, float | None]:
@@ -52,13 +51,19 @@ def request_figures(r: TurnRecord) -> dict[Limit, float | None]:
     tpot: float | None = None
     if r.completion_tokens is not None and r.completion_tokens <= 1:
         tpot = 0.0
-    elif (r.completion_tokens is not None and r.first_content_ns is not None
-          and r.last_content_ns is not None):
+    elif (
+        r.completion_tokens is not None
+        and r.first_content_ns is not None
+        and r.last_content_ns is not None
+    ):
         tpot = (r.last_content_ns - r.first_content_ns) / 1e6 / (r.completion_tokens - 1)
     itl: float | None = None
     if r.chunk_gaps_us is not None:
-        itl = 0.0 if not r.chunk_gaps_us else stats.percentile(
-            r.chunk_gaps_us, ITL_REQUEST_PERCENTILE)
+        itl = (
+            0.0
+            if not r.chunk_gaps_us
+            else stats.percentile(r.chunk_gaps_us, ITL_REQUEST_PERCENTILE)
+        )
         itl = None if itl is None else itl / 1000
     end = r.done_ns if r.done_ns is not None else r.last_content_ns
     e2e = (end - r.sent_ns) / 1e9 if r.sent_ns is not None and end is not None else None
@@ -87,8 +92,12 @@ def missing_figure(records: Iterable[TurnRecord], slo: Slo) -> str | None:
         figures = request_figures(r)
         for key, _ in slo.limits_for(r.step_kind).items():
             if figures[key] is None:
-                what = ("chunk gaps (records from before ITL was recorded, or from a "
-                        "client= that records none)" if key == "itl_ms" else key)
+                what = (
+                    "chunk gaps (records from before ITL was recorded, or from a "
+                    "client= that records none)"
+                    if key == "itl_ms"
+                    else key
+                )
                 return f"the SLO limits {key}, and valid measured records carry no {what}"
     return None
 
@@ -120,30 +129,39 @@ def _checks(measured: Sequence[TurnRecord], slo: Slo) -> list[SloCheck]:
     for key in LIMIT_KEYS:
         own = [k for k in slo.kinds() if getattr(getattr(slo, k), key) is not None]
         groups: list[tuple[StepKind | None, float | None, list[TurnRecord]]] = [
-            (None, getattr(slo, key), [r for r in measured if r.step_kind not in own])]
-        groups += [(k, getattr(getattr(slo, k), key),
-                    [r for r in measured if r.step_kind == k]) for k in own]
+            (None, getattr(slo, key), [r for r in measured if r.step_kind not in own])
+        ]
+        groups += [
+            (k, getattr(getattr(slo, k), key), [r for r in measured if r.step_kind == k])
+            for k in own
+        ]
         for kind, limit, records in groups:
             if limit is None or not records:
                 continue
             values = [math.inf if not r.valid else request_figures(r)[key] for r in records]
             known = [v if v is not None else math.inf for v in values]
             low, high = stats.percentile_bounds(known, slo.percentile)
-            out.append(SloCheck(
-                figure=key, kind=kind, limit=limit, percentile=slo.percentile, n=len(known),
-                over=sum(v > limit for v in known),
-                low=None if low is None or math.isinf(low) else low,
-                high=None if high is None or math.isinf(high) else high,
-                verdict=stats.percentile_verdict(known, slo.percentile, limit),
-            ))
+            out.append(
+                SloCheck(
+                    figure=key,
+                    kind=kind,
+                    limit=limit,
+                    percentile=slo.percentile,
+                    n=len(known),
+                    over=sum(v > limit for v in known),
+                    low=None if low is None or math.isinf(low) else low,
+                    high=None if high is None or math.isinf(high) else high,
+                    verdict=stats.percentile_verdict(known, slo.percentile, limit),
+                )
+            )
     return out
 
 
 def judge(records: Iterable[TurnRecord], slo: Slo) -> Goodput:
     """The measured ``records`` judged against ``slo`` (see the module doc).
 
-        goodput = judge(result.records, parse_slo("ttft_s=2,itl_ms=50"))
-        goodput.session_share  # 0.93
+    goodput = judge(result.records, parse_slo("ttft_s=2,itl_ms=50"))
+    goodput.session_share  # 0.93
     """
     measured = [r for r in records if not r.warmup]
     ok = {id(r): meets(r, slo) for r in measured}
@@ -162,22 +180,38 @@ def judge(records: Iterable[TurnRecord], slo: Slo) -> Goodput:
         sessions_all |= {(cell, rep, s) for s in sessions}
         good_sessions_all |= {(cell, rep, s) for s, good in sessions.items() if good}
         met = [r for r in group if ok[id(r)]]
-        repetitions.append(RepetitionGoodput(
-            cell=cell, repetition=rep, requests=len(group), met=len(met),
-            sessions=len(sessions), good_sessions=sum(sessions.values()),
-            met_tokens=sum(r.completion_tokens or 0 for r in met), span_s=_span_s(group),
-        ))
+        repetitions.append(
+            RepetitionGoodput(
+                cell=cell,
+                repetition=rep,
+                requests=len(group),
+                met=len(met),
+                sessions=len(sessions),
+                good_sessions=sum(sessions.values()),
+                met_tokens=sum(r.completion_tokens or 0 for r in met),
+                span_s=_span_s(group),
+            )
+        )
     turns = _turns([r for r in measured if r.parent_session is None], ok)
     kinds = None
     if any(r.step_kind is not None for r in measured):
-        kinds = [KindGoodput(kind=k, requests=len(mine), met=sum(ok[id(r)] for r in mine))
-                 for k in STEP_KINDS if (mine := [r for r in measured if r.step_kind == k])]
+        kinds = [
+            KindGoodput(kind=k, requests=len(mine), met=sum(ok[id(r)] for r in mine))
+            for k in STEP_KINDS
+            if (mine := [r for r in measured if r.step_kind == k])
+        ]
     return Goodput(
-        slo=slo, requests=len(measured), met=sum(ok.values()),
-        sessions=len(sessions_all), good_sessions=len(good_sessions_all),
+        slo=slo,
+        requests=len(measured),
+        met=sum(ok.values()),
+        sessions=len(sessions_all),
+        good_sessions=len(good_sessions_all),
         request_rate=stats.band(g.met / g.span_s for g in repetitions if g.span_s),
         token_rate=stats.band(g.met_tokens / g.span_s for g in repetitions if g.span_s),
-        repetitions=repetitions, turns=turns, kinds=kinds, checks=_checks(measured, slo),
+        repetitions=repetitions,
+        turns=turns,
+        kinds=kinds,
+        checks=_checks(measured, slo),
     )
 
 
@@ -194,11 +228,15 @@ def _turns(own: Sequence[TurnRecord], ok: dict[int, bool]) -> list[TurnGoodput]:
     for turn in sorted(by_turn):
         group = by_turn[turn]
         played = {(r.cell, r.repetition, r.session) for r in group}
-        out.append(TurnGoodput(
-            turn=turn, requests=len(group), met=sum(ok[id(r)] for r in group),
-            sessions=len(played),
-            good_through=sum(1 for s in played if bad_from.get(s, turn + 1) > turn),
-        ))
+        out.append(
+            TurnGoodput(
+                turn=turn,
+                requests=len(group),
+                met=sum(ok[id(r)] for r in group),
+                sessions=len(played),
+                good_through=sum(1 for s in played if bad_from.get(s, turn + 1) > turn),
+            )
+        )
     return out
 
 
@@ -215,8 +253,9 @@ class ShareJudgement:
     verdict: Literal["meets", "fails", "measure more"]
 
 
-def judge_share(repetitions: Sequence[tuple[int, int]], goal: float, *,
-                alpha: float = stats.ALPHA) -> ShareJudgement | None:
+def judge_share(
+    repetitions: Sequence[tuple[int, int]], goal: float, *, alpha: float = stats.ALPHA
+) -> ShareJudgement | None:
     """Whether session goodput is at or above ``goal`` (in (0, 1)), from (good sessions,
     sessions) per measured repetition. The interval is the wider of two: Student's t over
     the per-repetition shares (``compare``'s statistics: repetitions are what vary from run
@@ -244,5 +283,4 @@ def judge_share(repetitions: Sequence[tuple[int, int]], goal: float, *,
     verdict: Literal["meets", "fails", "measure more"] = "measure more"
     if len(reps) >= stats.MIN_REPETITIONS:
         verdict = "meets" if low >= goal else "fails" if high < goal else "measure more"
-    return ShareJudgement(share=share, low=low, high=high, repetitions=len(reps),
-                          verdict=verdict)
+    return ShareJudgement(share=share, low=low, high=high, repetitions=len(reps), verdict=verdict)

@@ -52,10 +52,10 @@ class Block:
 class BlockPool:
     """A fixed number of KV blocks: allocation, sharing, the free queue and the prefix cache.
 
-        pool = BlockPool(num_blocks=2887)
-        hits = pool.longest_hit(hashes, max_blocks=len(hashes))
-        pool.touch(hits); blocks = hits + pool.allocate(10)
-        ...; pool.free(blocks)
+    pool = BlockPool(num_blocks=2887)
+    hits = pool.longest_hit(hashes, max_blocks=len(hashes))
+    pool.touch(hits); blocks = hits + pool.allocate(10)
+    ...; pool.free(blocks)
     """
 
     def __init__(self, num_blocks: int) -> None:

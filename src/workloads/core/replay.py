@@ -27,18 +27,31 @@ WARM_SHARE = 0.5  # of what the recorded run's turn 1 computed afresh, found cac
 def turn1_cache(records: Iterable[TurnRecord]) -> Turn1Cache | None:
     """Turn 1 of the measured repetitions (valid, the users' own sessions); None when there
     is no such record."""
-    ones = [r for r in records if r.turn == 1 and not r.warmup and r.valid
-            and r.parent_session is None and r.prompt_tokens is not None]
+    ones = [
+        r
+        for r in records
+        if r.turn == 1
+        and not r.warmup
+        and r.valid
+        and r.parent_session is None
+        and r.prompt_tokens is not None
+    ]
     if not ones:
         return None
-    cached = None if any(r.cached_tokens is None for r in ones) \
+    cached = (
+        None
+        if any(r.cached_tokens is None for r in ones)
         else sum(r.cached_tokens or 0 for r in ones)
-    return Turn1Cache(records=len(ones), prompt_tokens=sum(r.prompt_tokens or 0 for r in ones),
-                      cached_tokens=cached)
+    )
+    return Turn1Cache(
+        records=len(ones),
+        prompt_tokens=sum(r.prompt_tokens or 0 for r in ones),
+        cached_tokens=cached,
+    )
 
 
 def cache_state(recorded: Turn1Cache | None, replayed: Turn1Cache | None) -> CacheState | None:
-    """"warm" or "cold" (module doc); None when either hit rate is not known."""
+    """ "warm" or "cold" (module doc); None when either hit rate is not known."""
     before = recorded.hit_rate if recorded is not None else None
     now = replayed.hit_rate if replayed is not None else None
     if before is None or now is None:
@@ -49,5 +62,6 @@ def cache_state(recorded: Turn1Cache | None, replayed: Turn1Cache | None) -> Cac
 def judged(replay: Replay, records: Iterable[TurnRecord]) -> Replay:
     """``replay`` with this run's turn 1 and the cache state, from its ``records``."""
     mine = turn1_cache(records)
-    return replay.model_copy(update={"turn1": mine,
-                                     "cache": cache_state(replay.recorded_turn1, mine)})
+    return replay.model_copy(
+        update={"turn1": mine, "cache": cache_state(replay.recorded_turn1, mine)}
+    )

@@ -46,11 +46,11 @@ class ServerSentEvent:
 class SSEDecoder:
     """Feed it bytes as they arrive; it returns the events each chunk completes.
 
-        decoder = SSEDecoder()
-        for chunk in chunks:
-            for event in decoder.feed(chunk):
-                ...
-        leftover = decoder.close()   # an event the stream ended without dispatching
+    decoder = SSEDecoder()
+    for chunk in chunks:
+        for event in decoder.feed(chunk):
+            ...
+    leftover = decoder.close()   # an event the stream ended without dispatching
     """
 
     __slots__ = ("_data", "_event", "_head", "_id", "_pending", "_pending_cr", "_retry")
@@ -103,7 +103,8 @@ class SSEDecoder:
         # blank-line pairs and each pair is followed by "data: " (counted in C: a JSON
         # string never holds a raw LF, so these counts cannot be fooled by content).
         if (
-            blocks and chunk.startswith(b"data: ")
+            blocks
+            and chunk.startswith(b"data: ")
             and chunk.count(b"\n", 0, end) == 2 * len(blocks)
             and chunk.count(b"\n\ndata: ", 0, end) == len(blocks) - 1
         ):
@@ -190,7 +191,7 @@ class SSEDecoder:
             self._head = head  # could still be a BOM: wait for more
             return b""
         self._head = None
-        return head[len(BOM):] if head.startswith(BOM) else head
+        return head[len(BOM) :] if head.startswith(BOM) else head
 
     def _dispatch(self) -> Fields:
         raw = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)

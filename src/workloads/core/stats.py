@@ -29,10 +29,27 @@ from typing import Literal
 
 from workloads.model.summary import BandSummary, Bounds, Percentiles
 
-__all__ = ["ALPHA", "CONFIDENCE", "MIN_REPETITIONS", "RatioTest", "Verdict", "band",
-           "binomial_cdf", "chunk_gaps_us", "median", "needed_for_bound", "order_bounds",
-           "percentile", "percentile_bounds", "percentile_verdict", "percentiles",
-           "ratio_test", "share_interval", "t_cdf", "t_quantile"]
+__all__ = [
+    "ALPHA",
+    "CONFIDENCE",
+    "MIN_REPETITIONS",
+    "RatioTest",
+    "Verdict",
+    "band",
+    "binomial_cdf",
+    "chunk_gaps_us",
+    "median",
+    "needed_for_bound",
+    "order_bounds",
+    "percentile",
+    "percentile_bounds",
+    "percentile_verdict",
+    "percentiles",
+    "ratio_test",
+    "share_interval",
+    "t_cdf",
+    "t_quantile",
+]
 
 ALPHA = 0.05  # two-sided
 MIN_REPETITIONS = 3  # per arm, for any verdict
@@ -113,8 +130,7 @@ def _betainc(a: float, b: float, x: float) -> float:
     if x >= 1.0:
         return 1.0
     front = math.exp(
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-        + a * math.log(x) + b * math.log1p(-x)
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
     )
     if x < (a + 1.0) / (a + b + 2.0):
         return front * _betacf(a, b, x) / a
@@ -209,11 +225,12 @@ def ratio_test(
     se2 = va / len(la) + vb / len(lb)
     df = float(len(la) + len(lb) - 2)
     if se2 > 0.0:
-        df = se2 * se2 / (
-            (va / len(la)) ** 2 / (len(la) - 1) + (vb / len(lb)) ** 2 / (len(lb) - 1)
-        )
-    return RatioTest(ratio=math.exp(mb - ma), se=math.sqrt(se2), df=df, alpha=alpha,
-                     n_a=len(la), n_b=len(lb))
+        df = se2 * se2 / ((va / len(la)) ** 2 / (len(la) - 1) + (vb / len(lb)) ** 2 / (len(lb) - 1))
+    return RatioTest(
+        ratio=math.exp(mb - ma), se=math.sqrt(se2), df=df, alpha=alpha, n_a=len(la), n_b=len(lb)
+    )
+
+
 def percentiles(values: Iterable[float | None]) -> Percentiles | None:
     """p50, p90, p99 and max of the known values, with the bounds of each percentile
     (:func:`order_bounds`); None when there are none."""
@@ -221,8 +238,11 @@ def percentiles(values: Iterable[float | None]) -> Percentiles | None:
     if not data:
         return None
     p50, p90, p99 = (_sorted_percentile(data, q) for q in (50, 90, 99))
-    bounds = [Bounds(q=q, low=low, high=high) for q in (50.0, 90.0, 99.0)
-              for low, high in [_sorted_bounds(data, q, CONFIDENCE)]]
+    bounds = [
+        Bounds(q=q, low=low, high=high)
+        for q in (50.0, 90.0, 99.0)
+        for low, high in [_sorted_bounds(data, q, CONFIDENCE)]
+    ]
     return Percentiles(p50=p50, p90=p90, p99=p99, max=data[-1], n=len(data), bounds=bounds)
 
 
@@ -262,8 +282,13 @@ def binomial_cdf(k: int, n: int, p: float) -> float:
         return 0.0
     lower = k < n * p  # sum the lower tail from k down; else the upper tail from k + 1 up
     j = k if lower else k + 1
-    term = math.exp(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1)
-                    + j * math.log(p) + (n - j) * math.log1p(-p))
+    term = math.exp(
+        math.lgamma(n + 1)
+        - math.lgamma(j + 1)
+        - math.lgamma(n - j + 1)
+        + j * math.log(p)
+        + (n - j) * math.log1p(-p)
+    )
     odds = p / (1.0 - p)
     total = 0.0
     for _ in range(n + 1):  # bounded: at most every term once
@@ -299,8 +324,7 @@ def _search(n: int, p: float, ok: Callable[[int], bool]) -> int:
     return low
 
 
-def order_bounds(n: int, q: float, confidence: float = CONFIDENCE) -> tuple[int | None,
-                                                                            int | None]:
+def order_bounds(n: int, q: float, confidence: float = CONFIDENCE) -> tuple[int | None, int | None]:
     """1-based ranks (l, u) of the order statistics that bound the ``q``-th percentile (q in
     (0, 100)) of ``n`` values from below and from above, each with ``confidence``: P(x_(l) ≤
     ξ_q) ≥ confidence and P(x_(u) ≥ ξ_q) ≥ confidence for any distribution. None for a side
@@ -330,23 +354,25 @@ def needed_for_bound(q: float, confidence: float = CONFIDENCE, *, upper: bool = 
     return n
 
 
-def percentile_bounds(values: Iterable[float | None], q: float,
-                      confidence: float = CONFIDENCE) -> tuple[float | None, float | None]:
+def percentile_bounds(
+    values: Iterable[float | None], q: float, confidence: float = CONFIDENCE
+) -> tuple[float | None, float | None]:
     """(low, high): one-sided ``confidence`` bounds of the ``q``-th percentile of the known
     values, from order statistics; None for a side too few values bound."""
     data = _clean(values)
     return _sorted_bounds(data, q, confidence)
 
 
-def _sorted_bounds(data: list[float], q: float,
-                   confidence: float) -> tuple[float | None, float | None]:
+def _sorted_bounds(
+    data: list[float], q: float, confidence: float
+) -> tuple[float | None, float | None]:
     lower, upper = order_bounds(len(data), q, confidence)
-    return (None if lower is None else data[lower - 1],
-            None if upper is None else data[upper - 1])
+    return (None if lower is None else data[lower - 1], None if upper is None else data[upper - 1])
 
 
-def percentile_verdict(values: Iterable[float | None], q: float, limit: float,
-                       confidence: float = CONFIDENCE) -> Verdict:
+def percentile_verdict(
+    values: Iterable[float | None], q: float, limit: float, confidence: float = CONFIDENCE
+) -> Verdict:
     """Whether the ``q``-th percentile of ``values`` is at most ``limit``, judged as
     LoadGen's early stopping judges it: "holds" when its upper bound is within the limit,
     "fails" when its lower bound is past it (each with ``confidence``), else "cannot tell".
@@ -362,8 +388,7 @@ def percentile_verdict(values: Iterable[float | None], q: float, limit: float,
     return "cannot tell"
 
 
-def share_interval(successes: int, n: int, *,
-                   alpha: float = ALPHA) -> tuple[float, float] | None:
+def share_interval(successes: int, n: int, *, alpha: float = ALPHA) -> tuple[float, float] | None:
     """The exact (Clopper–Pearson) two-sided (1 − alpha) interval of a share from
     ``successes`` of ``n`` independent trials; None when n is 0. Bisection on
     :func:`binomial_cdf`, bounded."""
@@ -382,8 +407,10 @@ def share_interval(successes: int, n: int, *,
                 hi = mid
         return (lo + hi) / 2
 
-    low = 0.0 if successes == 0 else solve(
-        lambda p: binomial_cdf(successes - 1, n, p), 1.0 - alpha / 2)
-    high = 1.0 if successes == n else solve(
-        lambda p: binomial_cdf(successes, n, p), alpha / 2)
+    low = (
+        0.0
+        if successes == 0
+        else solve(lambda p: binomial_cdf(successes - 1, n, p), 1.0 - alpha / 2)
+    )
+    high = 1.0 if successes == n else solve(lambda p: binomial_cdf(successes, n, p), alpha / 2)
     return low, high

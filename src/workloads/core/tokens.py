@@ -120,7 +120,10 @@ def assistant_text(message: Message) -> str:
         name = function.get("name") or ""
         arguments = function.get("arguments") or ""
         text += (
-            '\n<tool_call>\n{"name": ' + json.dumps(name) + ', "arguments": ' + arguments
+            '\n<tool_call>\n{"name": '
+            + json.dumps(name)
+            + ', "arguments": '
+            + arguments
             + "}\n</tool_call>"
         )
     return text
@@ -244,9 +247,7 @@ class TargetTokenizer(Protocol):
 _BOUNDARY = re.compile(r"\n(?=[ \t]*\S)")
 
 
-async def count_rendered(
-    tok: TargetTokenizer, messages: Sequence[Message], mode: Render
-) -> int:
+async def count_rendered(tok: TargetTokenizer, messages: Sequence[Message], mode: Render) -> int:
     """How many ids ``tok`` renders ``messages`` to (the estimate counts without making
     the list of ids)."""
     if isinstance(tok, EstimateTokenizer):
@@ -287,8 +288,10 @@ class SegmentMemo:
         """The segments of ``texts`` not memoised yet (what :meth:`learn` should encode)."""
         return [
             seg
-            for text in texts if text not in self._whole
-            for seg in segments(text) if seg not in self._segments
+            for text in texts
+            if text not in self._whole
+            for seg in segments(text)
+            if seg not in self._segments
         ]
 
     def learn(self, segs: Sequence[str]) -> None:
@@ -387,8 +390,9 @@ class EstimateTokenizer:
         # history is a list of messages that never change once made (Conversation shares
         # them between renders), so re-rendering a 100K-token history is a concatenation.
         # Checked by identity of the message and its content; bounded like the memo.
-        self._messages: OrderedDict[tuple[int, bool], tuple[Message, Any, array[int]]] = \
+        self._messages: OrderedDict[tuple[int, bool], tuple[Message, Any, array[int]]] = (
             OrderedDict()
+        )
         self._message_tokens = 0
 
     def _ids(self, text: str) -> array[int]:

@@ -119,9 +119,7 @@ def _float(data: dict[str, Any], name: str, where: str) -> float:
     if name not in data:
         raise TraceError(f"{where}: field '{name}' is missing")
     value = data[name]
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(
-        value
-    ):
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         raise TraceError(f"{where}: field '{name}' must be a number (got {value!r})")
     if value < 0:
         raise TraceError(f"{where}: field '{name}' must be at least 0 (got {value})")
@@ -136,9 +134,9 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def trace_format(path: str | Path, *, max_bytes: int = MAX_TRACE_BYTES) -> Literal[
-    "mooncake", "agent"
-]:
+def trace_format(
+    path: str | Path, *, max_bytes: int = MAX_TRACE_BYTES
+) -> Literal["mooncake", "agent"]:
     """Which format ``path`` holds, from its first object's fields: ``hash_ids`` →
     "mooncake", ``session`` and ``step`` → "agent"."""
     p = Path(path)
@@ -206,7 +204,10 @@ def load_mooncake(
             )
         requests.append(MooncakeRequest(timestamp, input_length, output_length, tuple(ids)))
     return MooncakeTrace(
-        path=p, sha256=_sha256(p), requests=tuple(requests), truncated=limit is not None,
+        path=p,
+        sha256=_sha256(p),
+        requests=tuple(requests),
+        truncated=limit is not None,
         limit=limit,
     )
 
@@ -292,40 +293,52 @@ def load_agent_trace(
         if "kind" not in data:
             raise TraceError(f"{where}: field 'kind' is missing")
         if kind not in _STEP_KINDS:
-            raise TraceError(f"{where}: field 'kind' must be one of {', '.join(_STEP_KINDS)} "
-                             f"(got {kind!r})")
+            raise TraceError(
+                f"{where}: field 'kind' must be one of {', '.join(_STEP_KINDS)} (got {kind!r})"
+            )
         appended = _int(data, "appended_tokens", where)
         output = _int(data, "output_tokens", where, low=1)
         pause = _float(data, "pause_s", where)
         session = sessions.setdefault(sid, _Session())
         expected = len(session.rows) + 1
         if step != expected:
-            raise TraceError(f"{where}: field 'step' is {step}; session {sid}'s next step is "
-                             f"{expected} (steps are 1-based and consecutive, in file order)")
+            raise TraceError(
+                f"{where}: field 'step' is {step}; session {sid}'s next step is "
+                f"{expected} (steps are 1-based and consecutive, in file order)"
+            )
         has_parent = "parent" in data or "parent_step" in data
         if has_parent:
             parent = (_int(data, "parent", where), _int(data, "parent_step", where, low=1))
             if step == 1:
                 session.parent = parent
             elif parent != session.parent:
-                raise TraceError(f"{where}: field 'parent' differs from session {sid}'s "
-                                 f"step 1 ({session.parent})")
+                raise TraceError(
+                    f"{where}: field 'parent' differs from session {sid}'s "
+                    f"step 1 ({session.parent})"
+                )
         if kind == "subagent" and step == 1 and not has_parent:
-            raise TraceError(f"{where}: field 'parent' is missing (a sub-agent's step 1 "
-                             "names its parent session and parent_step)")
+            raise TraceError(
+                f"{where}: field 'parent' is missing (a sub-agent's step 1 "
+                "names its parent session and parent_step)"
+            )
         if kind == "subagent" and session.parent is None:
-            raise TraceError(f"{where}: field 'kind' is 'subagent', but session {sid} has no "
-                             "parent (its step 1 must be a subagent step with parent)")
+            raise TraceError(
+                f"{where}: field 'kind' is 'subagent', but session {sid} has no "
+                "parent (its step 1 must be a subagent step with parent)"
+            )
         if step == 1 and session.parent is not None and kind != "subagent":
-            raise TraceError(f"{where}: field 'kind' must be 'subagent' for a sub-agent's "
-                             "step 1 (it has a parent)")
+            raise TraceError(
+                f"{where}: field 'kind' must be 'subagent' for a sub-agent's "
+                "step 1 (it has a parent)"
+            )
         session.lines.append(number)
         session.rows.append((kind, appended, output, pause))
     return _plans(p, sessions, opening_tokens)
 
 
-def _plans(path: Path, sessions: dict[int, _Session],
-           opening_tokens: int) -> dict[int, tuple[Step, ...]]:
+def _plans(
+    path: Path, sessions: dict[int, _Session], opening_tokens: int
+) -> dict[int, tuple[Step, ...]]:
     """The sessions' plans, sub-agents nested under their parents' steps."""
     children: dict[tuple[int, int], list[int]] = {}
     for sid, session in sessions.items():
@@ -334,29 +347,41 @@ def _plans(path: Path, sessions: dict[int, _Session],
         parent, parent_step = session.parent
         where = f"{path}:{session.lines[0]}"
         if parent == sid or parent not in sessions:
-            raise TraceError(f"{where}: field 'parent' is {parent}, not another session of "
-                             "the trace")
+            raise TraceError(
+                f"{where}: field 'parent' is {parent}, not another session of the trace"
+            )
         if parent_step > len(sessions[parent].rows):
-            raise TraceError(f"{where}: field 'parent_step' is {parent_step}, but session "
-                             f"{parent} has {len(sessions[parent].rows)} steps")
+            raise TraceError(
+                f"{where}: field 'parent_step' is {parent_step}, but session "
+                f"{parent} has {len(sessions[parent].rows)} steps"
+            )
         children.setdefault(session.parent, []).append(sid)
     for sid, session in sessions.items():  # a chain of parents must end at a top session
         above, hops = session.parent, 0
         while above is not None and hops <= len(sessions):
             above, hops = sessions[above[0]].parent, hops + 1
         if hops > len(sessions):
-            raise TraceError(f"{path}:{session.lines[0]}: field 'parent': session {sid}'s "
-                             "parents form a cycle")
+            raise TraceError(
+                f"{path}:{session.lines[0]}: field 'parent': session {sid}'s parents form a cycle"
+            )
 
     def plan(sid: int) -> tuple[Step, ...]:
         out: list[Step] = []
         prior = opening_tokens
         for turn, (kind, appended, output, pause) in enumerate(sessions[sid].rows, 1):
             nested = tuple(plan(c) for c in sorted(children.get((sid, turn), [])))
-            out.append(Step(turn=turn, kind=kind, new_tokens=appended, output_tokens=output,
-                            pause_s=pause, prior_tokens=prior, children=nested))
-            prior = opening_tokens + output if kind == "compaction" else (
-                prior + appended + output)
+            out.append(
+                Step(
+                    turn=turn,
+                    kind=kind,
+                    new_tokens=appended,
+                    output_tokens=output,
+                    pause_s=pause,
+                    prior_tokens=prior,
+                    children=nested,
+                )
+            )
+            prior = opening_tokens + output if kind == "compaction" else (prior + appended + output)
         return tuple(out)
 
     return {sid: plan(sid) for sid in sorted(sessions) if sessions[sid].parent is None}

@@ -95,7 +95,10 @@ def replay(
         row[2] += hit
     return [
         OracleTurn(
-            turn=turn, requests=n, prompt_tokens=prompt, hit_tokens=hit,
+            turn=turn,
+            requests=n,
+            prompt_tokens=prompt,
+            hit_tokens=hit,
             capacity_tokens=capacity_tokens,
         )
         for turn, (n, prompt, hit) in sorted(sums.items())

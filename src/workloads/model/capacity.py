@@ -16,8 +16,13 @@ from workloads.model.files import read_json, replace_file, target_file
 from workloads.model.scenario import Scenario
 from workloads.model.slo import Slo
 
-__all__ = ["CAPACITY_FILE", "CAPACITY_FORMAT_VERSION", "CapacityPoint", "CapacityResult",
-           "load_capacity"]
+__all__ = [
+    "CAPACITY_FILE",
+    "CAPACITY_FORMAT_VERSION",
+    "CapacityPoint",
+    "CapacityResult",
+    "load_capacity",
+]
 
 CAPACITY_FORMAT_VERSION = 1  # of capacity.json; history above load_capacity
 CAPACITY_FILE = "capacity.json"
@@ -89,8 +94,10 @@ def load_capacity(path: str | Path) -> CapacityResult:
     data = read_json(p, missing="no such capacity file")
     version = data.get("format_version")
     if version not in _LOADERS:
-        raise ResultFormatError(f"{p}: format_version {version!r} is not a capacity format "
-                                f"this workloads reads (1 to {CAPACITY_FORMAT_VERSION})")
+        raise ResultFormatError(
+            f"{p}: format_version {version!r} is not a capacity format "
+            f"this workloads reads (1 to {CAPACITY_FORMAT_VERSION})"
+        )
     try:
         return CapacityResult.model_validate(_LOADERS[version](data))
     except ValidationError as err:

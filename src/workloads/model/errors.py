@@ -146,23 +146,26 @@ class OutputError(WorkloadsError, OSError):
     a full disk: ``errno`` 28). The message and ``path`` name the file; what was written
     before the failure is kept, and no partial file is left."""
 
-    def __init__(self, message: str, *, path: str | None = None,
-                 errno: int | None = None) -> None:
+    def __init__(self, message: str, *, path: str | None = None, errno: int | None = None) -> None:
         super().__init__(message)
         self.path = path
         self.errno = errno
 
     @classmethod
-    def writing(cls, path: object, err: OSError, *, then: str = "",
-                name: str | None = None) -> OutputError:
+    def writing(
+        cls, path: object, err: OSError, *, then: str = "", name: str | None = None
+    ) -> OutputError:
         """The error for ``err``, met while writing ``path``: one line naming the file (or
         ``name``, e.g. "to --out DIR") and the system's reason, e.g. "cannot write
         runs/a/records.jsonl: No space left on device (ENOSPC)", followed by ``then`` (what
         was kept, the next step)."""
         reason = err.strerror or type(err).__name__
         code = _errno.errorcode.get(err.errno or 0)
-        return cls(f"cannot write {name or path}: {reason}{f' ({code})' if code else ''}{then}",
-                   path=str(path), errno=err.errno)
+        return cls(
+            f"cannot write {name or path}: {reason}{f' ({code})' if code else ''}{then}",
+            path=str(path),
+            errno=err.errno,
+        )
 
 
 class OutputExistsError(OutputError, FileExistsError):

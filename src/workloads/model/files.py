@@ -28,7 +28,8 @@ def target_file(directory: str | Path, name: str, *, overwrite: bool) -> Path:
     if path.exists() and not overwrite:
         raise OutputExistsError(
             f"{path} exists; pass overwrite=True (--overwrite) or choose another --out",
-            path=str(path))
+            path=str(path),
+        )
     return path
 
 

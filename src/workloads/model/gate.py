@@ -47,7 +47,7 @@ class GateResult(Frozen):
 
     @property
     def form(self) -> GateForm:
-        """"text" when the text form was sent (the model echoed the chat cases), else
+        """ "text" when the text form was sent (the model echoed the chat cases), else
         "chat"."""
         return "text" if any(o.case.startswith(TEXT_PREFIX) for o in self.outputs) else "chat"
 
@@ -61,9 +61,11 @@ class GateResult(Frozen):
     def echoed(self) -> int:
         """Chat cases answered with their own request in the first phase, cut short or not
         (what made the gate send the text form)."""
-        return sum(1 for o in self.outputs if o.phase == "before"
-                   and not o.case.startswith(TEXT_PREFIX)
-                   and ECHOED in o.why)
+        return sum(
+            1
+            for o in self.outputs
+            if o.phase == "before" and not o.case.startswith(TEXT_PREFIX) and ECHOED in o.why
+        )
 
     @property
     def cases(self) -> list[str]:

@@ -42,8 +42,7 @@ ChunkGaps = Annotated[
     Sequence[int] | None,
     PlainValidator(_compact_gaps),
     PlainSerializer(lambda gaps: None if gaps is None else list(gaps)),
-    WithJsonSchema({"anyOf": [{"type": "array", "items": {"type": "integer"}},
-                              {"type": "null"}]}),
+    WithJsonSchema({"anyOf": [{"type": "array", "items": {"type": "integer"}}, {"type": "null"}]}),
 ]
 
 Status = Literal["ok", "error", "incomplete"]
@@ -248,4 +247,3 @@ class RecordWriter(JsonlWriter):
         """Append one JSON line that is not a TurnRecord (the header, nonces, windows: see
         :mod:`workloads.model.results`), flushed at once."""
         self._append(line)
-

@@ -257,23 +257,28 @@ class RunResult(Frozen):
         :class:`OutputError` naming the file that could not be written (a full disk): no
         partial file is left, and a result.json already there stays as it was."""
         if (self.format_version, self.format_minor) != (FORMAT_VERSION, FORMAT_MINOR):
-            current = self.model_copy(update={"format_version": FORMAT_VERSION,
-                                              "format_minor": FORMAT_MINOR})
+            current = self.model_copy(
+                update={"format_version": FORMAT_VERSION, "format_minor": FORMAT_MINOR}
+            )
             return current.save(directory, overwrite=overwrite)
         path = target_file(directory, RESULT_FILE, overwrite=overwrite)
         records_path = path.parent / RECORDS_FILE
         if not records_path.exists():
-            _write_new(records_path, "".join(
-                [header_line(self.header()) + "\n"]
-                + [meta_line("nonces", n.model_dump(mode="json")) + "\n" for n in self.nonces]
-                + [r.model_dump_json() + "\n" for r in self.records]
-            ))
+            _write_new(
+                records_path,
+                "".join(
+                    [header_line(self.header()) + "\n"]
+                    + [meta_line("nonces", n.model_dump(mode="json")) + "\n" for n in self.nonces]
+                    + [r.model_dump_json() + "\n" for r in self.records]
+                ),
+            )
         return replace_file(path, self.model_dump_json(indent=2) + "\n")
 
     def header(self) -> RunHeader:
         """What this result held when its run started (records.jsonl's first line)."""
-        return RunHeader(**{name: getattr(self, name) for name in RunHeader.model_fields
-                            if name != "kind"})
+        return RunHeader(
+            **{name: getattr(self, name) for name in RunHeader.model_fields if name != "kind"}
+        )
 
 
 class RunHeader(Frozen):
@@ -369,8 +374,9 @@ def read_records_file(path: Path, *, unknown: list[str] | None = None) -> Record
             kind = data.pop("kind", None) if isinstance(data, dict) else None
             if kind == "header":
                 if header is not None:
-                    raise _two_runs(path, (header_at, header.created_unix),
-                                    (number, data.get("created_unix")))
+                    raise _two_runs(
+                        path, (header_at, header.created_unix), (number, data.get("created_unix"))
+                    )
                 header_at = number
                 data = _LOADERS[_check_version(data.get("format_version"), path)](data)
                 header = validate_known(RunHeader, data, dropped, at="header")
@@ -387,7 +393,8 @@ def read_records_file(path: Path, *, unknown: list[str] | None = None) -> Record
             if number == len(lines):
                 break
             raise ResultFormatError(
-                f"{path}:{number}: not a records.jsonl line: {_one_line(err)}") from err
+                f"{path}:{number}: not a records.jsonl line: {_one_line(err)}"
+            ) from err
     if unknown is None and dropped:
         _warn_unknown(path, {path.name: dropped}, header, stacklevel=2)
     return RecordsFile(header=header, nonces=nonces, windows=windows, records=records)
@@ -464,8 +471,10 @@ def _upgrade_4(data: dict[str, Any]) -> dict[str, Any]:
     pacing = scenario.get("pacing") if isinstance(scenario, dict) else None
     if isinstance(pacing, dict) and pacing.get("mode", "lockstep") != "lockstep":
         cells = data.get("cells") or []
-        for summary in [data.get("summary"), *(c.get("summary") for c in cells
-                                                if isinstance(c, dict))]:
+        for summary in [
+            data.get("summary"),
+            *(c.get("summary") for c in cells if isinstance(c, dict)),
+        ]:
             if not isinstance(summary, dict):
                 continue
             for turn in summary.get("turns") or []:
@@ -545,8 +554,14 @@ def _upgrade_6(data: dict[str, Any]) -> dict[str, Any]:
 #       recomputes both from the records). A cancelled TurnRecord keeps its shareable
 #       prefix as corrected for a finished turn (turn 1's first sender: 0), where format-5
 #       records kept the plan's.
-_LOADERS = {1: _upgrade_1, 2: _upgrade_2, 3: _upgrade_3, 4: _upgrade_4, 5: _upgrade_5,
-            6: _upgrade_6}
+_LOADERS = {
+    1: _upgrade_1,
+    2: _upgrade_2,
+    3: _upgrade_3,
+    4: _upgrade_4,
+    5: _upgrade_5,
+    6: _upgrade_6,
+}
 
 
 def read_result(path: str | Path, *, stacklevel: int = 1) -> RunResult:
@@ -571,20 +586,24 @@ def read_result(path: str | Path, *, stacklevel: int = 1) -> RunResult:
     in_records: list[str] = []
     if not p.exists() and records_path.exists():
         rebuilt = _rebuilt(records_path, in_records)
-        _warn_unknown(p.parent, {RECORDS_FILE: in_records}, rebuilt,
-                      stacklevel=stacklevel + 1)
+        _warn_unknown(p.parent, {RECORDS_FILE: in_records}, rebuilt, stacklevel=stacklevel + 1)
         return rebuilt
     data = read_json(p, missing="no such result file (and no records.jsonl)")
     data = _LOADERS[_check_version(data.get("format_version"), p)](data)
-    records = (read_records_file(records_path, unknown=in_records).records
-               if records_path.exists() else [])
+    records = (
+        read_records_file(records_path, unknown=in_records).records if records_path.exists() else []
+    )
     in_result: list[str] = []
     try:
         result = validate_known(RunResult, {**data, "records": records}, in_result)
     except ValidationError as err:
         raise ResultFormatError(f"{p}: not a valid result: {_one_line(err)}") from err
-    _warn_unknown(p.parent, {RESULT_FILE: in_result, RECORDS_FILE: in_records}, result,
-                  stacklevel=stacklevel + 1)
+    _warn_unknown(
+        p.parent,
+        {RESULT_FILE: in_result, RECORDS_FILE: in_records},
+        result,
+        stacklevel=stacklevel + 1,
+    )
     return result
 
 
@@ -603,23 +622,35 @@ def _one_line(err: Exception) -> str:
 _NAMED = 12
 
 
-def _warn_unknown(where: Path, unknown: dict[str, list[str]],
-                  writer: RunResult | RunHeader | None, *, stacklevel: int) -> None:
+def _warn_unknown(
+    where: Path,
+    unknown: dict[str, list[str]],
+    writer: RunResult | RunHeader | None,
+    *,
+    stacklevel: int,
+) -> None:
     """One :class:`ResultFormatWarning` naming the fields dropped from each file of
     ``where`` (none: no warning); ``writer`` is what the file says wrote it."""
-    named = [f"{name}: {', '.join(paths[:_NAMED])}"
-             + (f" and {len(paths) - _NAMED} more" if len(paths) > _NAMED else "")
-             for name, paths in unknown.items() if paths]
+    named = [
+        f"{name}: {', '.join(paths[:_NAMED])}"
+        + (f" and {len(paths) - _NAMED} more" if len(paths) > _NAMED else "")
+        for name, paths in unknown.items()
+        if paths
+    ]
     if not named:
         return
-    by = ("an unknown writer" if writer is None else
-          f"workloads {writer.workloads_version} (format "
-          f"{writer.format_version}.{writer.format_minor})")
+    by = (
+        "an unknown writer"
+        if writer is None
+        else f"workloads {writer.workloads_version} (format "
+        f"{writer.format_version}.{writer.format_minor})"
+    )
     warnings.warn(
         f"{where}: written by {by}, with fields this version of workloads ({__version__}, "
         f"format {FORMAT_VERSION}.{FORMAT_MINOR}) does not know; they were dropped: "
         f"{'; '.join(named)}. Upgrade workloads to read them",
-        ResultFormatWarning, stacklevel=stacklevel + 1,
+        ResultFormatWarning,
+        stacklevel=stacklevel + 1,
     )
 
 
@@ -651,29 +682,40 @@ def _rebuilt(records_path: Path, unknown: list[str]) -> RunResult:
     identity = header.target.server.model_copy(
         update={"system_fingerprint": fingerprints[-1] if fingerprints else None}
     )
-    return RunResult.model_validate({
-        **fields,
-        "scenario": header.scenario,
-        "target": header.target.model_copy(update={"server": identity}),
-        "complete": False,
-        "nonces": found.nonces,
-        "window": Window() if scenario.swept else found.windows.get(0, Window()),
-        "summary": Summary(turns=[], run=_empty_run_summary()),
-        "cells": cells,
-        "warnings": [
-            f"rebuilt from {records_path.name}: the run ended without writing result.json "
-            f"(killed?); it is incomplete: {len(found.records)} turns were recorded, and the "
-            "windows of unfinished cells are missing"
-        ],
-        "records": found.records,
-    })
+    return RunResult.model_validate(
+        {
+            **fields,
+            "scenario": header.scenario,
+            "target": header.target.model_copy(update={"server": identity}),
+            "complete": False,
+            "nonces": found.nonces,
+            "window": Window() if scenario.swept else found.windows.get(0, Window()),
+            "summary": Summary(turns=[], run=_empty_run_summary()),
+            "cells": cells,
+            "warnings": [
+                f"rebuilt from {records_path.name}: the run ended without writing result.json "
+                f"(killed?); it is incomplete: {len(found.records)} turns were recorded, and the "
+                "windows of unfinished cells are missing"
+            ],
+            "records": found.records,
+        }
+    )
 
 
 def _empty_run_summary() -> RunSummary:
     """A placeholder until :func:`workloads.core.aggregate.summarized` fills it from the
     records (this layer cannot compute summaries)."""
     return RunSummary(
-        users=0, measured_repetitions=0, records=0, valid=0, invalid=0, errors=0,
-        warmup_records=0, per_user_rate=None, aggregate_rate=None, turn_aggregate_rate=None,
-        ttft_s=None, completion_tokens=0,
+        users=0,
+        measured_repetitions=0,
+        records=0,
+        valid=0,
+        invalid=0,
+        errors=0,
+        warmup_records=0,
+        per_user_rate=None,
+        aggregate_rate=None,
+        turn_aggregate_rate=None,
+        ttft_s=None,
+        completion_tokens=0,
     )

@@ -408,8 +408,11 @@ class Scenario(Frozen):
 
     @model_validator(mode="after")
     def _counts_in_range(self) -> Scenario:
-        checks = [("opening_tokens", self.opening_tokens, 0),
-                  ("turn_tokens", self.turn_tokens, 0), ("output_tokens", self.output_tokens, 1)]
+        checks = [
+            ("opening_tokens", self.opening_tokens, 0),
+            ("turn_tokens", self.turn_tokens, 0),
+            ("output_tokens", self.output_tokens, 1),
+        ]
         for name, value, low in checks:
             if isinstance(value, int) and not low <= value <= 2_000_000:
                 raise ValueError(f"{name} must be between {low} and 2,000,000 (got {value})")
@@ -430,7 +433,7 @@ class Scenario(Frozen):
             return self
         if self.nonce != "run":
             raise ValueError(
-                "shared_prefix_tokens needs nonce = \"run\" (with nonce = \"session\" "
+                'shared_prefix_tokens needs nonce = "run" (with nonce = "session" '
                 "sessions share nothing)"
             )
         opening = self.opening_tokens
@@ -447,7 +450,7 @@ class Scenario(Frozen):
     def _arrivals_set_no_concurrency(self) -> Scenario:
         if self.pacing.mode == "arrivals" and self.concurrency is not None:
             raise ValueError(
-                "with pacing.mode = \"arrivals\" concurrency is an outcome of the arrival "
+                'with pacing.mode = "arrivals" concurrency is an outcome of the arrival '
                 "rate: sweep pacing.arrivals.rate_per_s in separate runs, not concurrency"
             )
         return self
@@ -526,16 +529,26 @@ def list_scenarios() -> dict[str, Path]:
 # Errors pydantic gives for each member of a union a value did not match: beside the real
 # error of the member it was meant for (a distribution's table), "should be a valid integer"
 # only misleads.
-_UNION_MISMATCH = {"int_type", "int_parsing", "int_from_float", "model_type", "dict_type",
-                   "literal_error", "string_type", "list_type"}
+_UNION_MISMATCH = {
+    "int_type",
+    "int_parsing",
+    "int_from_float",
+    "model_type",
+    "dict_type",
+    "literal_error",
+    "string_type",
+    "list_type",
+}
 
 
 def _field_name(loc: tuple[int | str, ...]) -> str:
     """The dotted field of an error location, without pydantic's union member tags
     (``int``, ``function-after[...]``, ``Sizes``)."""
-    parts = [str(p) for p in loc
-             if not (isinstance(p, str) and ("[" in p or p in ("int", "str", "list")
-                                             or p[:1].isupper()))]
+    parts = [
+        str(p)
+        for p in loc
+        if not (isinstance(p, str) and ("[" in p or p in ("int", "str", "list") or p[:1].isupper()))
+    ]
     return ".".join(parts) or "(top level)"
 
 
@@ -606,7 +619,8 @@ def apply_overrides(scenario: Scenario, assignments: Iterable[str]) -> Scenario:
             child = node.get(part)
             if not isinstance(child, dict):
                 raise ScenarioError(
-                    f"scenario override {assignment!r}: {part!r} is not a group of fields")
+                    f"scenario override {assignment!r}: {part!r} is not a group of fields"
+                )
             node = child
         if parts[-1] not in node and node is not data.get("extra_body"):
             raise ScenarioError(

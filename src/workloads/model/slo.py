@@ -38,7 +38,13 @@ from workloads.model.errors import OptionsError
 from workloads.model.records import StepKind
 
 __all__ = [
-    "ITL_REQUEST_PERCENTILE", "LIMIT_KEYS", "STEP_KINDS", "Limit", "Limits", "Slo", "parse_slo",
+    "ITL_REQUEST_PERCENTILE",
+    "LIMIT_KEYS",
+    "STEP_KINDS",
+    "Limit",
+    "Limits",
+    "Slo",
+    "parse_slo",
 ]
 
 Limit = Literal["ttft_s", "tpot_ms", "itl_ms", "e2e_s"]
@@ -48,8 +54,12 @@ STEP_KINDS: tuple[StepKind, ...] = ("human", "tool", "subagent", "compaction")
 # that stalls every tenth token, and the maximum is one hiccup of any network.
 ITL_REQUEST_PERCENTILE = 90.0
 
-_UNITS = {"ttft_s": "seconds", "tpot_ms": "milliseconds", "itl_ms": "milliseconds",
-          "e2e_s": "seconds"}
+_UNITS = {
+    "ttft_s": "seconds",
+    "tpot_ms": "milliseconds",
+    "itl_ms": "milliseconds",
+    "e2e_s": "seconds",
+}
 # Limits above a day are typos (a value in the wrong unit), not SLOs.
 _MAX = {"ttft_s": 86_400.0, "tpot_ms": 86_400_000.0, "itl_ms": 86_400_000.0, "e2e_s": 86_400.0}
 
@@ -129,8 +139,9 @@ _NAMES = {"ttft_s": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_s": "E2E"}
 
 
 def _describe(limits: Limits) -> str:
-    return ", ".join(f"{_NAMES[k]} ≤ {v:g} {'s' if k.endswith('_s') else 'ms'}"
-                     for k, v in limits.items())
+    return ", ".join(
+        f"{_NAMES[k]} ≤ {v:g} {'s' if k.endswith('_s') else 'ms'}" for k, v in limits.items()
+    )
 
 
 def _key_error(item: str, key: str) -> OptionsError:
@@ -140,7 +151,9 @@ def _key_error(item: str, key: str) -> OptionsError:
     return OptionsError(
         f"slo {item!r}: unknown key {key!r}; {hint}keys (the unit is in the name): "
         f"{', '.join(LIMIT_KEYS)}, percentile; per step kind: KIND.KEY with KIND one of "
-        f"{', '.join(STEP_KINDS)}", option="slo")
+        f"{', '.join(STEP_KINDS)}",
+        option="slo",
+    )
 
 
 def _number(item: str, key: str, text: str) -> float:
@@ -148,11 +161,12 @@ def _number(item: str, key: str, text: str) -> float:
         value = float(text)
     except ValueError:
         unit = _UNITS.get(key.rpartition(".")[2], "a percent")
-        raise OptionsError(f"slo {item!r}: {text!r} is not a number ({key} is in {unit}: "
-                           "write the bare number)", option="slo") from None
+        raise OptionsError(
+            f"slo {item!r}: {text!r} is not a number ({key} is in {unit}: write the bare number)",
+            option="slo",
+        ) from None
     if not math.isfinite(value) or value <= 0:
-        raise OptionsError(f"slo {item!r}: {key} must be a number greater than 0",
-                           option="slo")
+        raise OptionsError(f"slo {item!r}: {key} must be a number greater than 0", option="slo")
     return value
 
 
@@ -167,20 +181,25 @@ def parse_slo(text: str) -> Slo:
     kinds: dict[str, dict[str, float]] = {}
     items = [item.strip() for item in text.split(",")]
     if not any(items):
-        raise OptionsError("slo: empty; give KEY=NUMBER items, e.g. ttft_s=2,itl_ms=50",
-                           option="slo")
+        raise OptionsError(
+            "slo: empty; give KEY=NUMBER items, e.g. ttft_s=2,itl_ms=50", option="slo"
+        )
     for item in items:
         if not item:
-            raise OptionsError(f"slo {text!r}: an empty item (two commas, or a trailing one)",
-                               option="slo")
+            raise OptionsError(
+                f"slo {text!r}: an empty item (two commas, or a trailing one)", option="slo"
+            )
         key, sep, value = (part.strip() for part in item.partition("="))
         if not sep or not value:
-            raise OptionsError(f"slo {item!r}: missing value; write {key or 'KEY'}=NUMBER",
-                               option="slo")
+            raise OptionsError(
+                f"slo {item!r}: missing value; write {key or 'KEY'}=NUMBER", option="slo"
+            )
         kind, dot, name = key.rpartition(".")
         if dot and kind not in STEP_KINDS:
-            raise OptionsError(f"slo {item!r}: unknown step kind {kind!r}; kinds: "
-                               f"{', '.join(STEP_KINDS)}", option="slo")
+            raise OptionsError(
+                f"slo {item!r}: unknown step kind {kind!r}; kinds: {', '.join(STEP_KINDS)}",
+                option="slo",
+            )
         if name not in LIMIT_KEYS and not (name == "percentile" and not dot):
             raise _key_error(item, name if dot else key)
         into = kinds.setdefault(kind, {}) if dot else top
@@ -190,8 +209,10 @@ def parse_slo(text: str) -> Slo:
         if name == "percentile" and not number < 100:
             raise OptionsError(f"slo {item!r}: percentile must be below 100", option="slo")
         if name in _MAX and number > _MAX[name]:
-            raise OptionsError(f"slo {item!r}: {key} over a day: is the unit right? ({name} "
-                               f"is in {_UNITS[name]})", option="slo")
+            raise OptionsError(
+                f"slo {item!r}: {key} over a day: is the unit right? ({name} is in {_UNITS[name]})",
+                option="slo",
+            )
         into[name] = number
     try:
         return Slo(**top, **{k: Limits(**v) for k, v in kinds.items()})

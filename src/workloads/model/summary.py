@@ -7,8 +7,15 @@ from workloads.model.base import Frozen
 from workloads.model.records import StepKind
 
 __all__ = [
-    "BandSummary", "Bounds", "CacheCliff", "ConcurrencySummary", "KindSummary", "Percentiles",
-    "RunSummary", "Summary", "TurnSummary",
+    "BandSummary",
+    "Bounds",
+    "CacheCliff",
+    "ConcurrencySummary",
+    "KindSummary",
+    "Percentiles",
+    "RunSummary",
+    "Summary",
+    "TurnSummary",
 ]
 
 
@@ -96,6 +103,7 @@ class TurnSummary(Frozen):
         if not self.spec_draft_tokens or self.spec_accepted_tokens is None:
             return None
         return self.spec_accepted_tokens / self.spec_draft_tokens
+
     # Format 6: in flight when the run was stopped (error_kind "cancelled"): neither valid
     # nor failed. None in older results, whose ``errors`` count them.
     cancelled: int | None = None
@@ -197,4 +205,3 @@ class ConcurrencySummary(Frozen):
     max: int
     span_s: float
     samples: list[tuple[float, int]]  # (seconds from the first send, requests in flight)
-

@@ -57,11 +57,14 @@ class Target:
             userinfo, _, host = parts.netloc.rpartition("@")
             user, colon, password = userinfo.partition(":")
             object.__setattr__(self, "base_url", urlunsplit(parts._replace(netloc=host)))
-            object.__setattr__(self, "url_credentials",
-                               f"{unquote(user)}{colon}{unquote(password)}")
+            object.__setattr__(
+                self, "url_credentials", f"{unquote(user)}{colon}{unquote(password)}"
+            )
         if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < self.kv_block_tokens:
-            raise TargetError(f"kv_capacity_tokens ({self.kv_capacity_tokens}) must hold at "
-                              f"least one block of kv_block_tokens ({self.kv_block_tokens})")
+            raise TargetError(
+                f"kv_capacity_tokens ({self.kv_capacity_tokens}) must hold at "
+                f"least one block of kv_block_tokens ({self.kv_block_tokens})"
+            )
         if self.kv_block_tokens < 1:
             raise TargetError(f"kv_block_tokens must be at least 1, got {self.kv_block_tokens}")
 
@@ -87,12 +90,13 @@ def base_url_problem(url: str) -> str | None:
 
 def _problem(url: str) -> str | None:
     if "://" not in url:
-        return (f"target URL {url!r} has no scheme; write it in full, e.g. "
-                f"http://{url.lstrip('/')}")
+        return f"target URL {url!r} has no scheme; write it in full, e.g. http://{url.lstrip('/')}"
     parts = urlsplit(url)
     if parts.scheme.lower() not in ("http", "https"):
-        return (f"target URL {url!r} is not HTTP ({parts.scheme}://); the target is an "
-                "OpenAI-compatible server at http:// or https://")
+        return (
+            f"target URL {url!r} is not HTTP ({parts.scheme}://); the target is an "
+            "OpenAI-compatible server at http:// or https://"
+        )
     if not parts.hostname:
         return f"target URL {url!r} names no host; e.g. http://127.0.0.1:8000/v1"
     return None

@@ -88,20 +88,35 @@ class TranscriptWriter(JsonlWriter):
         digest = _message_hash(message)
         if digest not in self._seen:
             self._seen.add(digest)
-            self._append(json.dumps({"sha256": digest, "message": message}, ensure_ascii=False),
-                         flush=False)  # the turn line that names it flushes
+            self._append(
+                json.dumps({"sha256": digest, "message": message}, ensure_ascii=False), flush=False
+            )  # the turn line that names it flushes
         return digest
 
-    def write(self, *, cell: int, repetition: int, warmup: bool, session: int, turn: int,
-              messages: Sequence[dict[str, Any]], completion: str | None) -> None:
+    def write(
+        self,
+        *,
+        cell: int,
+        repetition: int,
+        warmup: bool,
+        session: int,
+        turn: int,
+        messages: Sequence[dict[str, Any]],
+        completion: str | None,
+    ) -> None:
         """Append one turn (its new messages first, then the turn line) and flush."""
         names = [self._store(dict(m)) for m in messages]
         reply = None
         if completion is not None:
             reply = self._store({"role": "assistant", "content": completion})
         line = {
-            "cell": cell, "repetition": repetition, "warmup": warmup, "session": session,
-            "turn": turn, "prompt_sha256": prompt_hash(messages), "messages": names,
+            "cell": cell,
+            "repetition": repetition,
+            "warmup": warmup,
+            "session": session,
+            "turn": turn,
+            "prompt_sha256": prompt_hash(messages),
+            "messages": names,
             "completion_sha256": None if completion is None else text_hash(completion),
             "completion": reply,
         }
@@ -137,12 +152,19 @@ def read_transcripts(path: Path) -> dict[TurnKey, Transcript]:
             messages = [store[h] for h in t["messages"]]
             reply = store[t["completion"]]["content"] if t["completion"] else None
         except KeyError as err:
-            raise ResultFormatError(f"{path}:{number}: names message {err} not stored "
-                                    "before it") from err
+            raise ResultFormatError(
+                f"{path}:{number}: names message {err} not stored before it"
+            ) from err
         key = (t["cell"], t["repetition"], t["session"], t["turn"])
         out[key] = Transcript(
-            cell=t["cell"], repetition=t["repetition"], warmup=t["warmup"],
-            session=t["session"], turn=t["turn"], messages=messages, completion=reply,
-            prompt_sha256=t["prompt_sha256"], completion_sha256=t["completion_sha256"],
+            cell=t["cell"],
+            repetition=t["repetition"],
+            warmup=t["warmup"],
+            session=t["session"],
+            turn=t["turn"],
+            messages=messages,
+            completion=reply,
+            prompt_sha256=t["prompt_sha256"],
+            completion_sha256=t["completion_sha256"],
         )
     return out

@@ -199,8 +199,7 @@ def _check_exact(seen: Observations) -> Check:
             name="exact output length",
             status="yes",
             evidence=f"{got} of {n} tokens, finish_reason length (ignore_eos + min_tokens)",
-            consequence="every turn generates exactly output_tokens; one that does not is "
-            "invalid",
+            consequence="every turn generates exactly output_tokens; one that does not is invalid",
         )
     return Check(
         name="exact output length",
@@ -214,8 +213,11 @@ def _check_exact(seen: Observations) -> Check:
 def _check_cached(seen: Observations) -> Check:
     first, again = seen.cache_first, seen.cache_again
     names = seen.names
-    hint = (names.cached_usage_hint if names is not None and names.cached_usage_hint else
-            "on vLLM start with --enable-prompt-tokens-details, on SGLang --enable-cache-report")
+    hint = (
+        names.cached_usage_hint
+        if names is not None and names.cached_usage_hint
+        else "on vLLM start with --enable-prompt-tokens-details, on SGLang --enable-cache-report"
+    )
     not_reported = "cache effectiveness will print 'not reported'"
     if not again.ok or again.usage is None:
         why = _failure(again) if not again.ok else "no usage"
@@ -234,8 +236,10 @@ def _check_cached(seen: Observations) -> Check:
             consequence=f"{not_reported}; {hint}",
         )
     before = first.usage.cached_tokens if first.ok and first.usage is not None else None
-    seen_text = (f"repeat of a {again.usage.prompt_tokens}-token prompt: {cached} cached "
-                 f"(first send: {before if before is not None else 'not reported'})")
+    seen_text = (
+        f"repeat of a {again.usage.prompt_tokens}-token prompt: {cached} cached "
+        f"(first send: {before if before is not None else 'not reported'})"
+    )
     if cached > 0 and (before is None or cached > before):
         return Check(
             name="cached_tokens",
@@ -405,8 +409,7 @@ def _check_spec(seen: Observations) -> Check:
             return Check(
                 name=name,
                 status="yes",
-                evidence=f"{d:,.0f} draft tokens, {a:,.0f} accepted during the probe "
-                f"({a / d:.0%})",
+                evidence=f"{d:,.0f} draft tokens, {a:,.0f} accepted during the probe ({a / d:.0%})",
                 consequence="acceptance rate and mean accepted length reported per window",
             )
         if timed_drafts:
@@ -420,8 +423,9 @@ def _check_spec(seen: Observations) -> Check:
     if timed_drafts:
         return from_timings
     gauge = names.gauges.get("spec_accept_rate")
-    if gauge is not None and any(seen.after is not None and seen.after.has(r.name)
-                                 for r in gauge.reads):
+    if gauge is not None and any(
+        seen.after is not None and seen.after.has(r.name) for r in gauge.reads
+    ):
         return Check(
             name=name,
             status="partial",
@@ -479,10 +483,14 @@ def _check_identity(seen: Observations) -> Check:
             evidence="no system_fingerprint, /version or /props",
             consequence="results cannot tell server builds apart: say which in --note",
         )
-    saved = [x for x, have in (("fingerprint", fingerprint), ("version", seen.identity.version))
-             if have]
-    consequence = (f"{' and '.join(saved)} saved in result.json (target.server)" if saved
-                   else "not saved with results: say the build in --note")
+    saved = [
+        x for x, have in (("fingerprint", fingerprint), ("version", seen.identity.version)) if have
+    ]
+    consequence = (
+        f"{' and '.join(saved)} saved in result.json (target.server)"
+        if saved
+        else "not saved with results: say the build in --note"
+    )
     if isinstance(slots, int):
         consequence += f"; users beyond {slots} queue at the server"
     return Check(
@@ -505,8 +513,7 @@ def _check_reuse(seen: Observations) -> Check:
         status="partial",
         evidence=f"{resends} re-send{'s' if resends != 1 else ''} over {n} requests: the "
         "server had closed the pooled connection before they went out",
-        consequence="harmless: re-sent before the server read it, counted as resends, not "
-        "errors",
+        consequence="harmless: re-sent before the server read it, counted as resends, not errors",
     )
 
 

@@ -46,18 +46,51 @@ HELLO = [{"role": "user", "content": "Say hello in five words."}]
 # Plain words that are about one token each in tiktoken and in the models' tokenizers, so the
 # cache prompt is ~300 tokens on the target too (digits are one token each in Gemma's).
 _WORDS = (
-    "cache", "block", "prefix", "server", "token", "stream", "model", "prompt", "reply",
-    "session", "turn", "user", "agent", "tool", "file", "source", "window", "counter", "usage",
-    "length", "probe", "check", "queue", "slot", "batch", "decode", "prefill", "draft", "accept",
-    "engine", "request", "response", "chunk", "event", "table", "report", "value",
+    "cache",
+    "block",
+    "prefix",
+    "server",
+    "token",
+    "stream",
+    "model",
+    "prompt",
+    "reply",
+    "session",
+    "turn",
+    "user",
+    "agent",
+    "tool",
+    "file",
+    "source",
+    "window",
+    "counter",
+    "usage",
+    "length",
+    "probe",
+    "check",
+    "queue",
+    "slot",
+    "batch",
+    "decode",
+    "prefill",
+    "draft",
+    "accept",
+    "engine",
+    "request",
+    "response",
+    "chunk",
+    "event",
+    "table",
+    "report",
+    "value",
 )
 
 
 class ProbeReport(Frozen):
     """The probe's rows, in a fixed order, for one target and model.
 
-        report = await probe(target)
-        if report.check("exact output length").status != "yes": ...
+    report = await probe(target)
+    if report.check("exact output length").status != "yes": ...
     """
 
     base_url: str
@@ -163,9 +196,7 @@ def _cache_prompt(nonce: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
 
-async def _scrape(
-    http: aiohttp.ClientSession, url: str
-) -> tuple[Snapshot | None, str | None]:
+async def _scrape(http: aiohttp.ClientSession, url: str) -> tuple[Snapshot | None, str | None]:
     """(snapshot, None) or (None, why not)."""
     try:
         async with http.get(url) as resp:
@@ -196,9 +227,7 @@ async def _tokenizer(
     target: Target, model: str, transport: Transport, timeout_s: float
 ) -> tuple[str | None, int | None]:
     """(the target tokenizer's description, its count for the short request's chat)."""
-    found = await probe_tokenizer(
-        target.root_url, model, transport=transport, timeout_s=timeout_s
-    )
+    found = await probe_tokenizer(target.root_url, model, transport=transport, timeout_s=timeout_s)
     if found is None:
         return None, None
     async with found:
@@ -211,8 +240,7 @@ async def _tokenizer(
 
 # --- rendering ------------------------------------------------------------------------------
 
-_STYLES: dict[str, str] = {"yes": "green", "partial": "yellow", "no": "red",
-                           "not reported": "red"}
+_STYLES: dict[str, str] = {"yes": "green", "partial": "yellow", "no": "red", "not reported": "red"}
 
 
 def render(report: ProbeReport) -> Any:
@@ -223,9 +251,11 @@ def render(report: ProbeReport) -> Any:
 
     server = f" · {report.server} metrics" if report.server else ""
     table = Table(
-        "check", "status", "seen", "what workloads will do",
-        title=f"probe of {report.base_url} · model {report.model}{server} · "
-        f"{report.seconds:.1f} s",
+        "check",
+        "status",
+        "seen",
+        "what workloads will do",
+        title=f"probe of {report.base_url} · model {report.model}{server} · {report.seconds:.1f} s",
         title_justify="left",
         box=box.SIMPLE_HEAD,
         show_lines=True,  # rows wrap: a blank line keeps each row's two texts together

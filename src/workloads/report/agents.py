@@ -66,12 +66,19 @@ def _kind_cells(k: KindSummary, content: bool) -> list[str]:
         hit = eff = NOT_REPORTED
     else:
         hit = _pct(k.hit_rate)
-        eff = ("— (none shareable)" if k.cache_effectiveness is None
-               else ("" if k.shareable_exact else "~") + _pct(k.cache_effectiveness))
+        eff = (
+            "— (none shareable)"
+            if k.cache_effectiveness is None
+            else ("" if k.shareable_exact else "~") + _pct(k.cache_effectiveness)
+        )
     t = k.ttft_percentiles
-    cells = [f"{k.valid}/{k.records}", hit, eff,
-             percentile_text(t, 50.0) if t else missing,
-             percentile_text(t, 90.0) if t else missing]
+    cells = [
+        f"{k.valid}/{k.records}",
+        hit,
+        eff,
+        percentile_text(t, 50.0) if t else missing,
+        percentile_text(t, 90.0) if t else missing,
+    ]
     if content:
         c = k.ttft_content_percentiles
         cells.append(num(c.p50) if c else "—")
@@ -104,15 +111,20 @@ def kind_table(result: RunResult) -> ReportTable | None:
         every = list(result.summary.kinds)
     content = _content_differs(every)
     columns = [*_KIND_COLUMNS, *(["content TTFT p50 s"] if content else []), *_SIZE_COLUMNS]
-    title = ("By step kind — valid measured requests, sub-agents included; medians (TTFT "
-             "p50 and p90 with bounds); new and output tokens as drawn")
+    title = (
+        "By step kind — valid measured requests, sub-agents included; medians (TTFT "
+        "p50 and p90 with bounds); new and output tokens as drawn"
+    )
     if result.cells is not None:
-        table = ReportTable(title, ["C", "prior target", "kind", *columns], key=3,
-                            name="kinds")
+        table = ReportTable(title, ["C", "prior target", "kind", *columns], key=3, name="kinds")
         for cell, ks in per_cell:
             for k in ks or ():
-                table.add_row(str(cell.concurrency), f"{cell.prior_tokens:,}",
-                              KIND_LABELS[k.kind], *_kind_cells(k, content))
+                table.add_row(
+                    str(cell.concurrency),
+                    f"{cell.prior_tokens:,}",
+                    KIND_LABELS[k.kind],
+                    *_kind_cells(k, content),
+                )
     else:
         table = ReportTable(title, ["kind", *columns], key=1, name="kinds")
         for k in every:
@@ -124,8 +136,10 @@ def kind_table(result: RunResult) -> ReportTable | None:
     if any("[" in cell or cell.startswith("needs") for row in table.rows for cell in row):
         table.notes.append(BOUNDS_NOTE)
     if content:
-        table.notes.append("content TTFT: sent → first content text (TTFT also counts "
-                           "reasoning and tool-call deltas)")
+        table.notes.append(
+            "content TTFT: sent → first content text (TTFT also counts "
+            "reasoning and tool-call deltas)"
+        )
     return table
 
 
@@ -137,8 +151,9 @@ def cache_cliff_line(result: RunResult) -> str | None:
         return None
     head = f"cache after {plural(cliff.compactions, 'compaction')}: "
     if cliff.after_hit_rate is None:
-        return head + ("no valid step after one with cached tokens reported (hit rate "
-                       f"{NOT_REPORTED})")
+        return head + (
+            f"no valid step after one with cached tokens reported (hit rate {NOT_REPORTED})"
+        )
     return (
         head + f"the first step after each hit {_pct(cliff.after_hit_rate)} of its prompt "
         f"(n {cliff.after}) vs {_pct(cliff.other_hit_rate)} over the other human and tool "
@@ -151,9 +166,7 @@ def _measured(result: RunResult) -> list[TurnRecord]:
     return [r for r in result.records if not r.warmup and r.step_kind is not None]
 
 
-def _size_row(
-    table: ReportTable, label: str, p: Percentiles | None, digits: int | None
-) -> None:
+def _size_row(table: ReportTable, label: str, p: Percentiles | None, digits: int | None) -> None:
     if p is None:
         return
     table.add_row(label, *(num(v, digits) for v in (p.p50, p.p90, p.max)), f"{p.n:,}")
@@ -171,13 +184,15 @@ def drawn_sizes_table(result: RunResult) -> ReportTable | None:
     def of(kinds: tuple[StepKind, ...], field: str) -> Percentiles | None:
         return stats.percentiles(getattr(r, field) for r in records if r.step_kind in kinds)
 
-    table = ReportTable("Drawn sizes — measured steps (p50, p90, max)",
-                        ["drawn", "p50", "p90", "max", "n"], name="drawn")
+    table = ReportTable(
+        "Drawn sizes — measured steps (p50, p90, max)",
+        ["drawn", "p50", "p90", "max", "n"],
+        name="drawn",
+    )
     _size_row(table, "new tokens: human request", of(("human",), "new_tokens"), 0)
     _size_row(table, "new tokens: tool result", of(("tool",), "new_tokens"), 0)
     _size_row(table, "new tokens: sub-agent step", of(("subagent",), "new_tokens"), 0)
-    _size_row(table, "output tokens: steps", of(("human", "tool", "subagent"),
-                                                  "output_tokens"), 0)
+    _size_row(table, "output tokens: steps", of(("human", "tool", "subagent"), "output_tokens"), 0)
     _size_row(table, "output tokens: summaries", of(("compaction",), "output_tokens"), 0)
     scale = result.scenario.pacing.time_scale
     played = "" if scale == 1 else f", ×{scale:g}"
@@ -210,8 +225,10 @@ def sizes_line(result: RunResult) -> str:
     s = result.scenario
     parts = [f"opening {describe(s.opening_tokens)}"]
     if s.agent is not None:
-        parts += [f"tool result {describe(s.turn_tokens)}",
-                  f"human request {describe(s.agent.request_tokens)}"]
+        parts += [
+            f"tool result {describe(s.turn_tokens)}",
+            f"human request {describe(s.agent.request_tokens)}",
+        ]
     else:
         parts.append(f"new per turn {describe(s.turn_tokens)}")
     parts.append(f"output {describe(s.output_tokens)}")

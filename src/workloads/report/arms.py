@@ -11,8 +11,7 @@ from workloads.core.replay import judged, turn1_cache
 from workloads.model.results import RunResult
 from workloads.report.verdicts import turn1_text
 
-__all__ = ["CACHE_VARIABLE", "arm_problems", "cache_notes", "cache_value",
-           "target_differences"]
+__all__ = ["CACHE_VARIABLE", "arm_problems", "cache_notes", "cache_value", "target_differences"]
 
 # The variable under test that names the target's prefix cache: a replay on a warm cache
 # against a cold arm, compared on purpose.
@@ -30,8 +29,10 @@ def arm_problems(a: RunResult, b: RunResult) -> tuple[list[str], list[str]]:
             long.append(f"{name} is INVALID ({result.invalid_reason})")
             short.append(f"{name} invalid")
         if not result.complete:
-            long.append(f"{name} is INCOMPLETE (interrupted: its figures cover only the turns "
-                        "measured before it stopped)")
+            long.append(
+                f"{name} is INCOMPLETE (interrupted: its figures cover only the turns "
+                "measured before it stopped)"
+            )
             short.append(f"{name} incomplete")
     return long, short
 
@@ -60,8 +61,11 @@ def cache_value(result: RunResult) -> str:
     """An arm's value of the ``cache`` variable: a replay's state, or "as run", with its
     turn 1's hit rate."""
     t = turn1_cache(result.records)
-    rate = f"turn 1 cached {t.hit_rate:.1%}" if t is not None and t.hit_rate is not None \
+    rate = (
+        f"turn 1 cached {t.hit_rate:.1%}"
+        if t is not None and t.hit_rate is not None
         else "turn 1 cached: not reported"
+    )
     if result.replay is None:
         return f"as run ({rate})"
     state = judged(result.replay, result.records).cache or "not known"
@@ -96,9 +100,13 @@ def target_differences(a: RunResult, b: RunResult) -> list[str]:
     if pa is not None and pb is not None and pa != pb:
         fa, fb = _flat(pa), _flat(pb)
         keys = sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))
-        listed = "; ".join(f"{k} {fa.get(k)!r} vs {fb.get(k)!r}"
-                           for k in keys[:PROFILE_KEYS_LISTED])
-        more = f"; and {len(keys) - PROFILE_KEYS_LISTED} more" \
-            if len(keys) > PROFILE_KEYS_LISTED else ""
+        listed = "; ".join(
+            f"{k} {fa.get(k)!r} vs {fb.get(k)!r}" for k in keys[:PROFILE_KEYS_LISTED]
+        )
+        more = (
+            f"; and {len(keys) - PROFILE_KEYS_LISTED} more"
+            if len(keys) > PROFILE_KEYS_LISTED
+            else ""
+        )
         out.append(f"simulator profiles differ: {listed}{more}")
     return out

@@ -83,13 +83,18 @@ from workloads.report.table import Line, ReportTable
 from workloads.report.text import format_band
 
 __all__ = [
-    "Comparison", "MetricComparison", "compare", "comparison_lines", "comparison_table",
+    "Comparison",
+    "MetricComparison",
+    "compare",
+    "comparison_lines",
+    "comparison_table",
     "familywise",
 ]
 
 MatchClass = Literal["matched", "matched_with_tokenizer_delta", "unmatched"]
-Outcome = Literal["better", "worse", "not significant", "too few repetitions", "not reported",
-                  "no verdict"]
+Outcome = Literal[
+    "better", "worse", "not significant", "too few repetitions", "not reported", "no verdict"
+]
 TOKENIZER_DELTA_LIMIT = 0.01
 MIN_EFFECT = 0.02  # smaller differences are not called significant (same-host drift)
 SUMMED = "Σ streams †"  # the aggregate's name where streams need not overlap (free pacing)
@@ -172,8 +177,13 @@ class MetricComparison:
             return f"no value from {where}, {n}"
         t = self.test
         ratio = self.ratio
-        figure = (f"{t.ratio:.2f}x [{t.low:.2f}-{t.high:.2f}]" if t is not None
-                  else f"{ratio:.2f}x" if ratio is not None else "no ratio (A is 0)")
+        figure = (
+            f"{t.ratio:.2f}x [{t.low:.2f}-{t.high:.2f}]"
+            if t is not None
+            else f"{ratio:.2f}x"
+            if ratio is not None
+            else "no ratio (A is 0)"
+        )
         if t is not None and outcome in ("better", "worse"):
             return f"{figure} ({t.ratio - 1:+.1%}) {outcome}, {n}"
         if outcome == "no verdict":
@@ -219,8 +229,11 @@ class Comparison:
         """The match class, with "warm cache" when a replay arm found one."""
         if not self.cache:
             return self.match
-        return "matched prompts, warm cache" if self.match == "matched" \
+        return (
+            "matched prompts, warm cache"
+            if self.match == "matched"
             else f"{self.match}, warm cache"
+        )
 
 
 @dataclass(frozen=True)
@@ -245,8 +258,9 @@ def _cells(result: RunResult) -> list[_Cell]:
     if result.cells is None:
         windows[0] = result.window
     return [
-        _Cell(c.index, (c.concurrency, c.prior_tokens), by_cell.get(c.index, []),
-              windows.get(c.index))
+        _Cell(
+            c.index, (c.concurrency, c.prior_tokens), by_cell.get(c.index, []), windows.get(c.index)
+        )
         for c in result.scenario.cells()
     ]
 
@@ -255,21 +269,25 @@ def _coordinate(c: Coordinate) -> str:
     return f"C{c[0]} · prior {c[1]:,}"
 
 
-def _pairs(cells_a: list[_Cell], cells_b: list[_Cell],
-           by_position: bool) -> tuple[list[tuple[_Cell, _Cell]], list[str]]:
+def _pairs(
+    cells_a: list[_Cell], cells_b: list[_Cell], by_position: bool
+) -> tuple[list[tuple[_Cell, _Cell]], list[str]]:
     """The cells to compare, paired by coordinate, or by position in the sweep (a variable
     under test may move the coordinates); and what is left unpaired, per arm."""
     if by_position:
         pairs = list(zip(cells_a, cells_b, strict=False))
-        only_a, only_b = cells_a[len(pairs):], cells_b[len(pairs):]
+        only_a, only_b = cells_a[len(pairs) :], cells_b[len(pairs) :]
     else:
         in_b = {c.coordinate: c for c in cells_b}
         in_a = {c.coordinate for c in cells_a}
         pairs = [(c, in_b[c.coordinate]) for c in cells_a if c.coordinate in in_b]
         only_a = [c for c in cells_a if c.coordinate not in in_b]
         only_b = [c for c in cells_b if c.coordinate not in in_a]
-    only = [f"{name} only: {', '.join(_coordinate(c.coordinate) for c in cells)}"
-            for name, cells in (("A", only_a), ("B", only_b)) if cells]
+    only = [
+        f"{name} only: {', '.join(_coordinate(c.coordinate) for c in cells)}"
+        for name, cells in (("A", only_a), ("B", only_b))
+        if cells
+    ]
     return pairs, only
 
 
@@ -279,8 +297,10 @@ def _where(a: _Cell, b: _Cell, swept: bool) -> str:
     if not swept:
         return ""
     parts = []
-    for form, x, y in (("C{:,}", a.coordinate[0], b.coordinate[0]),
-                       ("prior {:,}", a.coordinate[1], b.coordinate[1])):
+    for form, x, y in (
+        ("C{:,}", a.coordinate[0], b.coordinate[0]),
+        ("prior {:,}", a.coordinate[1], b.coordinate[1]),
+    ):
         parts.append(form.format(x) if x == y else f"{form.format(x)} vs {form.format(y)}")
     return " · ".join(parts) + " · "
 
@@ -347,23 +367,39 @@ def _values(figures: list[float | None]) -> tuple[float, ...]:
     return tuple(v for v in figures if v is not None)
 
 
-def _row(prefix: str, name: str, unit: str, higher: bool, xs: list[float | None],
-         ys: list[float | None], min_effect: float) -> MetricComparison:
+def _row(
+    prefix: str,
+    name: str,
+    unit: str,
+    higher: bool,
+    xs: list[float | None],
+    ys: list[float | None],
+    min_effect: float,
+) -> MetricComparison:
     return MetricComparison(
-        prefix + name, unit, stats.band(xs), stats.band(ys), higher,
-        _values(xs), _values(ys), min_effect,
+        prefix + name,
+        unit,
+        stats.band(xs),
+        stats.band(ys),
+        higher,
+        _values(xs),
+        _values(ys),
+        min_effect,
     )
 
 
-def _run_metrics(prefix: str, a: _Cell, b: _Cell, min_effect: float,
-                 free: bool) -> list[MetricComparison]:
+def _run_metrics(
+    prefix: str, a: _Cell, b: _Cell, min_effect: float, free: bool
+) -> list[MetricComparison]:
     ra = aggregate.repetitions(a.records, users=a.users)
     rb = aggregate.repetitions(b.records, users=b.users)
 
-    def row(name: str, unit: str, get: Callable[[RepetitionFigures], float | None],
-            higher: bool) -> MetricComparison:
-        return _row(prefix, name, unit, higher, [get(f) for f in ra], [get(f) for f in rb],
-                    min_effect)
+    def row(
+        name: str, unit: str, get: Callable[[RepetitionFigures], float | None], higher: bool
+    ) -> MetricComparison:
+        return _row(
+            prefix, name, unit, higher, [get(f) for f in ra], [get(f) for f in rb], min_effect
+        )
 
     summed = row(SUMMED if free else "aggregate", "tok/s", lambda f: f.aggregate_rate, True)
     per_user = row("per-user median", "tok/s", lambda f: f.per_user_rate, True)
@@ -372,10 +408,18 @@ def _run_metrics(prefix: str, a: _Cell, b: _Cell, min_effect: float,
     metrics.append(row("TTFT median", "s", lambda f: f.ttft_s, False))
     # Window figures: one value per arm (the whole measured window), so shown, never tested.
     window_rows: list[tuple[str, str, bool, Callable[[Window], float | None]]] = [
-        ("spec acceptance (window)", "", True,
-         lambda w: w.server.spec_acceptance_rate if w.server else None),
-        ("J per token (window)", "J", False,
-         lambda w: w.energy.joules_per_token if w.energy else None),
+        (
+            "spec acceptance (window)",
+            "",
+            True,
+            lambda w: w.server.spec_acceptance_rate if w.server else None,
+        ),
+        (
+            "J per token (window)",
+            "J",
+            False,
+            lambda w: w.energy.joules_per_token if w.energy else None,
+        ),
     ]
     for label, what, up, read in window_rows:
         wa = [read(a.window)] if a.window is not None else []
@@ -399,8 +443,9 @@ def _run_metrics(prefix: str, a: _Cell, b: _Cell, min_effect: float,
             row_b = [get(f) for f in xb]
             if index and not _values(row_a) and not _values(row_b):
                 continue  # e.g. cache effectiveness where the server reports no cached tokens
-            metrics.append(_row(prefix, f"turn {turn} {name}", unit, higher, row_a, row_b,
-                                min_effect))
+            metrics.append(
+                _row(prefix, f"turn {turn} {name}", unit, higher, row_a, row_b, min_effect)
+            )
     return metrics
 
 
@@ -415,6 +460,7 @@ def familywise(metrics: list[MetricComparison]) -> list[MetricComparison]:
 
 def _hash_match(a: _Cell, b: _Cell) -> tuple[int, int, int]:
     """(pairs compared by prompt hash, pairs that differ, records without a hash)."""
+
     def keyed(cell: _Cell) -> tuple[dict[tuple[int, int, int], str], int]:
         reps = sorted({r.repetition for r in cell.records})
         ordinal = {rep: i for i, rep in enumerate(reps)}  # measured repetitions, from 0
@@ -445,17 +491,18 @@ def compare(
 ) -> Comparison:
     """Compare arm ``a`` (baseline) with arm ``b``. Raises IncomparableError unless forced.
 
-        comparison = compare(load_result("runs/a"), load_result("runs/b"), variable="sampling")
-        for m in comparison.metrics:
-            print(m.name, m.verdict)
+    comparison = compare(load_result("runs/a"), load_result("runs/b"), variable="sampling")
+    for m in comparison.metrics:
+        print(m.name, m.verdict)
     """
     problems = _scenario_differences(a, b, variable)
     if a.target.model != b.target.model and variable != "model":
         problems.append(f"model: {a.target.model!r} vs {b.target.model!r}")
     values = None if variable is None else _variable_values(a, b, variable)
     # A field (or the model) that differs is meant to: the prompts may differ with it.
-    excuses = variable not in (None, CACHE_VARIABLE) and values is not None \
-        and values[0] != values[1]
+    excuses = (
+        variable not in (None, CACHE_VARIABLE) and values is not None and values[0] != values[1]
+    )
     swept = a.scenario.swept or b.scenario.swept
     pairs, only = _pairs(_cells(a), _cells(b), by_position=variable is not None)
     if only:
@@ -571,15 +618,26 @@ def comparison_lines(result: Comparison, name_a: str, name_b: str) -> list[Line]
         if result.prompts_excused:
             delta = f"the prompts differ with the variable under test: {delta}"
     arms = "".join(f" · {arm}" for arm in result.arms)
-    lines = [Line(f"A = {name_a}, B = {name_b}{arms} · {result.headline} · {delta}",
-                  "error" if result.withheld else "")]
+    lines = [
+        Line(
+            f"A = {name_a}, B = {name_b}{arms} · {result.headline} · {delta}",
+            "error" if result.withheld else "",
+        )
+    ]
     if result.withheld:
-        lines.append(Line(f"no verdicts ({result.arm_tags}): an invalid or incomplete arm "
-                          "is not timed against another (--force gives them, and says so)",
-                          "error"))
+        lines.append(
+            Line(
+                f"no verdicts ({result.arm_tags}): an invalid or incomplete arm "
+                "is not timed against another (--force gives them, and says so)",
+                "error",
+            )
+        )
     if result.variable is not None:
-        values = (f": A {result.variable_values[0]} · B {result.variable_values[1]}"
-                  if result.variable_values else "")
+        values = (
+            f": A {result.variable_values[0]} · B {result.variable_values[1]}"
+            if result.variable_values
+            else ""
+        )
         lines.append(Line(f"variable under test: {result.variable}{values}"))
     lines += [Line(f"warm cache: {note}", "warning") for note in result.cache]
     lines += [Line(f"targets differ: {difference}", "warning") for difference in result.targets]
@@ -600,15 +658,19 @@ def comparison_table(result: Comparison, *, min_effect: float = MIN_EFFECT) -> R
         f"interval, and n values per arm (A/B); significant when Welch's t on log values "
         f"(≥ 3 repetitions a side; alpha 0.05 over all {tested} tested rows, Bonferroni) "
         f"excludes 1 and the difference is ≥ {min_effect:.0%}",
-        ["figure", "A", "B", "B vs A [interval]"], name="compare", left=(3,),
+        ["figure", "A", "B", "B vs A [interval]"],
+        name="compare",
+        left=(3,),
     )
     for m in result.metrics:
         unit = f" ({m.unit})" if m.unit else ""
         digits = 3 if m.unit in ("", "s") else None
-        table.add_row(f"{m.name}{unit}", format_band(m.a, digits), format_band(m.b, digits),
-                      m.verdict)
+        table.add_row(
+            f"{m.name}{unit}", format_band(m.a, digits), format_band(m.b, digits), m.verdict
+        )
     if result.free:
         table.notes.append(
             "† free or arrivals pacing: a turn's streams need not overlap in time, so their "
-            "Σ overstates throughput; wall throughput (Σ tokens / span) leads")
+            "Σ overstates throughput; wall throughput (Σ tokens / span) leads"
+        )
     return table

@@ -37,14 +37,26 @@ def plot_rows(result: Comparison) -> list[PlotRow]:
     rows = []
     for m in result.metrics:
         t = m.test
-        rows.append(PlotRow(
-            f"{m.name} ({m.unit})" if m.unit else m.name, m.ratio,
-            t.low if t is not None else None, t.high if t is not None else None, m.outcome))
+        rows.append(
+            PlotRow(
+                f"{m.name} ({m.unit})" if m.unit else m.name,
+                m.ratio,
+                t.low if t is not None else None,
+                t.high if t is not None else None,
+                m.outcome,
+            )
+        )
     return rows
 
 
-def compare_plot(result: Comparison, path: str | Path, *, name_a: str = "A",
-                 name_b: str = "B", min_effect: float | None = None) -> Path | None:
+def compare_plot(
+    result: Comparison,
+    path: str | Path,
+    *,
+    name_a: str = "A",
+    name_b: str = "B",
+    min_effect: float | None = None,
+) -> Path | None:
     """Write the plot to ``path``; None without matplotlib (the plots extra).
     ``min_effect``: the band shaded around 1 (default: the comparison's own)."""
     try:
@@ -55,16 +67,18 @@ def compare_plot(result: Comparison, path: str | Path, *, name_a: str = "A",
     except ImportError:
         return None
     rows = plot_rows(result)
-    effect = min_effect if min_effect is not None else (
-        result.metrics[0].min_effect if result.metrics else 0.0)
+    effect = (
+        min_effect
+        if min_effect is not None
+        else (result.metrics[0].min_effect if result.metrics else 0.0)
+    )
     fig, ax = plt.subplots(figsize=(9, 1.2 + 0.32 * max(len(rows), 1)), layout="constrained")
     try:
         ys = list(range(len(rows)))[::-1]  # the table's first row at the top
         for y, row in zip(ys, rows, strict=True):
             color = _COLORS.get(row.outcome, "tab:gray")
             if row.ratio is None:
-                ax.text(1.0, y, "no value", ha="center", va="center", fontsize=8,
-                        color="tab:gray")
+                ax.text(1.0, y, "no value", ha="center", va="center", fontsize=8, color="tab:gray")
                 continue
             if row.low is not None and row.high is not None:
                 ax.plot([row.low, row.high], [y, y], color=color, linewidth=2)
@@ -81,9 +95,12 @@ def compare_plot(result: Comparison, path: str | Path, *, name_a: str = "A",
         ax.set_yticks(ys, [r.label for r in rows], fontsize=8)
         ax.set_ylim(-0.7, len(rows) - 0.3)
         shaded = f"; shaded: under {effect:.0%} apart, never significant" if effect > 0 else ""
-        ax.set_xlabel(f"B/A ({name_b} / {name_a}, log scale): ratio of geometric means with its "
-                      f"interval{shaded}\ngreen better, red worse, gray no verdict; × a ratio "
-                      "of medians (too few repetitions for an interval)", fontsize=8)
+        ax.set_xlabel(
+            f"B/A ({name_b} / {name_a}, log scale): ratio of geometric means with its "
+            f"interval{shaded}\ngreen better, red worse, gray no verdict; × a ratio "
+            "of medians (too few repetitions for an interval)",
+            fontsize=8,
+        )
         ax.grid(alpha=0.3, axis="x")
         ax.set_title(f"A = {name_a}, B = {name_b}: {result.headline}", fontsize=9)
         out = Path(path)

@@ -76,8 +76,7 @@ def turn_table(result: RunResult) -> ReportTable:
     table = ReportTable(
         "Per turn — rates: median over measured repetitions (min–max); TTFT and prefill: "
         "median over requests (min–max)",
-        ["turn", *(f.label for f in figures), "TTFT s", "prefill tok/s", "uncached tok/s",
-         "valid"],
+        ["turn", *(f.label for f in figures), "TTFT s", "prefill tok/s", "uncached tok/s", "valid"],
         name="turns",
     )
     notes = []
@@ -98,15 +97,22 @@ def turn_table(result: RunResult) -> ReportTable:
             *cells,
             format_band(t.ttft_s, missing=missing),
             format_band(t.prefill_rate, 0, missing=missing, compact=True),
-            format_band(t.uncached_prefill_rate, 0, compact=True,
-                        missing=missing if not t.valid else NOT_REPORTED),
+            format_band(
+                t.uncached_prefill_rate,
+                0,
+                compact=True,
+                missing=missing if not t.valid else NOT_REPORTED,
+            ),
             f"{t.valid}/{t.records}" + (f", {t.cancelled} cancelled" if t.cancelled else ""),
         )
     captions = [note] if (note := rates.dagger_note(result)) else []
     if len(notes) > 3:  # one line, not one clause per turn
         low = min(t.streams.low for t in partial if t.streams) if partial else 0
-        why = " (sessions that played fewer steps, or failed turns)" \
-            if result.scenario.agent is not None else ""
+        why = (
+            " (sessions that played fewer steps, or failed turns)"
+            if result.scenario.agent is not None
+            else ""
+        )
         notes = [
             f"turns {', '.join(str(t.turn) for t in partial)}: some repetitions summed fewer "
             f"valid streams than the {plural(users, 'user')}{why}, as few as {low:,.0f}"
@@ -147,8 +153,15 @@ def cache_table(result: RunResult) -> ReportTable:
     table = ReportTable(
         "Per turn — tokens (median, min–max); cache effectiveness = cached / shareable prefix"
         + (" (~ estimated)" if estimated else ""),
-        ["turn", *(["configured prompt"] if configured else []), "prompt (server)",
-         "shareable", "cached", "cache eff.", *(["spec accepted"] if spec else [])],
+        [
+            "turn",
+            *(["configured prompt"] if configured else []),
+            "prompt (server)",
+            "shareable",
+            "cached",
+            "cache eff.",
+            *(["spec accepted"] if spec else []),
+        ],
         name="tokens",
     )
     if spec:
@@ -208,7 +221,7 @@ LOW_IN_FLIGHT = 0.5  # of users: below it, "C32" needs the in-flight mean and it
 
 
 def users_label(result: RunResult) -> str:
-    """"C32", and when free or arrivals pacing kept fewer requests in flight than half the
+    """ "C32", and when free or arrivals pacing kept fewer requests in flight than half the
     users, what ran and why: how many sessions were active at once on average (between
     their first send and last response) and how much of that time each had a request in
     flight. Their product is the time-weighted mean in flight (one request at a time per
@@ -226,9 +239,11 @@ def users_label(result: RunResult) -> str:
     busy = sum(e - t for v in sessions.values() for t, e in v)
     if spans <= 0 or c.span_s <= 0:
         return label
-    return (f"{label} (requests in flight averaged {c.mean:.1f}: "
-            f"{spans / 1e9 / c.span_s:.1f} sessions active at a time on average, each with a "
-            f"request in flight {busy / spans:.0%} of that time and between turns the rest)")
+    return (
+        f"{label} (requests in flight averaged {c.mean:.1f}: "
+        f"{spans / 1e9 / c.span_s:.1f} sessions active at a time on average, each with a "
+        f"request in flight {busy / spans:.0%} of that time and between turns the rest)"
+    )
 
 
 def coordinates_line(result: RunResult) -> str:
@@ -243,10 +258,15 @@ def coordinates_line(result: RunResult) -> str:
         actual = "—"
     repetitions = plural(result.summary.run.measured_repetitions, "measured repetition")
     if s.sizes_vary:  # one number per size would be wrong: name each drawn size's median
-        steps = (f"up to {plural(s.turns, 'step')} per session" if s.agent is not None
-                 else plural(s.turns, "turn"))
-        return (f"{users_label(result)} · actual prompt tokens {actual} (server count) · "
-                f"{agents.sizes_line(result)} · {steps} × {repetitions}")
+        steps = (
+            f"up to {plural(s.turns, 'step')} per session"
+            if s.agent is not None
+            else plural(s.turns, "turn")
+        )
+        return (
+            f"{users_label(result)} · actual prompt tokens {actual} (server count) · "
+            f"{agents.sizes_line(result)} · {steps} × {repetitions}"
+        )
     return (
         f"{users_label(result)} · actual prompt tokens {actual} (server count) · "
         f"{describe(s.output_tokens)} generated per turn · depth "
@@ -291,21 +311,21 @@ def run_line(result: RunResult) -> str:
     return line
 
 
-
 def sweep_table(result: RunResult) -> ReportTable:
     """One row per cell, shaped like seed 000's throughput rows: configured prior-token
     target, actual prompt tokens (server count), median generation rate and its range."""
     cells = result.cells or []
     concurrent = any(c.concurrency > 1 for c in cells)
-    names = ["C", "prior target", "configured prompt", "actual prompt", "median tok/s",
-             "range"]
+    names = ["C", "prior target", "configured prompt", "actual prompt", "median tok/s", "range"]
     # No aggregate where streams need not overlap: the wall throughput (per repetition).
     free = rates.free_pacing(result)
     names += [(rates.WALL if free else rates.AGGREGATE).label] if concurrent else []
     names += ["TTFT s", "requests/s", "valid"]
     table = ReportTable(
         "Per cell — turn-1 prompt tokens; generation rate over valid measured turns",
-        names, key=2, name="cells",
+        names,
+        key=2,
+        name="cells",
     )
     for cell in cells:
         first = cell.summary.turns[0] if cell.summary.turns else None
@@ -321,13 +341,14 @@ def sweep_table(result: RunResult) -> ReportTable:
         ]
         wall = run.wall_aggregate_rate.median if run.wall_aggregate_rate else None
         row += [num(wall if free else run.aggregate_rate)] if concurrent else []
-        row += [num(run.ttft_s.median if run.ttft_s else None, 2),
-                num(run.request_rate.median if run.request_rate else None),
-                f"{run.valid}/{run.records}"
-                + (f", {run.cancelled} cancelled" if run.cancelled else "")]
+        row += [
+            num(run.ttft_s.median if run.ttft_s else None, 2),
+            num(run.request_rate.median if run.request_rate else None),
+            f"{run.valid}/{run.records}"
+            + (f", {run.cancelled} cancelled" if run.cancelled else ""),
+        ]
         table.add_row(*row)
     return table
-
 
 
 def sweep_line(result: RunResult) -> str:
@@ -344,7 +365,6 @@ def sweep_line(result: RunResult) -> str:
         f"{measured} "
         f"measured (+{s.repetitions.warmup} warm-up) per cell"
     )
-
 
 
 def trace_lines(result: RunResult) -> list[str]:
@@ -375,8 +395,7 @@ def _trace_coordinates(result: RunResult) -> str:
     if prompts:
         actual = f"{min(p.low for p in prompts):,.0f}–{max(p.high for p in prompts):,.0f}"
     runs = plural(result.summary.run.measured_repetitions, "measured repetition")
-    return (f"open loop, one turn per request · prompt tokens {actual} (server count) · "
-            f"{runs}")
+    return f"open loop, one turn per request · prompt tokens {actual} (server count) · {runs}"
 
 
 def sizing_line(result: RunResult) -> str | None:
@@ -386,8 +405,10 @@ def sizing_line(result: RunResult) -> str | None:
         return None
     if result.trace is not None:
         how = f"the target's {z.tokenizer}" if z.exact else z.tokenizer
-        return (f"trace blocks cut to {result.trace.block_tokens} tokens by {how}: "
-                f"{z.calls:,} calls, {z.seconds:.1f} s, all before the window")
+        return (
+            f"trace blocks cut to {result.trace.block_tokens} tokens by {how}: "
+            f"{z.calls:,} calls, {z.seconds:.1f} s, all before the window"
+        )
     if z.exact:
         estimated = _estimate_sized(result)
         why = "quiet sizing: no /tokenize call while streams were in flight"
@@ -410,8 +431,11 @@ def sizing_line(result: RunResult) -> str | None:
 def _estimate_sized(result: RunResult) -> int:
     """Measured turns sized without the target's /tokenize count (quiet sizing inside the
     window, or a failed call), though the target has one."""
-    return sum(1 for r in result.records if not r.warmup and r.tokenized_prompt_tokens is None
-               and r.prompt_tokens is not None)
+    return sum(
+        1
+        for r in result.records
+        if not r.warmup and r.tokenized_prompt_tokens is None and r.prompt_tokens is not None
+    )
 
 
 def _pct(value: float | None) -> str:
@@ -426,25 +450,43 @@ def sweep_server_table(result: RunResult) -> ReportTable | None:
         return None
     table = ReportTable(
         "Per cell — cache (from usage) and the server's window figures",
-        ["C", "prior target", "cache eff.", "hit rate", "server hit rate", "counters",
-         "KV peak", "preemptions"],
-        key=2, name="cells_server", left=(5,),
+        [
+            "C",
+            "prior target",
+            "cache eff.",
+            "hit rate",
+            "server hit rate",
+            "counters",
+            "KV peak",
+            "preemptions",
+        ],
+        key=2,
+        name="cells_server",
+        left=(5,),
     )
-    speculating = any(c.window.server is not None
-                      and c.window.server.spec_acceptance_rate is not None for c in result.cells)
+    speculating = any(
+        c.window.server is not None and c.window.server.spec_acceptance_rate is not None
+        for c in result.cells
+    )
     if speculating:
         table.columns.append("acceptance")
     for cell in result.cells:
-        valid = [r for r in result.records if r.cell == cell.cell and r.valid
-                 and not r.warmup and r.cached_tokens is not None]
+        valid = [
+            r
+            for r in result.records
+            if r.cell == cell.cell and r.valid and not r.warmup and r.cached_tokens is not None
+        ]
         both = [r for r in valid if r.shareable_tokens is not None]
         shareable = sum(r.shareable_tokens or 0 for r in both)
         prompt = sum(r.prompt_tokens or 0 for r in valid)
         if not valid:
             eff, hit = NOT_REPORTED, NOT_REPORTED
         else:
-            eff = ("— (none shareable)" if shareable == 0
-                   else _pct(sum(r.cached_tokens or 0 for r in both) / shareable))
+            eff = (
+                "— (none shareable)"
+                if shareable == 0
+                else _pct(sum(r.cached_tokens or 0 for r in both) / shareable)
+            )
             hit = _pct(sum(r.cached_tokens or 0 for r in valid) / prompt if prompt else None)
         t = cell.window.server
         if t is None or t.server is None or not t.metrics_used:
@@ -452,10 +494,16 @@ def sweep_server_table(result: RunResult) -> ReportTable | None:
         else:
             verdicts = [r.verdict for r in t.reconciliation]
             differs = verdicts.count("differs")
-            counters = ("reconcile" if verdicts and all(v == "reconciles" for v in verdicts)
-                        else f"{differs} differ" if differs else "unknown")
+            counters = (
+                "reconcile"
+                if verdicts and all(v == "reconciles" for v in verdicts)
+                else f"{differs} differ"
+                if differs
+                else "unknown"
+            )
             server = [
-                _pct(t.prefix_cache_hit_rate) if t.prefix_cache_hit_rate is not None
+                _pct(t.prefix_cache_hit_rate)
+                if t.prefix_cache_hit_rate is not None
                 else NOT_REPORTED,
                 counters,
                 "—" if t.kv_usage_peak is None else f"{t.kv_usage_peak:.1%}",
@@ -468,9 +516,7 @@ def sweep_server_table(result: RunResult) -> ReportTable | None:
     return table
 
 
-def _latency_rows(
-    table: ReportTable, key: list[str], p: dict[str, Percentiles | None]
-) -> None:
+def _latency_rows(table: ReportTable, key: list[str], p: dict[str, Percentiles | None]) -> None:
     for figure, (scale, digits) in _LATENCY_UNITS.items():
         d = p[figure]
         if d is None:
@@ -491,39 +537,56 @@ def latency_table(result: RunResult) -> ReportTable | None:
     if result.cells is not None:
         table = ReportTable(
             "Per cell — latency over valid measured requests (ITL: gaps between content chunks)",
-            ["C", "prior target", "latency", *columns], key=3, name="latency",
+            ["C", "prior target", "latency", *columns],
+            key=3,
+            name="latency",
         )
         for cell in result.cells:
             run = cell.summary.run
-            _latency_rows(table, [str(cell.concurrency), f"{cell.prior_tokens:,}"], {
-                "TTFT s": run.ttft_percentiles, "ITL ms": run.itl_percentiles,
-                "E2E s": run.e2e_percentiles,
-            })
+            _latency_rows(
+                table,
+                [str(cell.concurrency), f"{cell.prior_tokens:,}"],
+                {
+                    "TTFT s": run.ttft_percentiles,
+                    "ITL ms": run.itl_percentiles,
+                    "E2E s": run.e2e_percentiles,
+                },
+            )
     else:
         table = ReportTable(
             "Latency over valid measured requests (ITL: gaps between content chunks)",
-            ["turn", "latency", *columns], key=2, name="latency",
+            ["turn", "latency", *columns],
+            key=2,
+            name="latency",
         )
         for t in result.summary.turns:
-            _latency_rows(table, [str(t.turn)], {
-                "TTFT s": t.ttft_percentiles, "ITL ms": t.itl_percentiles,
-                "E2E s": t.e2e_percentiles,
-            })
+            _latency_rows(
+                table,
+                [str(t.turn)],
+                {
+                    "TTFT s": t.ttft_percentiles,
+                    "ITL ms": t.itl_percentiles,
+                    "E2E s": t.e2e_percentiles,
+                },
+            )
         run = result.summary.run
         if len(result.summary.turns) > 1:
-            _latency_rows(table, ["all"], {
-                "TTFT s": run.ttft_percentiles, "ITL ms": run.itl_percentiles,
-                "E2E s": run.e2e_percentiles,
-            })
+            _latency_rows(
+                table,
+                ["all"],
+                {
+                    "TTFT s": run.ttft_percentiles,
+                    "ITL ms": run.itl_percentiles,
+                    "E2E s": run.e2e_percentiles,
+                },
+            )
     if not table.rows:
         return None
     itl = any(row[table.key - 1] == "ITL ms" for row in table.rows)
     if any("[" in cell or cell.startswith("needs") for row in table.rows for cell in row):
         table.notes.append(BOUNDS_NOTE + (goodput.ITL_BOUNDS_NOTE if itl else ""))
     if not itl:
-        table.notes.append(
-            "ITL not recorded: these records carry no content-chunk arrival times"
-        )
+        table.notes.append("ITL not recorded: these records carry no content-chunk arrival times")
     return table
 
 
@@ -537,13 +600,17 @@ def scenarios_table(scenarios: Sequence[Scenario]) -> ReportTable:
     table = ReportTable(
         "Scenarios — run one with: python -m workloads run NAME",
         ["name", "users", "turns", "opening", "new/turn", "output", "what"],
-        name="scenarios", left=(6,),
+        name="scenarios",
+        left=(6,),
     )
     for s in scenarios:
         cells = s.cells()
         table.add_row(
-            s.name, axis({c.concurrency for c in cells}), str(s.turns),
-            axis({c.prior_tokens for c in cells}), describe(s.turn_tokens),
+            s.name,
+            axis({c.concurrency for c in cells}),
+            str(s.turns),
+            axis({c.prior_tokens for c in cells}),
+            describe(s.turn_tokens),
             describe(s.output_tokens),
             s.description or "",
         )
@@ -556,8 +623,7 @@ def concurrency_line(result: RunResult) -> str | None:
     c = result.concurrency
     if c is None:
         return None
-    return (f"in flight: mean {c.mean:.1f}, max {c.max} requests over the measured "
-            f"{c.span_s:,.1f} s")
+    return f"in flight: mean {c.mean:.1f}, max {c.max} requests over the measured {c.span_s:,.1f} s"
 
 
 def client_line(result: RunResult) -> str | None:
@@ -569,8 +635,10 @@ def client_line(result: RunResult) -> str | None:
     def ms(value: float | None) -> str:
         return "—" if value is None else f"{num(value)} ms"
 
-    parts = [f"event-loop lag p50 {ms(c.loop_lag_p50_ms)}, p99 {ms(c.loop_lag_p99_ms)}, "
-             f"max {ms(c.loop_lag_max_ms)}"]
+    parts = [
+        f"event-loop lag p50 {ms(c.loop_lag_p50_ms)}, p99 {ms(c.loop_lag_p99_ms)}, "
+        f"max {ms(c.loop_lag_max_ms)}"
+    ]
     if c.cpu_share is not None:
         parts.append(f"CPU {c.cpu_share:.2f} of a core")
     if c.send_delay_p50_ms is not None:
@@ -585,21 +653,27 @@ def records_notes(result: RunResult, records_path: Path) -> list[str]:
     killed mid-write: the line is skipped), or fewer turns than the scenario sends."""
     notes = []
     if not records_path.exists():
-        return [f"{records_path} is missing: the figures are the summaries saved in the "
-                "result, not recomputed"]
+        return [
+            f"{records_path} is missing: the figures are the summaries saved in the "
+            "result, not recomputed"
+        ]
     with records_path.open("rb") as f:
         f.seek(0, 2)
         size = f.tell()
         f.seek(max(0, size - 1))
         torn = size > 0 and f.read(1) != b"\n"
     if torn:
-        notes.append(f"{records_path} ends in a torn line (the run was killed while writing "
-                     "it): that turn is left out")
+        notes.append(
+            f"{records_path} ends in a torn line (the run was killed while writing "
+            "it): that turn is left out"
+        )
     expected = planned_requests(result.scenario)
     if expected is not None and len(result.records) < expected:
-        notes.append(f"{records_path} holds {len(result.records):,} of the {expected:,} turns "
-                     "the scenario sends: the run did not finish, and the figures cover only "
-                     "the turns recorded")
+        notes.append(
+            f"{records_path} holds {len(result.records):,} of the {expected:,} turns "
+            "the scenario sends: the run did not finish, and the figures cover only "
+            "the turns recorded"
+        )
     return notes
 
 
@@ -622,8 +696,9 @@ def header_line(result: RunResult) -> str:
     proxy = result.environment.get("proxy")  # no credentials: the transport wrote it
     if proxy is not None:
         where += f" via proxy {proxy}"
-    return (f"{result.scenario.name} → {target.model} @ {where}"
-            + (f"  [{result.label}]" if result.label else ""))
+    return f"{result.scenario.name} → {target.model} @ {where}" + (
+        f"  [{result.label}]" if result.label else ""
+    )
 
 
 def _agent_blocks(result: RunResult) -> list[Block]:
@@ -686,7 +761,9 @@ def render(result: RunResult) -> Group:
     out: list[Block | Text] = []
     for number, block in enumerate(blocks(result)):
         apart = isinstance(block, ReportTable) or (
-            number and isinstance(block, Line) and block.style == "bold"
+            number
+            and isinstance(block, Line)
+            and block.style == "bold"
             and block.text.startswith("Window")
         )
         if apart and out and not isinstance(out[-1], Text):

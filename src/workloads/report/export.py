@@ -74,8 +74,11 @@ def _pct(prefix: str, p: Percentiles | None) -> dict[str, float | None]:
         f"{prefix}_p99": p.p99 if p else None,
         f"{prefix}_max": p.max if p else None,
         # order-statistics bounds, each one-sided 95%; empty: too few values to bound it
-        **{f"{prefix}_p{q:g}_{side}": getattr(bounds[q], side) if q in bounds else None
-           for q in (50.0, 90.0, 99.0) for side in ("low", "high")},
+        **{
+            f"{prefix}_p{q:g}_{side}": getattr(bounds[q], side) if q in bounds else None
+            for q in (50.0, 90.0, 99.0)
+            for side in ("low", "high")
+        },
     }
 
 
@@ -86,9 +89,15 @@ def _turn_row(
     for f in figures:
         throughput.update(_band(f.key, f.read(t)))
     return {
-        "cell": cell, "concurrency": concurrency, "prior_tokens": prior, "turn": t.turn,
+        "cell": cell,
+        "concurrency": concurrency,
+        "prior_tokens": prior,
+        "turn": t.turn,
         "configured_prompt_tokens": t.configured_prompt_tokens,
-        "records": t.records, "valid": t.valid, "invalid": t.invalid, "errors": t.errors,
+        "records": t.records,
+        "valid": t.valid,
+        "invalid": t.invalid,
+        "errors": t.errors,
         **throughput,
         **_band("ttft_s", t.ttft_s),
         **_pct("ttft_s", t.ttft_percentiles),
@@ -107,8 +116,12 @@ def _turn_row(
 
 def _kind_row(cell: int, concurrency: int, prior: int, k: KindSummary) -> dict[str, object]:
     return {
-        "cell": cell, "concurrency": concurrency, "prior_tokens": prior, "step_kind": k.kind,
-        "records": k.records, "valid": k.valid,
+        "cell": cell,
+        "concurrency": concurrency,
+        "prior_tokens": prior,
+        "step_kind": k.kind,
+        "records": k.records,
+        "valid": k.valid,
         "per_user_tok_s_median": k.per_user_rate,
         **_pct("ttft_s", k.ttft_percentiles),
         **_pct("ttft_content_s", k.ttft_content_percentiles),
@@ -135,16 +148,22 @@ def csv_text(result: RunResult) -> str:
     kinds: list[dict[str, object]] = []
     if result.cells is not None:
         for c in result.cells:
-            rows += [_turn_row(c.cell, c.concurrency, c.prior_tokens, t, figures)
-                     for t in c.summary.turns]
-            kinds += [_kind_row(c.cell, c.concurrency, c.prior_tokens, k)
-                      for k in c.summary.kinds or ()]
+            rows += [
+                _turn_row(c.cell, c.concurrency, c.prior_tokens, t, figures)
+                for t in c.summary.turns
+            ]
+            kinds += [
+                _kind_row(c.cell, c.concurrency, c.prior_tokens, k) for k in c.summary.kinds or ()
+            ]
     else:
         s = result.scenario
-        rows += [_turn_row(0, s.users, nominal(s.opening_tokens), t, figures)
-                 for t in result.summary.turns]
-        kinds += [_kind_row(0, s.users, nominal(s.opening_tokens), k)
-                  for k in result.summary.kinds or ()]
+        rows += [
+            _turn_row(0, s.users, nominal(s.opening_tokens), t, figures)
+            for t in result.summary.turns
+        ]
+        kinds += [
+            _kind_row(0, s.users, nominal(s.opening_tokens), k) for k in result.summary.kinds or ()
+        ]
     if not result.scenario.sizes_vary:
         kinds = []  # a fixed shape: the per-turn rows say it all
     out = io.StringIO()

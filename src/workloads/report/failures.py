@@ -45,8 +45,9 @@ def _message(record: TurnRecord, output_tokens: int) -> str:
         return record.error_message
     if record.status == "ok":
         asked = record.output_tokens or output_tokens  # a trace's request has its own
-        return (f"finish_reason {record.finish_reason!r}, {record.completion_tokens} of "
-                f"{asked} tokens")
+        return (
+            f"finish_reason {record.finish_reason!r}, {record.completion_tokens} of {asked} tokens"
+        )
     return record.status
 
 
@@ -75,8 +76,13 @@ def failure_rate(records: list[TurnRecord]) -> float | None:
 def render_failures(rows: list[Failure], measured: int) -> Table:
     """The failure table: turn, kind, count, first message."""
     failed = sum(row.count for row in rows)
-    table = Table("turn", "kind", "turns", "first message",
-                  title=f"Failed measured turns: {failed} of {measured}")
+    table = Table(
+        "turn",
+        "kind",
+        "turns",
+        "first message",
+        title=f"Failed measured turns: {failed} of {measured}",
+    )
     for row in rows:
         message = row.first_message.replace("\n", " ")
         if len(message) > _MESSAGE_CHARS:

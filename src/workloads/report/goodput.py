@@ -27,10 +27,16 @@ __all__ = [
 
 # Appended when ITL has bounds: its values are every gap of every request, and the gaps
 # of one request are not independent draws, which the bounds assume.
-ITL_BOUNDS_NOTE = ("; ITL's bounds treat every chunk gap as an independent draw, which "
-                   "the gaps of one stream are not: read them as narrower than they are")
-_UNITS = {"ttft_s": ("TTFT", "s"), "tpot_ms": ("TPOT", "ms"), "itl_ms": ("ITL", "ms"),
-          "e2e_s": ("E2E", "s")}
+ITL_BOUNDS_NOTE = (
+    "; ITL's bounds treat every chunk gap as an independent draw, which "
+    "the gaps of one stream are not: read them as narrower than they are"
+)
+_UNITS = {
+    "ttft_s": ("TTFT", "s"),
+    "tpot_ms": ("TPOT", "ms"),
+    "itl_ms": ("ITL", "ms"),
+    "e2e_s": ("E2E", "s"),
+}
 
 
 def _pct(value: float | None) -> str:
@@ -50,8 +56,10 @@ def check_line(c: SloCheck) -> str:
     head = f"p{c.percentile:g} {_limit(c.figure, c.limit)}{whose}"
     over = f"{c.over:,} of {c.n:,} over"
     if c.verdict == "holds":
-        return (f"{head}: holds with {CONFIDENCE:.0%} confidence ({over}; "
-                f"p{c.percentile:g} ≤ {num(c.high)} {unit})")
+        return (
+            f"{head}: holds with {CONFIDENCE:.0%} confidence ({over}; "
+            f"p{c.percentile:g} ≤ {num(c.high)} {unit})"
+        )
     if c.verdict == "fails":
         below = f"; p{c.percentile:g} ≥ {num(c.low)} {unit}" if c.low is not None else ""
         return f"{head}: fails with {CONFIDENCE:.0%} confidence ({over}{below})"
@@ -69,9 +77,11 @@ def _headline(g: Goodput) -> str:
         rate = f" · goodput {num(g.request_rate.median)} requests/s"
         if g.token_rate is not None:
             rate += f", {num(g.token_rate.median)} tok/s"
-    return (f"requests meeting the SLO: {g.met:,} of {g.requests:,} ({_pct(g.share)}){rate}"
-            f" · session goodput {_pct(g.session_share)} ({g.good_sessions:,} of "
-            f"{plural(g.sessions, 'session')} met it at every step)")
+    return (
+        f"requests meeting the SLO: {g.met:,} of {g.requests:,} ({_pct(g.share)}){rate}"
+        f" · session goodput {_pct(g.session_share)} ({g.good_sessions:,} of "
+        f"{plural(g.sessions, 'session')} met it at every step)"
+    )
 
 
 def _turn_table(g: Goodput) -> ReportTable | None:
@@ -80,20 +90,28 @@ def _turn_table(g: Goodput) -> ReportTable | None:
     table = ReportTable(
         "Goodput per turn — requests that met the SLO; sessions good through the turn "
         "(every step so far met it)",
-        ["turn", "met", "requests", "sessions good", "sessions"], name="goodput_turns")
+        ["turn", "met", "requests", "sessions good", "sessions"],
+        name="goodput_turns",
+    )
     for t in g.turns:
-        table.add_row(str(t.turn), f"{t.met:,}/{t.requests:,}",
-                      _pct(t.met / t.requests if t.requests else None),
-                      f"{t.good_through:,}/{t.sessions:,}",
-                      _pct(t.good_through / t.sessions if t.sessions else None))
+        table.add_row(
+            str(t.turn),
+            f"{t.met:,}/{t.requests:,}",
+            _pct(t.met / t.requests if t.requests else None),
+            f"{t.good_through:,}/{t.sessions:,}",
+            _pct(t.good_through / t.sessions if t.sessions else None),
+        )
     return table
 
 
 def _kind_line(g: Goodput) -> str | None:
     if not g.kinds:
         return None
-    parts = [f"{KIND_LABELS[k.kind]} {k.met:,}/{k.requests:,} ({_pct(k.met / k.requests)})"
-             for k in g.kinds if k.requests]
+    parts = [
+        f"{KIND_LABELS[k.kind]} {k.met:,}/{k.requests:,} ({_pct(k.met / k.requests)})"
+        for k in g.kinds
+        if k.requests
+    ]
     return "met per step kind: " + " · ".join(parts)
 
 
@@ -104,27 +122,44 @@ def blocks(result: RunResult) -> list[Block]:
     slo = result.scenario.slo
     if slo is None:
         return []
-    itl = any(k == "itl_ms" for kind in (None, *slo.kinds())
-              for k, _ in slo.limits_for(kind).items())
-    parts: list[Block] = [Line(f"SLO: {slo.describe()} (per request"
-                               + ("; ITL: a request's p90 chunk gap)" if itl else ")"), "bold")]
+    itl = any(
+        k == "itl_ms" for kind in (None, *slo.kinds()) for k, _ in slo.limits_for(kind).items()
+    )
+    parts: list[Block] = [
+        Line(
+            f"SLO: {slo.describe()} (per request"
+            + ("; ITL: a request's p90 chunk gap)" if itl else ")"),
+            "bold",
+        )
+    ]
     g = result.goodput
     if g is None:
-        parts.append(Line("goodput not judged: the records carry no figure for a limit the "
-                          "SLO sets (see warnings)"))
+        parts.append(
+            Line(
+                "goodput not judged: the records carry no figure for a limit the "
+                "SLO sets (see warnings)"
+            )
+        )
         return parts
     if result.cells is not None:
-        table = ReportTable("Goodput per cell", ["C", "prior target", "met", "requests/s",
-                                                 "sessions good", "session goodput"],
-                            key=2, name="goodput_cells")
+        table = ReportTable(
+            "Goodput per cell",
+            ["C", "prior target", "met", "requests/s", "sessions good", "session goodput"],
+            key=2,
+            name="goodput_cells",
+        )
         for cell in result.cells:
             c = cell.goodput
             if c is None:
                 continue
-            table.add_row(str(cell.concurrency), f"{cell.prior_tokens:,}",
-                          f"{c.met:,}/{c.requests:,} ({_pct(c.share)})",
-                          num(c.request_rate.median if c.request_rate else None),
-                          f"{c.good_sessions:,}/{c.sessions:,}", _pct(c.session_share))
+            table.add_row(
+                str(cell.concurrency),
+                f"{cell.prior_tokens:,}",
+                f"{c.met:,}/{c.requests:,} ({_pct(c.share)})",
+                num(c.request_rate.median if c.request_rate else None),
+                f"{c.good_sessions:,}/{c.sessions:,}",
+                _pct(c.session_share),
+            )
         parts.append(table)
     else:
         parts.append(Line(_headline(g)))
@@ -145,22 +180,30 @@ def csv_columns(result: RunResult, row: dict[str, object]) -> dict[str, object]:
     g = result.goodput
     if result.cells is not None:
         g = next((c.goodput for c in result.cells if c.cell == cell), None)
-    out: dict[str, object] = {"goodput_met": None, "goodput_share": None,
-                              "goodput_sessions_good_through": None}
+    out: dict[str, object] = {
+        "goodput_met": None,
+        "goodput_share": None,
+        "goodput_sessions_good_through": None,
+    }
     if g is None:
         return out
     if row.get("step_kind"):
         kind = next((k for k in g.kinds or () if k.kind == row["step_kind"]), None)
         if kind is not None:
-            out.update(goodput_met=kind.met,
-                       goodput_share=kind.met / kind.requests if kind.requests else None)
+            out.update(
+                goodput_met=kind.met,
+                goodput_share=kind.met / kind.requests if kind.requests else None,
+            )
         return out
     turn = next((t for t in g.turns if t.turn == row.get("turn")), None)
     if turn is not None:
-        out.update(goodput_met=turn.met,
-                   goodput_share=turn.met / turn.requests if turn.requests else None,
-                   goodput_sessions_good_through=(
-                       turn.good_through / turn.sessions if turn.sessions else None))
+        out.update(
+            goodput_met=turn.met,
+            goodput_share=turn.met / turn.requests if turn.requests else None,
+            goodput_sessions_good_through=(
+                turn.good_through / turn.sessions if turn.sessions else None
+            ),
+        )
     return out
 
 
@@ -172,8 +215,9 @@ def capacity_blocks(result: CapacityResult) -> list[Block]:
     """The capacity search's report: the answer first, then every point measured."""
     word, unit = _load_word(result)
     goal = f"session goodput ≥ {result.goal:.0%}"
-    parts: list[Block] = [Line(f"{result.scenario.name} → {result.model} @ {result.target}",
-                               "bold")]
+    parts: list[Block] = [
+        Line(f"{result.scenario.name} → {result.model} @ {result.target}", "bold")
+    ]
 
     def load(x: float) -> str:
         return f"{x:g} {unit}" if result.axis == "rate" else f"C{x:g}"
@@ -185,18 +229,39 @@ def capacity_blocks(result: CapacityResult) -> list[Block]:
     else:
         answer = f"capacity: not found — no {word} measured was shown to keep {goal}"
     parts.append(Line(answer, "bold"))
-    parts.append(Line(f"SLO: {result.slo.describe()} (per request) · goal: {goal}, a "
-                      "point judged by its 95% interval"))
+    parts.append(
+        Line(
+            f"SLO: {result.slo.describe()} (per request) · goal: {goal}, a "
+            "point judged by its 95% interval"
+        )
+    )
     table = ReportTable(
         f"Capacity search — {word} against session goodput (95% interval) and per-user rate",
-        [word, "session goodput", "interval", "verdict", "repetitions", "requests met",
-         "per-user tok/s", "goodput tok/s"], name="capacity", left=(3,))
+        [
+            word,
+            "session goodput",
+            "interval",
+            "verdict",
+            "repetitions",
+            "requests met",
+            "per-user tok/s",
+            "goodput tok/s",
+        ],
+        name="capacity",
+        left=(3,),
+    )
     for p in sorted(result.points, key=lambda p: p.load):
         mark = " ◀ knee" if result.knee is not None and p.load == result.knee else ""
-        table.add_row(load(p.load), _pct(p.session_share),
-                      f"{_pct(p.low)}–{_pct(p.high)}", p.verdict + mark,
-                      str(p.repetitions), _pct(p.request_share),
-                      num(p.per_user_rate), num(p.goodput_token_rate))
+        table.add_row(
+            load(p.load),
+            _pct(p.session_share),
+            f"{_pct(p.low)}–{_pct(p.high)}",
+            p.verdict + mark,
+            str(p.repetitions),
+            _pct(p.request_share),
+            num(p.per_user_rate),
+            num(p.goodput_token_rate),
+        )
     parts.append(table)
     if result.stopped is not None:
         parts.append(Line(f"search stopped: {result.stopped}", "warning"))
@@ -218,8 +283,7 @@ def capacity_plot(result: CapacityResult, path: Path) -> Path | None:
     xs = [p.load for p in points]
     fig, left = plt.subplots(figsize=(7, 4))
     try:
-        share = [p.session_share if p.session_share is not None else float("nan")
-                 for p in points]
+        share = [p.session_share if p.session_share is not None else float("nan") for p in points]
         low = [p.low if p.low is not None else float("nan") for p in points]
         high = [p.high if p.high is not None else float("nan") for p in points]
         left.fill_between(xs, low, high, alpha=0.2, color="tab:blue", label="95% interval")
@@ -231,14 +295,14 @@ def capacity_plot(result: CapacityResult, path: Path) -> Path | None:
         left.set_xlabel(word)
         left.set_ylabel("session goodput")
         right = left.twinx()
-        rates = [p.per_user_rate if p.per_user_rate is not None else float("nan")
-                 for p in points]
+        rates = [p.per_user_rate if p.per_user_rate is not None else float("nan") for p in points]
         right.plot(xs, rates, "s--", color="tab:orange", label="per-user tok/s")
         right.set_ylabel("per-user tok/s")
         handles = left.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
         left.legend(handles=handles, loc="lower left", fontsize="small")
-        left.set_title(f"{result.scenario.name}: capacity at {result.slo.describe()}",
-                       fontsize="small")
+        left.set_title(
+            f"{result.scenario.name}: capacity at {result.slo.describe()}", fontsize="small"
+        )
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=120)

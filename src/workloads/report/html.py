@@ -56,19 +56,19 @@ figcaption { color: #4a5263; font-size: 0.92em; }
 _CAPTIONS = {
     "ttft.png": "Time to first token of every measured request (jittered), with the median.",
     "latency.png": "ITL (every gap between content chunks) and E2E latency (request written "
-                   "→ end of stream) of every valid measured request: the CDFs the latency "
-                   "table's percentiles summarize, p50, p90 and p99 marked.",
+    "→ end of stream) of every valid measured request: the CDFs the latency "
+    "table's percentiles summarize, p50, p90 and p99 marked.",
     "timeline.png": "Every measured request from send to first token to last token, one row "
-                    "per session.",
+    "per session.",
     "prefill.png": "Prefill rate (prompt tokens / TTFT) against prompt depth.",
     "cache.png": "Prefix cache per cell: cache effectiveness, hit rate and the server's own "
-                 "hit rate.",
+    "hit rate.",
     "concurrency.png": "Requests in flight over the measured span.",
     "context.png": "Context length over time: each request's prompt tokens at its send, one "
-                   "line per session (sub-agents lighter); a compaction's drop is the context "
-                   "starting anew from the system message and the summary.",
+    "line per session (sub-agents lighter); a compaction's drop is the context "
+    "starting anew from the system message and the summary.",
     "sizes.png": "What the scenario drew for the measured steps: output tokens, new tokens "
-                 "by step kind, and pauses (log scales).",
+    "by step kind, and pauses (log scales).",
 }
 
 
@@ -86,8 +86,10 @@ def _table(t: ReportTable) -> str:
         for row in t.rows
     )
     notes = "".join(f'<p class="note">{_e(n)}</p>' for n in t.notes)
-    return (f'<h2 id="{_e(t.name or "table")}">{_e(t.title)}</h2>'
-            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}")
+    return (
+        f'<h2 id="{_e(t.name or "table")}">{_e(t.title)}</h2>'
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}"
+    )
 
 
 def _pairs(p: Pairs) -> str:
@@ -101,25 +103,36 @@ def _pairs(p: Pairs) -> str:
 def _provenance(result: RunResult) -> str:
     t = result.target
     items = [
-        ("scenario", result.scenario.name + (f" — {result.scenario.description}"
-                                             if result.scenario.description else "")),
-        ("target", ("embedded simulated server" if t.simulated else t.base_url)
-         + f" · model {t.model}"),
+        (
+            "scenario",
+            result.scenario.name
+            + (f" — {result.scenario.description}" if result.scenario.description else ""),
+        ),
+        (
+            "target",
+            ("embedded simulated server" if t.simulated else t.base_url) + f" · model {t.model}",
+        ),
     ]
     if t.simulator_profile:
         items.append(("simulator profile", str(t.simulator_profile.get("name", "—"))))
     ident = t.server
     if ident.version or ident.system_fingerprint:
-        items.append(("server identity", " · ".join(
-            x for x in (ident.version, ident.system_fingerprint) if x)))
+        items.append(
+            (
+                "server identity",
+                " · ".join(x for x in (ident.version, ident.system_fingerprint) if x),
+            )
+        )
     if result.label:
         items.append(("label", result.label))
     if result.note:
         items.append(("note", result.note))
-    items.append(("created", time.strftime("%Y-%m-%d %H:%M:%S UTC",
-                                           time.gmtime(result.created_unix))))
-    items.append(("workloads", f"{result.workloads_version} · result format "
-                               f"{result.format_version}"))
+    items.append(
+        ("created", time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(result.created_unix)))
+    )
+    items.append(
+        ("workloads", f"{result.workloads_version} · result format {result.format_version}")
+    )
     env = result.environment
     if env:
         items.append(("environment", " · ".join(f"{k} {v}" for k, v in sorted(env.items()))))
@@ -134,22 +147,27 @@ def _rates_caption(result: RunResult) -> str:
         return "Generation rates per cell: median with min–max bars."
     names = ", ".join(f.label for f in rates.turn_rates(result))
     note = rates.dagger_note(result)
-    return (f"Per-turn rates, the table's columns ({names}): median with min–max bars."
-            + (f" {note}." if note else ""))
+    return f"Per-turn rates, the table's columns ({names}): median with min–max bars." + (
+        f" {note}." if note else ""
+    )
 
 
 def _figures(result: RunResult) -> str:
     from workloads.report import plots
 
     if not plots.available():
-        return ('<p class="note">No plots: install the plots extra '
-                "(pip install 'workloads[plots]') and run show DIR --format html.</p>")
+        return (
+            '<p class="note">No plots: install the plots extra '
+            "(pip install 'workloads[plots]') and run show DIR --format html.</p>"
+        )
     out = ['<h2 id="plots">Plots</h2>']
     for name, png in plots.figures(result):
         data = base64.b64encode(png).decode("ascii")
         caption = _rates_caption(result) if name == "rates.png" else _CAPTIONS.get(name, name)
-        out.append(f'<figure><img alt="{_e(name)}" src="data:image/png;base64,{data}">'
-                   f"<figcaption>{_e(caption)}</figcaption></figure>")
+        out.append(
+            f'<figure><img alt="{_e(name)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{_e(caption)}</figcaption></figure>"
+        )
     return "".join(out)
 
 
@@ -167,8 +185,7 @@ def _lead(result: RunResult, blocks: list[Block]) -> tuple[list[Line], list[Bloc
     lead: list[Line] = []
     rest: list[Block] = []
     for block in blocks:
-        if isinstance(block, Line) and (block.text in texts
-                                        or block.style in ("warning", "error")):
+        if isinstance(block, Line) and (block.text in texts or block.style in ("warning", "error")):
             lead.append(block)
         else:
             rest.append(block)
@@ -200,7 +217,7 @@ def html_report(result: RunResult, *, with_plots: bool = True) -> str:
                 parts.append(_line(block))
     figures = _figures(result) if with_plots else ""
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
         f'<section class="lead" id="lead"><h1>{_e(title)}</h1>{top}</section>'
         f"{_provenance(result)}{''.join(parts)}{figures}"

@@ -24,14 +24,13 @@ class Identity:
     note: str = ""  # why it was not compared, when compared is 0
 
     def line(self) -> str:
-        """"identity of gate outputs: 12/12 byte-identical", or the differences."""
+        """ "identity of gate outputs: 12/12 byte-identical", or the differences."""
         if not self.compared:
             return f"identity of {self.what}: not compared ({self.note})"
         head = f"identity of {self.what}: {self.identical}/{self.compared} byte-identical"
         if self.identical == self.compared:
             return head
-        where = f"; first difference at {self.first_difference}" if self.first_difference \
-            else ""
+        where = f"; first difference at {self.first_difference}" if self.first_difference else ""
         return f"{head}, {self.compared - self.identical} differ{where}"
 
 
@@ -51,7 +50,10 @@ Completions = dict[tuple[int, int, int, int], str | None]  # (cell, repetition, 
 
 
 def identities(
-    a: RunResult, b: RunResult, *, completions_a: Completions | None = None,
+    a: RunResult,
+    b: RunResult,
+    *,
+    completions_a: Completions | None = None,
     completions_b: Completions | None = None,
 ) -> list[Identity]:
     """Byte-identity of the gate outputs (always greedy) and, where both arms ran greedy, of
@@ -67,13 +69,26 @@ def identities(
         if differing:
             k = differing[0]
             first = f"{k[0]} ({k[1]}), character {_first_difference(ga[k], gb[k])}"
-        out.append(Identity("gate outputs", len(common), len(common) - len(differing), first,
-                            "" if common else "no gate case answered in both arms"))
+        out.append(
+            Identity(
+                "gate outputs",
+                len(common),
+                len(common) - len(differing),
+                first,
+                "" if common else "no gate case answered in both arms",
+            )
+        )
     else:
         out.append(Identity("gate outputs", 0, 0, note="an arm ran without the gate"))
     if not (_greedy(a) and _greedy(b)):
-        out.append(Identity("measured completions", 0, 0,
-                            note="an arm did not run greedy (sampling.temperature = 0)"))
+        out.append(
+            Identity(
+                "measured completions",
+                0,
+                0,
+                note="an arm did not run greedy (sampling.temperature = 0)",
+            )
+        )
         return out
 
     Key = tuple[int, int, int, int]
@@ -84,9 +99,12 @@ def identities(
             if not r.warmup and r.repetition not in reps[r.cell]:
                 reps[r.cell].append(r.repetition)
         return {
-            (r.cell, sorted(reps[r.cell]).index(r.repetition), r.session, r.turn):
-                (r.completion_sha256, (r.cell, r.repetition, r.session, r.turn))
-            for r in result.records if not r.warmup and r.completion_sha256 is not None
+            (r.cell, sorted(reps[r.cell]).index(r.repetition), r.session, r.turn): (
+                r.completion_sha256,
+                (r.cell, r.repetition, r.session, r.turn),
+            )
+            for r in result.records
+            if not r.warmup and r.completion_sha256 is not None
         }
 
     ka, kb = keyed(a), keyed(b)
@@ -95,14 +113,20 @@ def identities(
     where = None
     if unequal:
         key = unequal[0]
-        where = (f"cell {key[0]}, measured repetition {key[1] + 1}, session {key[2]}, "
-                 f"turn {key[3]}")
+        where = f"cell {key[0]}, measured repetition {key[1] + 1}, session {key[2]}, turn {key[3]}"
         x = (completions_a or {}).get(ka[key][1])
         y = (completions_b or {}).get(kb[key][1])
         if x is not None and y is not None:
             where += f", character {_first_difference(x, y)}"
-    out.append(Identity("measured completions", len(paired), len(paired) - len(unequal),
-                        where, "" if paired else "no completion hashes in both arms"))
+    out.append(
+        Identity(
+            "measured completions",
+            len(paired),
+            len(paired) - len(unequal),
+            where,
+            "" if paired else "no completion hashes in both arms",
+        )
+    )
     return out
 
 
@@ -136,7 +160,7 @@ def correctness(a: RunResult, b: RunResult) -> str | None:
     if a.gate is None or b.gate is None:
         return "correctness: " + ("A" if a.gate is None else "B") + " ran without the gate"
     pa, pb = set(a.gate.passed_cases), set(b.gate.passed_cases)
-    line = (f"correctness: A {len(pa)}/{len(a.gate.cases)}, B {len(pb)}/{len(b.gate.cases)}")
+    line = f"correctness: A {len(pa)}/{len(a.gate.cases)}, B {len(pb)}/{len(b.gate.cases)}"
     lost = [c for c in a.gate.cases if c in pa and c not in pb]
     gained = [c for c in b.gate.cases if c in pb and c not in pa]
     if lost:

@@ -77,8 +77,14 @@ def _title(result: RunResult) -> str:
 
 
 def _bands(
-    ax: Any, xs: list[float], bands: list[BandSummary | None], label: str, *,
-    color: str = "tab:blue", name: str | None = None, widths: list[float] | None = None,
+    ax: Any,
+    xs: list[float],
+    bands: list[BandSummary | None],
+    label: str,
+    *,
+    color: str = "tab:blue",
+    name: str | None = None,
+    widths: list[float] | None = None,
 ) -> None:
     """Medians joined by a line, each with its min–max band drawn as a translucent bar at
     least a few pixels tall (a band of ±0.2% is still seen to be there), capped whiskers."""
@@ -95,11 +101,18 @@ def _bands(
         if high - low < least:
             mid = (high + low) / 2
             low, high = mid - least / 2, mid + least / 2
-        ax.bar(x, high - low, bottom=low, width=width.get(x, 0.3), color=color, alpha=0.25,
-               linewidth=0)
-    ax.errorbar(px, ys, yerr=[[b.median - b.low for _, b in points],
-                              [b.high - b.median for _, b in points]],
-                fmt="o-", capsize=4, color=color, label=name)
+        ax.bar(
+            x, high - low, bottom=low, width=width.get(x, 0.3), color=color, alpha=0.25, linewidth=0
+        )
+    ax.errorbar(
+        px,
+        ys,
+        yerr=[[b.median - b.low for _, b in points], [b.high - b.median for _, b in points]],
+        fmt="o-",
+        capsize=4,
+        color=color,
+        label=name,
+    )
     ax.set_ylabel(label)
     ax.set_ylim(0, max(ax.get_ylim()[1], top))
     ax.grid(alpha=0.3)
@@ -122,10 +135,10 @@ class _Axis:
 
     def __init__(self, result: RunResult) -> None:
         cells = result.cells or []
-        self.by_depth = len({c.prior_tokens for c in cells}) > 1 or len(
-            {c.concurrency for c in cells}) == 1
-        self.label = ("turn-1 prompt tokens (log2 scale)" if self.by_depth
-                      else "concurrency (users)")
+        self.by_depth = (
+            len({c.prior_tokens for c in cells}) > 1 or len({c.concurrency for c in cells}) == 1
+        )
+        self.label = "turn-1 prompt tokens (log2 scale)" if self.by_depth else "concurrency (users)"
         self.series = sorted({c.concurrency for c in cells}) if self.by_depth else [0]
 
     def x(self, cell: CellSummary) -> float:
@@ -175,13 +188,21 @@ def _sweep_rates(result: RunResult) -> Any:
     # As the sweep table: no aggregate where streams need not overlap, the wall throughput.
     # At C1 the aggregate is the per-stream rate: one panel, not the same one twice.
     free = rates.free_pacing(result)
-    panels = [("wall", f"{rates.WALL.label} (Σ tokens / span, per repetition)") if free
-              else ("aggregate", f"{rates.AGGREGATE.label} (Σ of the streams' rates, per "
-                                 "repetition)")]
+    panels = [
+        ("wall", f"{rates.WALL.label} (Σ tokens / span, per repetition)")
+        if free
+        else ("aggregate", f"{rates.AGGREGATE.label} (Σ of the streams' rates, per repetition)")
+    ]
     panels = (panels if concurrent else []) + [
-        ("stream", "per-stream tok/s (every valid measured turn)")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels) + 0.5, 4.2),
-                             constrained_layout=True, squeeze=False)
+        ("stream", "per-stream tok/s (every valid measured turn)")
+    ]
+    fig, axes = plt.subplots(
+        1,
+        len(panels),
+        figsize=(5.5 * len(panels) + 0.5, 4.2),
+        constrained_layout=True,
+        squeeze=False,
+    )
     for ax, (kind, label) in zip(axes[0], panels, strict=True):
         for i, series in enumerate(axis.series):
             members = axis.members(cells, series)
@@ -197,14 +218,19 @@ def _sweep_rates(result: RunResult) -> Any:
                 else:
                     bands.append(aggregate.generation_rate(mine) if mine else c.generation_rate)
             order = sorted(range(len(xs)), key=xs.__getitem__)
-            _bands(ax, [xs[j] for j in order], [bands[j] for j in order], label,
-                   color=_COLORS[i % len(_COLORS)], name=axis.name(series),
-                   widths=[_width(axis, xs[j]) for j in order])
+            _bands(
+                ax,
+                [xs[j] for j in order],
+                [bands[j] for j in order],
+                label,
+                color=_COLORS[i % len(_COLORS)],
+                name=axis.name(series),
+                widths=[_width(axis, xs[j]) for j in order],
+            )
         axis.apply(ax, cells)
         if len(axis.series) > 1:
             ax.legend(fontsize=8, loc="lower left")
-    fig.suptitle(_title(result) + "\nper cell: median, band and whiskers = min–max",
-                 fontsize=10)
+    fig.suptitle(_title(result) + "\nper cell: median, band and whiskers = min–max", fontsize=10)
     return fig
 
 
@@ -215,8 +241,13 @@ def _rates_figure(result: RunResult) -> Any:
     plt = _pyplot()
     turns = result.summary.turns
     figures = rates.turn_rates(result)  # the console's columns, in its order
-    fig, axes = plt.subplots(1, len(figures), figsize=(4.6 * len(figures) + 0.5, 4),
-                             constrained_layout=True, squeeze=False)
+    fig, axes = plt.subplots(
+        1,
+        len(figures),
+        figsize=(4.6 * len(figures) + 0.5, 4),
+        constrained_layout=True,
+        squeeze=False,
+    )
     for ax, f in zip(axes[0], figures, strict=True):
         xs = [t.turn for t in turns]
         ax.set_ylabel(f.label)  # also on a panel with nothing to draw
@@ -226,8 +257,10 @@ def _rates_figure(result: RunResult) -> Any:
         ax.set_xticks(xs)
         if xs:
             ax.set_xlim(xs[0] - 0.5, xs[-1] + 0.5)
-    fig.suptitle(_title(result) + "\nmedian over measured repetitions, band and whiskers = "
-                 "min–max", fontsize=10)
+    fig.suptitle(
+        _title(result) + "\nmedian over measured repetitions, band and whiskers = min–max",
+        fontsize=10,
+    )
     if (note := rates.dagger_note(result)) is not None:
         fig.supxlabel(note, fontsize=8)  # the † figure's footnote, as under the console table
     return fig
@@ -260,13 +293,20 @@ def _ttft(result: RunResult, path: Path | IO[bytes]) -> None:
                 xs = [x + d for d in _jitter(len(values), spread)]
                 ax.scatter(xs, values, alpha=0.5, s=14, color=_COLORS[i % len(_COLORS)])
                 if c.summary.run.ttft_s is not None:
-                    ax.hlines(c.summary.run.ttft_s.median, x - spread * 1.3, x + spread * 1.3,
-                              colors="black")
+                    ax.hlines(
+                        c.summary.run.ttft_s.median,
+                        x - spread * 1.3,
+                        x + spread * 1.3,
+                        colors="black",
+                    )
         axis.apply(ax, result.cells)
     else:
         for t in result.summary.turns:
-            values = [r.ttft_ns / 1e9 for r in measured
-                      if r.turn == t.turn and r.ttft_ns and r.parent_session is None]
+            values = [
+                r.ttft_ns / 1e9
+                for r in measured
+                if r.turn == t.turn and r.ttft_ns and r.parent_session is None
+            ]
             xs = [t.turn + d for d in _jitter(len(values), 0.18)]
             ax.scatter(xs, values, alpha=0.5, s=14, color="tab:blue")
             if t.ttft_s is not None:
@@ -276,8 +316,7 @@ def _ttft(result: RunResult, path: Path | IO[bytes]) -> None:
     ax.set_ylabel("TTFT (s)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.set_title(_title(result) + "\nvalid measured requests (jittered); line = median",
-                 fontsize=9)
+    ax.set_title(_title(result) + "\nvalid measured requests (jittered); line = median", fontsize=9)
     fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
@@ -285,8 +324,9 @@ def _ttft(result: RunResult, path: Path | IO[bytes]) -> None:
 def _prefill(result: RunResult, path: Path | IO[bytes]) -> None:
     """Prefill rate (prompt tokens / TTFT) of every valid measured request against its
     prompt tokens, with uncached prefill ((prompt − cached) / TTFT) where cached is known."""
-    measured = [r for r in result.records
-                if not r.warmup and r.valid and r.ttft_ns and r.prompt_tokens]
+    measured = [
+        r for r in result.records if not r.warmup and r.valid and r.ttft_ns and r.prompt_tokens
+    ]
     if not measured:
         return
     plt = _pyplot()
@@ -297,11 +337,18 @@ def _prefill(result: RunResult, path: Path | IO[bytes]) -> None:
     # Uncached prefill where something was cached; elsewhere it is the same point as above.
     cached = [r for r in measured if r.cached_tokens]
     if cached:
-        ax.scatter([float(r.prompt_tokens or 0) for r in cached],
-                   [((r.prompt_tokens or 0) - (r.cached_tokens or 0)) / (r.ttft_ns or 1) * 1e9
-                    for r in cached],
-                   s=16, alpha=0.6, color="tab:orange", marker="s",
-                   label="(prompt − cached) / TTFT")
+        ax.scatter(
+            [float(r.prompt_tokens or 0) for r in cached],
+            [
+                ((r.prompt_tokens or 0) - (r.cached_tokens or 0)) / (r.ttft_ns or 1) * 1e9
+                for r in cached
+            ],
+            s=16,
+            alpha=0.6,
+            color="tab:orange",
+            marker="s",
+            label="(prompt − cached) / TTFT",
+        )
     if max(xs) > 2 * min(xs):
         ax.set_xscale("log", base=2)
         ticks = sorted(set(xs))
@@ -318,15 +365,26 @@ def _prefill(result: RunResult, path: Path | IO[bytes]) -> None:
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
-    ax.set_title(_title(result) + "\nprefill rate of every valid measured request",
-                 fontsize=9)
+    ax.set_title(_title(result) + "\nprefill rate of every valid measured request", fontsize=9)
     fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
 
 # Failed requests are coloured by kind, in colours the two phases of a good one never use.
-_FAILURE_COLOURS = ("tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan",
-                    "tab:gray", "black", "gold", "darkred", "lime", "navy")
+_FAILURE_COLOURS = (
+    "tab:red",
+    "tab:purple",
+    "tab:brown",
+    "tab:pink",
+    "tab:olive",
+    "tab:cyan",
+    "tab:gray",
+    "black",
+    "gold",
+    "darkred",
+    "lime",
+    "navy",
+)
 
 
 def _failure_kind(r: TurnRecord) -> str | None:
@@ -343,8 +401,14 @@ def _failure_end_ns(r: TurnRecord) -> int:
     even a send time)."""
     if r.error_ns is not None:
         return r.error_ns
-    known = (r.done_ns, r.last_content_ns, r.first_content_ns, r.headers_ns, r.sent_ns,
-             r.started_ns)
+    known = (
+        r.done_ns,
+        r.last_content_ns,
+        r.first_content_ns,
+        r.headers_ns,
+        r.sent_ns,
+        r.started_ns,
+    )
     return max(t for t in known if t is not None)
 
 
@@ -403,8 +467,15 @@ def _timeline(result: RunResult, path: Path) -> None:
     for b in bars:
         y = index[b.row]
         if b.kind is not None:  # from send to the error, in the kind's colour
-            ax.barh(y, b.end_s - b.start_s, left=b.start_s, color=colour[b.kind], height=0.7,
-                    edgecolor="black", linewidth=0.4)
+            ax.barh(
+                y,
+                b.end_s - b.start_s,
+                left=b.start_s,
+                color=colour[b.kind],
+                height=0.7,
+                edgecolor="black",
+                linewidth=0.4,
+            )
             continue
         first = b.first_s if b.first_s is not None else b.start_s
         ax.barh(y, first - b.start_s, left=b.start_s, color="tab:orange", height=0.7)
@@ -412,8 +483,10 @@ def _timeline(result: RunResult, path: Path) -> None:
     ax.set_yticks(range(len(rows)))
     swept = result.cells is not None
     ax.set_yticklabels(
-        [(f"cell {cell} · " if swept else "") + f"rep {rep} · s{session}"
-         for cell, rep, session in rows],
+        [
+            (f"cell {cell} · " if swept else "") + f"rep {rep} · s{session}"
+            for cell, rep, session in rows
+        ],
         fontsize=7,
     )
     ax.invert_yaxis()
@@ -424,11 +497,23 @@ def _timeline(result: RunResult, path: Path) -> None:
     handles = [
         Patch(color="tab:orange", label="sent → first token (queue + prefill)"),
         Patch(color="tab:blue", label="first → last token (decode)"),
-        *(Patch(facecolor=colour[k], edgecolor="black", linewidth=0.4,
-                label=f"failed: {k} ({counts[k]}), sent → error") for k in kinds),
+        *(
+            Patch(
+                facecolor=colour[k],
+                edgecolor="black",
+                linewidth=0.4,
+                label=f"failed: {k} ({counts[k]}), sent → error",
+            )
+            for k in kinds
+        ),
     ]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12),
-              ncol=min(3, len(handles)), fontsize=8)
+    ax.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.12),
+        ncol=min(3, len(handles)),
+        fontsize=8,
+    )
     ax.set_title(_title(result), fontsize=9)
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -450,8 +535,11 @@ def _sweep_cache(result: RunResult, path: Path | IO[bytes]) -> None:
     names = list(series)
     for c in cells:
         x = axis.x(c)
-        known = [r for r in result.records if r.cell == c.cell and r.valid and not r.warmup
-                 and r.cached_tokens is not None]
+        known = [
+            r
+            for r in result.records
+            if r.cell == c.cell and r.valid and not r.warmup and r.cached_tokens is not None
+        ]
         both = [r for r in known if r.shareable_tokens is not None]
         shareable = sum(r.shareable_tokens or 0 for r in both)
         prompt = sum(r.prompt_tokens or 0 for r in known)
@@ -469,8 +557,13 @@ def _sweep_cache(result: RunResult, path: Path | IO[bytes]) -> None:
     for (name, points), marker, color in zip(series.items(), "os^", _COLORS, strict=False):
         if points:
             points.sort()
-            ax.plot([x for x, _ in points], [y for _, y in points], marker=marker,
-                    color=color, label=name)
+            ax.plot(
+                [x for x, _ in points],
+                [y for _, y in points],
+                marker=marker,
+                color=color,
+                label=name,
+            )
     axis.apply(ax, cells)
     ax.set_ylim(0, 1.05)
     from matplotlib.ticker import PercentFormatter
@@ -491,10 +584,16 @@ def _concurrency(result: RunResult, path: Path | IO[bytes]) -> None:
         return
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 3.4), constrained_layout=True)
-    ax.step([t for t, _ in c.samples], [n for _, n in c.samples], where="post",
-            color="tab:blue", label="in flight")
-    ax.axhline(c.mean, color="black", linestyle="--", linewidth=1,
-               label=f"time-weighted mean {c.mean:.1f}")
+    ax.step(
+        [t for t, _ in c.samples],
+        [n for _, n in c.samples],
+        where="post",
+        color="tab:blue",
+        label="in flight",
+    )
+    ax.axhline(
+        c.mean, color="black", linestyle="--", linewidth=1, label=f"time-weighted mean {c.mean:.1f}"
+    )
     ax.set_xlabel("seconds since the first measured request")
     ax.set_ylabel("requests in flight")
     from matplotlib.ticker import MaxNLocator
@@ -503,8 +602,7 @@ def _concurrency(result: RunResult, path: Path | IO[bytes]) -> None:
     ax.set_ylim(0, c.max * 1.35 + 0.6)  # headroom for the legend above the steps
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper right", ncol=2)
-    ax.set_title(_title(result) + f"\nconcurrency over the measured span (max {c.max})",
-                 fontsize=9)
+    ax.set_title(_title(result) + f"\nconcurrency over the measured span (max {c.max})", fontsize=9)
     fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
@@ -525,8 +623,11 @@ def _context(result: RunResult, path: Path | IO[bytes]) -> None:
     """Context length over time: each request's prompt tokens (server count) at its send,
     one line per session (sub-agents lighter, dashed), compactions marked: the drop after
     one is the context starting anew from the system message and the summary."""
-    records = [r for r in _first_repetition(result)
-               if r.prompt_tokens is not None and r.sent_ns is not None]
+    records = [
+        r
+        for r in _first_repetition(result)
+        if r.prompt_tokens is not None and r.sent_ns is not None
+    ]
     if not records:
         return
     plt = _pyplot()
@@ -543,26 +644,54 @@ def _context(result: RunResult, path: Path | IO[bytes]) -> None:
         ys = [float(r.prompt_tokens or 0) for r in rs]
         if rs[0].parent_session is None:
             color = _SESSION_COLORS[users.index(session) % len(_SESSION_COLORS)]
-            name = (f"session {session}" if len(users) <= 8
-                    else None if labelled["user"] else "a user's session")
-            ax.plot(xs, ys, "o-", color=color, markersize=3, linewidth=1.4,
-                    drawstyle="steps-post", label=name)
+            name = (
+                f"session {session}"
+                if len(users) <= 8
+                else None
+                if labelled["user"]
+                else "a user's session"
+            )
+            ax.plot(
+                xs,
+                ys,
+                "o-",
+                color=color,
+                markersize=3,
+                linewidth=1.4,
+                drawstyle="steps-post",
+                label=name,
+            )
             labelled["user"] = True
         else:
             parent = rs[0].parent_session
-            color = (_SESSION_COLORS[users.index(parent) % len(_SESSION_COLORS)]
-                     if parent in users
-                     else "tab:gray")
-            ax.plot(xs, ys, "o--", color=color, alpha=0.45, markersize=2, linewidth=1,
-                    drawstyle="steps-post",
-                    label=None if labelled["sub"] else "a sub-agent's session (parent's colour)")
+            color = (
+                _SESSION_COLORS[users.index(parent) % len(_SESSION_COLORS)]
+                if parent in users
+                else "tab:gray"
+            )
+            ax.plot(
+                xs,
+                ys,
+                "o--",
+                color=color,
+                alpha=0.45,
+                markersize=2,
+                linewidth=1,
+                drawstyle="steps-post",
+                label=None if labelled["sub"] else "a sub-agent's session (parent's colour)",
+            )
             labelled["sub"] = True
     compactions = [r for r in records if r.step_kind == "compaction"]
     if compactions:
-        ax.scatter([((r.sent_ns or 0) - origin) / 1e9 for r in compactions],
-                   [float(r.prompt_tokens or 0) for r in compactions], marker="v", s=90,
-                   color="black", zorder=5,
-                   label=f"compaction ({len(compactions)}): the next prompt starts anew")
+        ax.scatter(
+            [((r.sent_ns or 0) - origin) / 1e9 for r in compactions],
+            [float(r.prompt_tokens or 0) for r in compactions],
+            marker="v",
+            s=90,
+            color="black",
+            zorder=5,
+            label=f"compaction ({len(compactions)}): the next prompt starts anew",
+        )
     from matplotlib.ticker import FuncFormatter
 
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _compact(v)))
@@ -573,8 +702,11 @@ def _context(result: RunResult, path: Path | IO[bytes]) -> None:
     ax.legend(fontsize=8, loc="lower right")
     first = records[0]
     where = f"cell {first.cell}, " if result.cells is not None else ""
-    ax.set_title(_title(result) + f"\ncontext length of every request, {where}measured "
-                 f"repetition {first.repetition}, one line per session", fontsize=9)
+    ax.set_title(
+        _title(result) + f"\ncontext length of every request, {where}measured "
+        f"repetition {first.repetition}, one line per session",
+        fontsize=9,
+    )
     fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
@@ -595,8 +727,9 @@ def _log_hist(ax: Any, series: list[tuple[str, list[float]]], xlabel: str) -> No
     for (name, vs), color in zip(series, _COLORS, strict=False):
         positive = [v for v in vs if v > 0]
         if positive:
-            ax.hist(positive, bins=bins, alpha=0.55, color=color,
-                    label=f"{name} (n {len(positive):,})")
+            ax.hist(
+                positive, bins=bins, alpha=0.55, color=color, label=f"{name} (n {len(positive):,})"
+            )
     ax.set_xscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("steps")
@@ -616,35 +749,60 @@ def _sizes(result: RunResult, path: Path | IO[bytes]) -> None:
         return
 
     def of(kinds: tuple[str, ...], field: str) -> list[float]:
-        return [float(v) for r in records if r.step_kind in kinds
-                and (v := getattr(r, field)) is not None]
+        return [
+            float(v)
+            for r in records
+            if r.step_kind in kinds and (v := getattr(r, field)) is not None
+        ]
 
     plt = _pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.2), constrained_layout=True)
-    _log_hist(axes[0], [("steps", of(("human", "tool", "subagent"), "output_tokens")),
-                        ("compaction summaries", of(("compaction",), "output_tokens"))],
-              "output tokens asked for (log scale)")
-    _log_hist(axes[1], [("human request", of(("human",), "new_tokens")),
-                        ("tool result", of(("tool",), "new_tokens")),
-                        ("sub-agent step", of(("subagent",), "new_tokens"))],
-              "new tokens of the step (log scale)")
+    _log_hist(
+        axes[0],
+        [
+            ("steps", of(("human", "tool", "subagent"), "output_tokens")),
+            ("compaction summaries", of(("compaction",), "output_tokens")),
+        ],
+        "output tokens asked for (log scale)",
+    )
+    _log_hist(
+        axes[1],
+        [
+            ("human request", of(("human",), "new_tokens")),
+            ("tool result", of(("tool",), "new_tokens")),
+            ("sub-agent step", of(("subagent",), "new_tokens")),
+        ],
+        "new tokens of the step (log scale)",
+    )
     scale = result.scenario.pacing.time_scale
     played = "" if scale == 1 else f"; as played, time_scale {scale:g}"
-    _log_hist(axes[2], [("think, before a human request", of(("human",), "pause_s")),
-                        ("tool time, before a tool step", of(("tool",), "pause_s"))],
-              f"pause before the step, s (log{played})")
+    _log_hist(
+        axes[2],
+        [
+            ("think, before a human request", of(("human",), "pause_s")),
+            ("tool time, before a tool step", of(("tool",), "pause_s")),
+        ],
+        f"pause before the step, s (log{played})",
+    )
     fig.suptitle(_title(result) + "\nsizes drawn for the measured steps", fontsize=10)
     fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
 
-def _cdf(ax: Any, series: list[tuple[str | None, list[float]]], xlabel: str,
-         missing: str) -> None:
+def _cdf(ax: Any, series: list[tuple[str | None, list[float]]], xlabel: str, missing: str) -> None:
     """Empirical CDFs, one step line per series (with its n), the p50, p90 and p99 levels
     marked; ``missing`` written in the panel when no series has a value."""
     if not any(values for _, values in series):
-        ax.text(0.5, 0.5, missing, ha="center", va="center", wrap=True, fontsize=9,
-                transform=ax.transAxes)
+        ax.text(
+            0.5,
+            0.5,
+            missing,
+            ha="center",
+            va="center",
+            wrap=True,
+            fontsize=9,
+            transform=ax.transAxes,
+        )
         ax.set_xticks([])
         ax.set_yticks([])
         return
@@ -676,35 +834,52 @@ def _latency(result: RunResult, path: Path | IO[bytes]) -> None:
         return
     groups: list[tuple[str | None, list[TurnRecord]]]
     if result.cells is not None:
-        groups = [(f"C{c.concurrency} · prior {c.prior_tokens:,}",
-                   [r for r in valid if r.cell == c.cell]) for c in result.cells]
+        groups = [
+            (f"C{c.concurrency} · prior {c.prior_tokens:,}", [r for r in valid if r.cell == c.cell])
+            for c in result.cells
+        ]
     else:
         groups = [(None, valid)]
     Series = list[tuple[str | None, list[float]]]
     itl: Series = [(name, [g * 1000 for g in aggregate.itl_gaps_s(rs)]) for name, rs in groups]
-    e2e: Series = [(name, [v for r in rs if (v := aggregate.e2e_s(r)) is not None])
-                   for name, rs in groups]
+    e2e: Series = [
+        (name, [v for r in rs if (v := aggregate.e2e_s(r)) is not None]) for name, rs in groups
+    ]
     if not any(v for _, v in itl) and not any(v for _, v in e2e):
         return
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), constrained_layout=True)
-    _cdf(axes[0], itl, "ITL ms (gaps between content chunks, log scale)",
-         "ITL not recorded: these records carry no content-chunk arrival times")
+    _cdf(
+        axes[0],
+        itl,
+        "ITL ms (gaps between content chunks, log scale)",
+        "ITL not recorded: these records carry no content-chunk arrival times",
+    )
     if any(v for _, v in itl):
         axes[0].set_xscale("log")
-    _cdf(axes[1], e2e, "E2E s (request written → end of stream)",
-         "E2E not recorded: these records carry no send and end stamps")
-    fig.suptitle(_title(result) + "\nlatency distributions of the valid measured requests",
-                 fontsize=10)
+    _cdf(
+        axes[1],
+        e2e,
+        "E2E s (request written → end of stream)",
+        "E2E not recorded: these records carry no send and end stamps",
+    )
+    fig.suptitle(
+        _title(result) + "\nlatency distributions of the valid measured requests", fontsize=10
+    )
     fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
 
 _FIGURES: list[tuple[str, Any]] = [
-    ("rates.png", _rates), ("ttft.png", _ttft), ("latency.png", _latency),
+    ("rates.png", _rates),
+    ("ttft.png", _ttft),
+    ("latency.png", _latency),
     ("prefill.png", _prefill),
-    ("cache.png", _sweep_cache), ("concurrency.png", _concurrency),
-    ("timeline.png", _timeline), ("context.png", _context), ("sizes.png", _sizes),
+    ("cache.png", _sweep_cache),
+    ("concurrency.png", _concurrency),
+    ("timeline.png", _timeline),
+    ("context.png", _context),
+    ("sizes.png", _sizes),
 ]
 
 

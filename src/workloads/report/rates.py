@@ -22,7 +22,13 @@ from workloads.model.results import RunResult
 from workloads.model.summary import BandSummary, TurnSummary
 
 __all__ = [
-    "AGGREGATE", "PER_USER", "STREAMS_SUM", "WALL", "Rate", "dagger_note", "free_pacing",
+    "AGGREGATE",
+    "PER_USER",
+    "STREAMS_SUM",
+    "WALL",
+    "Rate",
+    "dagger_note",
+    "free_pacing",
     "turn_rates",
 ]
 
@@ -39,15 +45,26 @@ class Rate:
     summed: bool = False  # a Σ over every stream: left out (*) when fewer were valid
 
 
-AGGREGATE = Rate("aggregate tok/s", "aggregate_tok_s", "Σ of the streams' post-first rates",
-                 lambda t: t.aggregate_rate, summed=True)
-STREAMS_SUM = Rate("Σ streams tok/s †", "streams_sum_tok_s",
-                   "Σ of the streams' post-first rates; overstates throughput",
-                   lambda t: t.streams_sum_rate, summed=True)
-WALL = Rate("wall tok/s", "wall_tok_s", "Σ tokens / the turn's span",
-            lambda t: t.wall_aggregate_rate)
-PER_USER = Rate("per-user tok/s", "per_user_tok_s", "median over sessions",
-                lambda t: t.per_user_rate)
+AGGREGATE = Rate(
+    "aggregate tok/s",
+    "aggregate_tok_s",
+    "Σ of the streams' post-first rates",
+    lambda t: t.aggregate_rate,
+    summed=True,
+)
+STREAMS_SUM = Rate(
+    "Σ streams tok/s †",
+    "streams_sum_tok_s",
+    "Σ of the streams' post-first rates; overstates throughput",
+    lambda t: t.streams_sum_rate,
+    summed=True,
+)
+WALL = Rate(
+    "wall tok/s", "wall_tok_s", "Σ tokens / the turn's span", lambda t: t.wall_aggregate_rate
+)
+PER_USER = Rate(
+    "per-user tok/s", "per_user_tok_s", "median over sessions", lambda t: t.per_user_rate
+)
 
 
 def free_pacing(result: RunResult) -> bool:
@@ -67,5 +84,7 @@ def dagger_note(result: RunResult) -> str | None:
     """The footnote of the † figure; None in lock-step, which has none."""
     if not free_pacing(result):
         return None
-    return (f"† {result.scenario.pacing.mode} pacing: a turn's streams need not overlap in "
-            "time, so their Σ overstates throughput; wall tok/s = Σ tokens / the turn's span")
+    return (
+        f"† {result.scenario.pacing.mode} pacing: a turn's streams need not overlap in "
+        "time, so their Σ overstates throughput; wall tok/s = Σ tokens / the turn's span"
+    )

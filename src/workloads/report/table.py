@@ -20,7 +20,14 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
 __all__ = [
-    "GAP", "INDENT", "Block", "Line", "Pairs", "ReportTable", "blocks", "markdown",
+    "GAP",
+    "INDENT",
+    "Block",
+    "Line",
+    "Pairs",
+    "ReportTable",
+    "blocks",
+    "markdown",
 ]
 
 INDENT = 1  # left margin of every table line
@@ -45,8 +52,9 @@ class ReportTable:
 
     def add_row(self, *cells: str) -> None:
         if len(cells) != len(self.columns):
-            raise ValueError(f"{self.name or self.title}: {len(cells)} cells for "
-                             f"{len(self.columns)} columns")
+            raise ValueError(
+                f"{self.name or self.title}: {len(cells)} cells for {len(self.columns)} columns"
+            )
         self.rows.append(list(cells))
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -144,7 +152,7 @@ def _row_lines(
     pieces = textwrap.wrap(
         row[last], widths[last], break_on_hyphens=False, break_long_words=False
     ) or [""]
-    yield _line(table, block, widths, [*row[:last], pieces[0], *row[last + 1:]])
+    yield _line(table, block, widths, [*row[:last], pieces[0], *row[last + 1 :]])
     for piece in pieces[1:]:
         blank = [""] * len(row)
         blank[last] = piece
@@ -179,9 +187,14 @@ def markdown(table: ReportTable) -> str:
     """The table in GitHub Markdown: a bold title line, the table, notes as a list."""
     out = [f"**{_md_cell(table.title)}**", ""]
     out.append("| " + " | ".join(_md_cell(c) for c in table.columns) + " |")
-    out.append("|" + "|".join(
-        ":---" if i < table.key or i in table.left else "---:"
-        for i in range(len(table.columns))) + "|")
+    out.append(
+        "|"
+        + "|".join(
+            ":---" if i < table.key or i in table.left else "---:"
+            for i in range(len(table.columns))
+        )
+        + "|"
+    )
     for row in table.rows:
         out.append("| " + " | ".join(_md_cell(c) for c in row) + " |")
     if table.notes:

@@ -8,8 +8,15 @@ from workloads.core.stats import CONFIDENCE, needed_for_bound
 from workloads.model.summary import BandSummary, Percentiles
 
 __all__ = [
-    "BOUNDS_NOTE", "NOT_REPORTED", "NO_VALID", "count", "format_band", "num",
-    "percentile_text", "plural", "span",
+    "BOUNDS_NOTE",
+    "NOT_REPORTED",
+    "NO_VALID",
+    "count",
+    "format_band",
+    "num",
+    "percentile_text",
+    "plural",
+    "span",
 ]
 
 NOT_REPORTED = "not reported"
@@ -34,10 +41,13 @@ def num(value: float | None, digits: int | None = None, *, compact: bool = False
 
 
 def format_band(
-    b: BandSummary | None, digits: int | None = None, *, missing: str = "—",
+    b: BandSummary | None,
+    digits: int | None = None,
+    *,
+    missing: str = "—",
     compact: bool = False,
 ) -> str:
-    """"median (low–high)", or the median alone when the band is one value as printed."""
+    """ "median (low–high)", or the median alone when the band is one value as printed."""
     if b is None:
         return missing
     median, low, high = (num(v, digits, compact=compact) for v in (b.median, b.low, b.high))
@@ -62,8 +72,7 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def percentile_text(p: Percentiles, q: float, scale: float = 1.0,
-                    digits: int | None = None) -> str:
+def percentile_text(p: Percentiles, q: float, scale: float = 1.0, digits: int | None = None) -> str:
     """The ``q``-th percentile of ``p`` with its bounds, "1.23 [1.10–1.41]"; "needs ≥ 299"
     where ``p.n`` is too small to bound it from above (no number: with too few values the
     high percentiles are the maximum, not the percentile); the value alone from a file that

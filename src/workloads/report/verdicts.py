@@ -8,12 +8,18 @@ from workloads.core.replay import judged
 from workloads.model.replay import Replay, Turn1Cache
 from workloads.model.results import RunResult
 
-__all__ = ["correctness_line", "degeneration_line", "likelihood_line", "replay_line",
-           "turn1_text", "verdict_lines"]
+__all__ = [
+    "correctness_line",
+    "degeneration_line",
+    "likelihood_line",
+    "replay_line",
+    "turn1_text",
+    "verdict_lines",
+]
 
 
 def correctness_line(result: RunResult) -> str | None:
-    """"correctness 6/6 …", or which cases failed and why; None when the gate did not run."""
+    """ "correctness 6/6 …", or which cases failed and why; None when the gate did not run."""
     gate = result.gate
     if gate is None:
         return None
@@ -27,8 +33,10 @@ def correctness_line(result: RunResult) -> str | None:
         f"window{'s' if result.cells else ''}; gate {gate.mode})"
     )
     if gate.form == "text":
-        head += (f" · text form: the model echoed {gate.echoed} of 6 chat requests (a base "
-                 "model, not tuned for chat); kernels and KV cache judged, not the template")
+        head += (
+            f" · text form: the model echoed {gate.echoed} of 6 chat requests (a base "
+            "model, not tuned for chat); kernels and KV cache judged, not the template"
+        )
     if gate.passed:
         return head
     failures = []
@@ -60,12 +68,14 @@ def likelihood_line(result: RunResult) -> str | None:
         return None
     if not probe.supported or probe.mean_nll is None:
         return f"likelihood: {probe.reason or 'not measured'}"
-    return (f"likelihood: mean NLL {probe.mean_nll:.4f} nats/token over {probe.tokens} tokens "
-            f"of the fixed text (perplexity {probe.perplexity:.3f}; {probe.source})")
+    return (
+        f"likelihood: mean NLL {probe.mean_nll:.4f} nats/token over {probe.tokens} tokens "
+        f"of the fixed text (perplexity {probe.perplexity:.3f}; {probe.source})"
+    )
 
 
 def turn1_text(t: Turn1Cache | None) -> str:
-    """"9,184 of 9,192 prompt tokens (99.9%)", or why not."""
+    """ "9,184 of 9,192 prompt tokens (99.9%)", or why not."""
     if t is None:
         return "no valid measured turn 1"
     if t.cached_tokens is None:
@@ -79,13 +89,16 @@ def replay_line(r: Replay) -> str:
     target still held the recorded prompts) or cold, with turn 1's cached tokens in both
     runs."""
     label = f" [{r.recorded_label}]" if r.recorded_label else ""
-    figures = (f"turn 1 cached {turn1_text(r.turn1)}; the recorded run's "
-               f"{turn1_text(r.recorded_turn1)}")
+    figures = (
+        f"turn 1 cached {turn1_text(r.turn1)}; the recorded run's {turn1_text(r.recorded_turn1)}"
+    )
     if r.cache == "warm":
-        return (f"replay of {r.recorded}{label} on a WARM CACHE: {figures}. The target still "
-                "held the recorded prompts, so TTFT, prefill and cache figures are not the "
-                "recorded run's conditions (restart the server, or flush its prefix cache, "
-                "for a cold replay)")
+        return (
+            f"replay of {r.recorded}{label} on a WARM CACHE: {figures}. The target still "
+            "held the recorded prompts, so TTFT, prefill and cache figures are not the "
+            "recorded run's conditions (restart the server, or flush its prefix cache, "
+            "for a cold replay)"
+        )
     state = "a cold cache" if r.cache == "cold" else "a cache state not known"
     return f"replay of {r.recorded}{label} on {state}: {figures}"
 

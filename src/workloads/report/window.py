@@ -14,7 +14,10 @@ from workloads.telemetry.reconcile import UsageSums
 from workloads.telemetry.servers import server_names
 
 __all__ = [
-    "reconciliation_notes", "reconciliation_table", "window_blocks", "window_lines",
+    "reconciliation_notes",
+    "reconciliation_table",
+    "window_blocks",
+    "window_lines",
 ]
 
 
@@ -47,7 +50,8 @@ def reconciliation_table(t: ServerTelemetry) -> ReportTable:
     """Each server counter's window delta against the client's sum over measured turns."""
     table = ReportTable(
         "Reconciliation — server counter Δ over the window vs the client's Σ of usage",
-        ["figure", "server Δ", "client Σ", "client sums", "verdict"], name="reconciliation",
+        ["figure", "server Δ", "client Σ", "client sums", "verdict"],
+        name="reconciliation",
         left=(3, 4),
     )
     for r in t.reconciliation:
@@ -127,9 +131,7 @@ def _timings_spec_line(records: Sequence[TurnRecord]) -> str | None:
     )
 
 
-def window_lines(
-    window: Window, records: Sequence[TurnRecord] = ()
-) -> list[tuple[str, str]]:
+def window_lines(window: Window, records: Sequence[TurnRecord] = ()) -> list[tuple[str, str]]:
     """The window's figures other than the reconciliation, as (label, text) rows.
     ``records`` (the measured TurnRecords) supply per-response figures the server's
     counters lack."""
@@ -165,11 +167,14 @@ def window_lines(
             if t.spec_acceptance_rate is None and timings_spec is not None:
                 spec = timings_spec
             rows.append(("spec decoding", spec))
-            rows.append((
-                "preemptions",
-                _not_reported(t, "preemptions") if t.preemptions is None
-                else count(t.preemptions),
-            ))
+            rows.append(
+                (
+                    "preemptions",
+                    _not_reported(t, "preemptions")
+                    if t.preemptions is None
+                    else count(t.preemptions),
+                )
+            )
         kv = t.gauges.get("kv_usage")
         if kv is None:
             kv_text = _not_reported(t, "kv_usage")

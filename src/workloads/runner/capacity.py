@@ -62,11 +62,16 @@ class CapacityLimits:
 
     def check(self) -> None:
         if self.max_points < 1 or self.batch < stats.MIN_REPETITIONS:
-            raise OptionsError(f"max_points must be ≥ 1 and batch ≥ {stats.MIN_REPETITIONS} "
-                               f"(got {self.max_points}, {self.batch})", option="limits")
+            raise OptionsError(
+                f"max_points must be ≥ 1 and batch ≥ {stats.MIN_REPETITIONS} "
+                f"(got {self.max_points}, {self.batch})",
+                option="limits",
+            )
         if self.max_repetitions < self.batch:
-            raise OptionsError(f"max_repetitions ({self.max_repetitions}) must be at least "
-                               f"batch ({self.batch})", option="max_repetitions")
+            raise OptionsError(
+                f"max_repetitions ({self.max_repetitions}) must be at least batch ({self.batch})",
+                option="max_repetitions",
+            )
         if not self.resolution > 0:
             raise OptionsError("resolution must be above 0", option="resolution")
         if self.max_load is not None and not self.max_load > 0:
@@ -90,9 +95,14 @@ class _Load:
         self.repetitions += g.repetitions
         self.requests += g.requests
         self.met += g.met
-        self.rates += [r.decode_tokens_per_s for r in result.records
-                       if r.valid and not r.warmup and r.parent_session is None
-                       and r.decode_tokens_per_s is not None]
+        self.rates += [
+            r.decode_tokens_per_s
+            for r in result.records
+            if r.valid
+            and not r.warmup
+            and r.parent_session is None
+            and r.decode_tokens_per_s is not None
+        ]
         if run_dir is not None:
             self.runs.append(run_dir)
 
@@ -105,13 +115,20 @@ class _Load:
         sessions = sum(r.sessions for r in self.repetitions)
         good = sum(r.good_sessions for r in self.repetitions)
         return CapacityPoint(
-            load=self.load, repetitions=len(self.repetitions), sessions=sessions,
-            good_sessions=good, session_share=good / sessions if sessions else None,
-            low=judged.low if judged else None, high=judged.high if judged else None,
-            verdict=verdict, requests=self.requests, met=self.met,
+            load=self.load,
+            repetitions=len(self.repetitions),
+            sessions=sessions,
+            good_sessions=good,
+            session_share=good / sessions if sessions else None,
+            low=judged.low if judged else None,
+            high=judged.high if judged else None,
+            verdict=verdict,
+            requests=self.requests,
+            met=self.met,
             per_user_rate=stats.median(self.rates),
             goodput_token_rate=stats.median(
-                r.met_tokens / r.span_s for r in self.repetitions if r.span_s),
+                r.met_tokens / r.span_s for r in self.repetitions if r.span_s
+            ),
             runs=list(self.runs),
         )
 
@@ -123,12 +140,14 @@ def _axis(scenario: Scenario) -> Literal["concurrency", "rate"]:
 def _at(scenario: Scenario, load: float, repetitions: int) -> Scenario:
     """``scenario`` at ``load``, with ``repetitions`` measured repetitions."""
     update: dict[str, Any] = {
-        "repetitions": scenario.repetitions.model_copy(update={"measured": repetitions})}
+        "repetitions": scenario.repetitions.model_copy(update={"measured": repetitions})
+    }
     if _axis(scenario) == "rate":
         arrivals = scenario.pacing.arrivals
         assert arrivals is not None
         update["pacing"] = scenario.pacing.model_copy(
-            update={"arrivals": arrivals.model_copy(update={"rate_per_s": load})})
+            update={"arrivals": arrivals.model_copy(update={"rate_per_s": load})}
+        )
     else:
         update["users"] = int(load)
     return scenario.model_copy(update=update)
@@ -164,14 +183,20 @@ async def capacity_async(
         slo = parse_slo(slo)
     slo = slo or scenario.slo
     if slo is None:
-        raise OptionsError("capacity needs an SLO: pass slo= (--slo) or give the scenario "
-                           "an [slo] table", option="slo")
+        raise OptionsError(
+            "capacity needs an SLO: pass slo= (--slo) or give the scenario an [slo] table",
+            option="slo",
+        )
     if not 0.0 < goal < 1.0:
-        raise OptionsError(f"goal must be a share between 0 and 1 (exclusive), not {goal}",
-                           option="goal")
+        raise OptionsError(
+            f"goal must be a share between 0 and 1 (exclusive), not {goal}", option="goal"
+        )
     if scenario.swept:
-        raise OptionsError("capacity searches the load itself: give a scenario without "
-                           "sweep axes (concurrency, prior_tokens)", option="scenario")
+        raise OptionsError(
+            "capacity searches the load itself: give a scenario without "
+            "sweep axes (concurrency, prior_tokens)",
+            option="scenario",
+        )
     limits.check()
     scenario = scenario.model_copy(update={"slo": slo})
     axis = _axis(scenario)
@@ -181,17 +206,25 @@ async def capacity_async(
         floor, ceiling = 1e-3, min(100_000.0, limits.max_load or math.inf)
     else:
         first = float(int(start if start is not None else scenario.users))
-        floor, ceiling = 1.0, float(MAX_CONCURRENCY if limits.max_load is None
-                                    else max(1, min(MAX_CONCURRENCY, int(limits.max_load))))
+        floor, ceiling = (
+            1.0,
+            float(
+                MAX_CONCURRENCY
+                if limits.max_load is None
+                else max(1, min(MAX_CONCURRENCY, int(limits.max_load)))
+            ),
+        )
     first = min(first, ceiling)
     if not floor <= first:
         raise OptionsError(f"start must be at least {floor:g}, not {first:g}", option="start")
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
         if (out / CAPACITY_FILE).exists() and not overwrite:
-            raise OutputExistsError(f"{out / CAPACITY_FILE} exists; choose another --out "
-                                    "directory, or pass --overwrite (overwrite=True)",
-                                    path=str(out / CAPACITY_FILE))
+            raise OutputExistsError(
+                f"{out / CAPACITY_FILE} exists; choose another --out "
+                "directory, or pass --overwrite (overwrite=True)",
+                path=str(out / CAPACITY_FILE),
+            )
         out.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     loads: dict[float, _Load] = {}
@@ -220,7 +253,11 @@ async def capacity_async(
             if out is not None:
                 run_dir = f"points/{_label(axis, load)}-{len(state.runs) + 1}"
             result = await run_async(
-                _at(scenario, load, batch), target, sim=sim, stop=stop, transcripts=False,
+                _at(scenario, load, batch),
+                target,
+                sim=sim,
+                stop=stop,
+                transcripts=False,
                 out_dir=None if run_dir is None or out is None else out / run_dir,
                 overwrite=overwrite,
             )
@@ -274,13 +311,20 @@ async def capacity_async(
             break
         load = upcoming
     else:
-        stopped = (f"measured {limits.max_points} loads (max_points) before the knee was "
-                   "bracketed")
+        stopped = f"measured {limits.max_points} loads (max_points) before the knee was bracketed"
     points = [state.point(goal) for state in loads.values()]
     result = CapacityResult(
-        created_unix=time.time(), scenario=scenario, target=where, model=model,
-        simulator_profile=profile, slo=slo, goal=goal, axis=axis,
-        points=sorted(points, key=lambda p: p.load), knee=meets, first_failing=fails,
+        created_unix=time.time(),
+        scenario=scenario,
+        target=where,
+        model=model,
+        simulator_profile=profile,
+        slo=slo,
+        goal=goal,
+        axis=axis,
+        points=sorted(points, key=lambda p: p.load),
+        knee=meets,
+        first_failing=fails,
         stopped=stopped,
     )
     if out is not None:
@@ -288,7 +332,8 @@ async def capacity_async(
     return result
 
 
-def capacity(scenario: Scenario | str | Path, target: Target | None = None,
-             **options: Any) -> CapacityResult:
+def capacity(
+    scenario: Scenario | str | Path, target: Target | None = None, **options: Any
+) -> CapacityResult:
     """Synchronous :func:`capacity_async` (starts its own event loop). Same arguments."""
     return run_loop(capacity_async(scenario, target, **options))

@@ -128,11 +128,23 @@ class Run:
             replay=replay.replay() if replay is not None else None,
         )
         self.monitor = ClientMonitor()  # the client watches itself: loop lag, CPU share
-        self.players: Players = LocalPlayers(
-            sizings=self.measured.sizings, corpus=self.measured.corpus, entropy=self.entropy,
-            client=client, model=model, on_record=self.record, on_exchange=self.exchange,
-            stop=self.stop, grace_s=grace_s, replay=replay, monitor=self.monitor,
-        ) if players is None else players(self)
+        self.players: Players = (
+            LocalPlayers(
+                sizings=self.measured.sizings,
+                corpus=self.measured.corpus,
+                entropy=self.entropy,
+                client=client,
+                model=model,
+                on_record=self.record,
+                on_exchange=self.exchange,
+                stop=self.stop,
+                grace_s=grace_s,
+                replay=replay,
+                monitor=self.monitor,
+            )
+            if players is None
+            else players(self)
+        )
 
     def record(self, record: TurnRecord) -> None:
         """Keep ``record``: in the result, appended to records.jsonl, to ``on_record``."""
@@ -152,13 +164,19 @@ class Run:
         self.stop_write = True
         self.stop.set()
 
-    def exchange(self, record: TurnRecord, messages: list[dict[str, str]],
-                  reply: str | None) -> None:
+    def exchange(
+        self, record: TurnRecord, messages: list[dict[str, str]], reply: str | None
+    ) -> None:
         """Keep a turn's messages and completion in the transcripts (when kept)."""
         if self.transcripts is not None:
             self.transcripts.write(
-                cell=record.cell, repetition=record.repetition, warmup=record.warmup,
-                session=record.session, turn=record.turn, messages=messages, completion=reply,
+                cell=record.cell,
+                repetition=record.repetition,
+                warmup=record.warmup,
+                session=record.session,
+                turn=record.turn,
+                messages=messages,
+                completion=reply,
             )
 
     async def execute(self) -> RunResult:
@@ -170,17 +188,18 @@ class Run:
         gate = self.measured.scenario.gate
         monitor = self.monitor
         # where the run ran, and which event loop stamped its chunks (uvloop or asyncio)
-        self.measured.environment = (environment() | {"event_loop": self.players.event_loop()}
-                                     | self.connection)
+        self.measured.environment = (
+            environment() | {"event_loop": self.players.event_loop()} | self.connection
+        )
         if self.writer is not None:  # a failure here is a failed start: nothing is saved
             self.writer.write_line(header_line(self._header()))
             if (err := self.output_error) is not None:
-                raise OutputError(f"{err}; the run did not start", path=err.path,
-                                  errno=err.errno)
+                raise OutputError(f"{err}; the run did not start", path=err.path, errno=err.errno)
         try:
             if gate != "off":  # outside the monitor and every window: not measured traffic
                 self.measured.gate_outputs += await send_gate(
-                    self.gate_client, self.model, self.measured.scenario, "before")
+                    self.gate_client, self.model, self.measured.scenario, "before"
+                )
             async with monitor:
                 for cell in self.measured.cells:
                     await self._cell(cell)
@@ -189,8 +208,12 @@ class Run:
             workers = await self.players.finish()
             if gate != "off" and not self.stopped:
                 self.measured.gate_outputs += await send_gate(
-                    self.gate_client, self.model, self.measured.scenario, "after",
-                    self.measured.gate_outputs)
+                    self.gate_client,
+                    self.model,
+                    self.measured.scenario,
+                    "after",
+                    self.measured.gate_outputs,
+                )
             complete = not self.stopped
         finally:
             # Also on Ctrl-C or a crash: the result says what was measured, and that it stopped.
@@ -226,28 +249,40 @@ class Run:
         whole = self.writer is None or self.writer.failure is None
         stopped = "the run stopped there; " if self.stop_write else ""
         if saved:
-            kept = (f"its {written} turn records are in {records}, its result in "
-                    f"{out / RESULT_FILE}")
+            kept = f"its {written} turn records are in {records}, its result in {out / RESULT_FILE}"
         else:
-            which = (f"its {written} turn records" if whole
-                     else f"the {written} turn records written before")
+            which = (
+                f"its {written} turn records"
+                if whole
+                else f"the {written} turn records written before"
+            )
             kept = f"{which} are kept in {records} (show {out} rebuilds the report from them)"
         return OutputError(f"{err}; {stopped}{kept}", path=err.path, errno=err.errno)
 
     def _header(self) -> RunHeader:
         m = self.measured
         return RunHeader(
-            label=m.label, note=m.note, scenario=m.scenario, target=m.target,
-            corpus=corpus_info(m.corpus), environment=m.environment, trace=m.trace,
+            label=m.label,
+            note=m.note,
+            scenario=m.scenario,
+            target=m.target,
+            corpus=corpus_info(m.corpus),
+            environment=m.environment,
+            trace=m.trace,
             replay=m.replay,
         )
 
     async def _cell(self, cell: Cell) -> None:
         m = self.measured
         s = m.scenario.repetitions
-        log.info("cell %d of %d: %d concurrent sessions, %d warm-up and %d measured "
-                 "repetitions", cell.index + 1, len(m.cells), cell.concurrency, s.warmup,
-                 s.measured)
+        log.info(
+            "cell %d of %d: %d concurrent sessions, %d warm-up and %d measured repetitions",
+            cell.index + 1,
+            len(m.cells),
+            cell.concurrency,
+            s.warmup,
+            s.measured,
+        )
         opened: float | None = None
         for index in range(s.warmup + s.measured):
             if self.stop.is_set():
@@ -275,8 +310,11 @@ class Run:
         if opened is None:
             return  # stopped before the cell's first measured request: no window
         m.window_end = time.time()  # every measured response of the cell has ended
-        log.debug("cell %d: the measured window closed after %.1f s", cell.index + 1,
-                  m.window_end - opened)
+        log.debug(
+            "cell %d: the measured window closed after %.1f s",
+            cell.index + 1,
+            m.window_end - opened,
+        )
         here = [r for r in m.records if not r.warmup and r.cell == cell.index]
         server, energy = await self.telemetry.finish(here)
         m.windows[cell.index] = window(opened, m.window_end, server, energy)

@@ -64,5 +64,8 @@ class Channel:
 def authentic(message: dict[str, Any], token: str) -> bool:
     """Whether a worker's hello carries the run's token (compared in constant time)."""
     given = message.get("token")
-    return message.get("op") == "hello" and isinstance(given, str) and hmac.compare_digest(
-        given.encode(), token.encode())
+    return (
+        message.get("op") == "hello"
+        and isinstance(given, str)
+        and hmac.compare_digest(given.encode(), token.encode())
+    )

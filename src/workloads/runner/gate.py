@@ -47,27 +47,41 @@ GATE_CONCURRENCY = 6
 
 # Request fields the gate sets itself: greedy and free to stop (a forced length would make a
 # right answer run on into text the judge has to see past).
-_GATE_OWNS = {"temperature", "top_p", "top_k", "presence_penalty", "frequency_penalty",
-              "repetition_penalty", "seed", "ignore_eos", "min_tokens", "max_tokens",
-              "max_completion_tokens", "n"}
+_GATE_OWNS = {
+    "temperature",
+    "top_p",
+    "top_k",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "seed",
+    "ignore_eos",
+    "min_tokens",
+    "max_tokens",
+    "max_completion_tokens",
+    "n",
+}
 
 
-def gate_body(scenario: Scenario, model: str, messages: list[dict[str, str]],
-              max_tokens: int) -> dict[str, Any]:
+def gate_body(
+    scenario: Scenario, model: str, messages: list[dict[str, str]], max_tokens: int
+) -> dict[str, Any]:
     """The request body of one gate case: greedy, with the scenario's server-specific fields
     (e.g. a chat-template switch) but none that touch sampling or length."""
     body: dict[str, Any] = {k: v for k, v in scenario.extra_body.items() if k not in _GATE_OWNS}
-    body.update({
-        "model": model,
-        "messages": messages,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "max_tokens": max_tokens,
-        "temperature": 0.0,
-        "top_p": 1.0,
-        "presence_penalty": 0.0,
-        "frequency_penalty": 0.0,
-    })
+    body.update(
+        {
+            "model": model,
+            "messages": messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "top_p": 1.0,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+        }
+    )
     return body
 
 
@@ -83,15 +97,17 @@ class GateClient(HttpChatClient):
     transport and deadline."""
 
     def __init__(self, base_url: str, *, transport: Transport, timeouts: Timeouts) -> None:
-        super().__init__(base_url, connections=GATE_CONCURRENCY, transport=transport,
-                         timeouts=timeouts)
+        super().__init__(
+            base_url, connections=GATE_CONCURRENCY, transport=transport, timeouts=timeouts
+        )
         self.base_url = base_url
         self.transport = transport
         self.deadline_s = timeouts.turn_s
 
     async def complete(self, body: dict[str, Any]) -> TextAnswer:
-        return await complete(self.base_url, body, transport=self.transport,
-                              timeout_s=self.deadline_s)
+        return await complete(
+            self.base_url, body, transport=self.transport, timeout_s=self.deadline_s
+        )
 
 
 def gate_client(
@@ -110,7 +126,10 @@ def gate_client(
 
 
 async def send_gate(
-    client: ChatClient, model: str, scenario: Scenario, phase: Literal["before", "after"],
+    client: ChatClient,
+    model: str,
+    scenario: Scenario,
+    phase: Literal["before", "after"],
     earlier: Sequence[GateOutput] = (),
 ) -> list[GateOutput]:
     """Send every gate case once, together (at most :data:`GATE_CONCURRENCY` at a time), and
@@ -151,16 +170,28 @@ async def send_gate(
 
 def text_body(scenario: Scenario, model: str, case: TextCase) -> dict[str, Any]:
     """The request body of one text case: greedy, as :func:`gate_body`, with a prompt."""
-    body: dict[str, Any] = {k: v for k, v in scenario.extra_body.items()
-                            if k not in _GATE_OWNS and k != "chat_template_kwargs"}
-    body.update({"model": model, "prompt": case.prompt, "max_tokens": case.max_tokens,
-                 "temperature": 0.0, "top_p": 1.0, "presence_penalty": 0.0,
-                 "frequency_penalty": 0.0})
+    body: dict[str, Any] = {
+        k: v
+        for k, v in scenario.extra_body.items()
+        if k not in _GATE_OWNS and k != "chat_template_kwargs"
+    }
+    body.update(
+        {
+            "model": model,
+            "prompt": case.prompt,
+            "max_tokens": case.max_tokens,
+            "temperature": 0.0,
+            "top_p": 1.0,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+        }
+    )
     return body
 
 
-async def _send_text(client: GateClient, model: str, scenario: Scenario,
-                     phase: Literal["before", "after"]) -> list[GateOutput]:
+async def _send_text(
+    client: GateClient, model: str, scenario: Scenario, phase: Literal["before", "after"]
+) -> list[GateOutput]:
     """The text form of the cases, together, judged; in case order."""
     deadline = gate_deadline_s(scenario.timeouts)
 
@@ -170,21 +201,33 @@ async def _send_text(client: GateClient, model: str, scenario: Scenario,
             message = answer.error_message or "no message"
             if answer.error_kind == "turn_deadline":
                 message += f" (the gate's deadline, {deadline:g} s: timeouts.gate_s)"
-            return GateOutput(case=case.name, phase=phase, passed=False, output=answer.text,
-                              why=f"the request failed ({answer.error_kind}): {message}",
-                              error_kind=answer.error_kind)
+            return GateOutput(
+                case=case.name,
+                phase=phase,
+                passed=False,
+                output=answer.text,
+                why=f"the request failed ({answer.error_kind}): {message}",
+                error_kind=answer.error_kind,
+            )
         verdict = judge_text(case, answer.text)
-        return GateOutput(case=case.name, phase=phase, passed=verdict.passed, why=verdict.why,
-                          output=answer.text, finish_reason=answer.finish_reason,
-                          completion_tokens=answer.completion_tokens)
+        return GateOutput(
+            case=case.name,
+            phase=phase,
+            passed=verdict.passed,
+            why=verdict.why,
+            output=answer.text,
+            finish_reason=answer.finish_reason,
+            completion_tokens=answer.completion_tokens,
+        )
 
     async with asyncio.TaskGroup() as group:
         tasks = [group.create_task(one(case)) for case in TEXT_CASES]
     return [task.result() for task in tasks]
 
 
-def _output(case: GateCase, phase: Literal["before", "after"], response: ChatResponse,
-            deadline: float) -> GateOutput:
+def _output(
+    case: GateCase, phase: Literal["before", "after"], response: ChatResponse, deadline: float
+) -> GateOutput:
     """One case's output, judged; a failed request is a failed case with its error."""
     completion = response.usage.completion_tokens if response.usage else None
     if not response.ok:
@@ -193,14 +236,22 @@ def _output(case: GateCase, phase: Literal["before", "after"], response: ChatRes
             message += f" (the gate's deadline, {deadline:g} s: timeouts.gate_s)"
         echoed = f" ({ECHOED} first)" if echoes(case, response.text) else ""
         return GateOutput(
-            case=case.name, phase=phase, passed=False, output=response.text,
+            case=case.name,
+            phase=phase,
+            passed=False,
+            output=response.text,
             why=f"the request failed ({response.error_kind}){echoed}: {message}",
-            error_kind=response.error_kind, finish_reason=response.finish_reason,
+            error_kind=response.error_kind,
+            finish_reason=response.finish_reason,
             completion_tokens=completion,
         )
     verdict = judge(case, response.text)
     return GateOutput(
-        case=case.name, phase=phase, passed=verdict.passed, why=verdict.why,
-        output=response.text, finish_reason=response.finish_reason,
+        case=case.name,
+        phase=phase,
+        passed=verdict.passed,
+        why=verdict.why,
+        output=response.text,
+        finish_reason=response.finish_reason,
         completion_tokens=completion,
     )

@@ -31,8 +31,13 @@ from workloads.model.records import TurnRecord
 from workloads.model.results import ClientHealth
 from workloads.wire.client import ChatClient, ChatResponse
 
-__all__ = ["LOOP_LAG_P99_LIMIT_MS", "STAMP_WAIT_LIMIT_MS", "ClientMonitor", "health_warnings",
-           "merged_health"]
+__all__ = [
+    "LOOP_LAG_P99_LIMIT_MS",
+    "STAMP_WAIT_LIMIT_MS",
+    "ClientMonitor",
+    "health_warnings",
+    "merged_health",
+]
 
 LOOP_LAG_P99_LIMIT_MS = 5.0  # a chunk may wait this long to be stamped: 1% of wakes
 STAMP_WAIT_LIMIT_MS = 1.0  # past this at p99, the report says how long stamps waited
@@ -48,11 +53,11 @@ MAX_SAMPLES = 1_000_000  # at 10 ms: 2.7 hours of samples, 8 MB; later wakes are
 class ClientMonitor:
     """Samples the event loop's lag and the process's CPU while the ``async with`` block runs.
 
-        async with ClientMonitor() as monitor:
-            ...                       # set-up and sizing: not watched
-            with monitor.watching():
-                ...                   # requests in flight: lag and CPU share count here
-        health = monitor.health(records)
+    async with ClientMonitor() as monitor:
+        ...                       # set-up and sizing: not watched
+        with monitor.watching():
+            ...                   # requests in flight: lag and CPU share count here
+    health = monitor.health(records)
     """
 
     def __init__(self, interval_s: float = 0.01) -> None:
@@ -164,14 +169,16 @@ def merged_health(here: ClientHealth, workers: Sequence[ClientHealth]) -> Client
         known = [v for v in values if v is not None]
         return max(known) if known else None
 
-    return here.model_copy(update={
-        "loop_lag_samples": sum(w.loop_lag_samples for w in workers),
-        "loop_lag_p50_ms": worst([w.loop_lag_p50_ms for w in workers]),
-        "loop_lag_p99_ms": worst([w.loop_lag_p99_ms for w in workers]),
-        "loop_lag_max_ms": worst([w.loop_lag_max_ms for w in workers]),
-        "cpu_share": worst([w.cpu_share for w in workers]),
-        "processes": len(workers),
-    })
+    return here.model_copy(
+        update={
+            "loop_lag_samples": sum(w.loop_lag_samples for w in workers),
+            "loop_lag_p50_ms": worst([w.loop_lag_p50_ms for w in workers]),
+            "loop_lag_p99_ms": worst([w.loop_lag_p99_ms for w in workers]),
+            "loop_lag_max_ms": worst([w.loop_lag_max_ms for w in workers]),
+            "cpu_share": worst([w.cpu_share for w in workers]),
+            "processes": len(workers),
+        }
+    )
 
 
 def health_warnings(h: ClientHealth | None, *, embedded: bool = False) -> list[str]:
@@ -184,13 +191,18 @@ def health_warnings(h: ClientHealth | None, *, embedded: bool = False) -> list[s
     if h is None:
         return []
     out = []
-    workers = ("; spread the sessions over more processes (--workers N, or --workers auto)"
-               if h.processes == 1 else "; run more worker processes (--workers N)")
+    workers = (
+        "; spread the sessions over more processes (--workers N, or --workers auto)"
+        if h.processes == 1
+        else "; run more worker processes (--workers N)"
+    )
     lag_workers = workers
     if embedded and h.processes == 1:
-        lag_workers = ("; the embedded simulated server shares this process, and its engine "
-                       "delays the client's stamps: --workers 2 sends from processes of "
-                       "their own")
+        lag_workers = (
+            "; the embedded simulated server shares this process, and its engine "
+            "delays the client's stamps: --workers 2 sends from processes of "
+            "their own"
+        )
     if h.loop_lag_p99_ms is not None and h.loop_lag_p99_ms > LOOP_LAG_P99_LIMIT_MS:
         out.append(
             f"the client may be the bottleneck: event-loop lag p99 {h.loop_lag_p99_ms:.1f} ms "

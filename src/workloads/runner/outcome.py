@@ -125,8 +125,9 @@ def _what_if(m: Measured, cell: int) -> list[WhatIfTurn] | None:
     capacity, block_size = m.kv_capacity()
     if not traces or capacity is None or not all(t.prompt for t in traces):
         return None  # (an empty prompt: a turn's ids could not be rendered after the window)
-    requests = [OracleRequest(t.prompt, t.completion, turn=t.turn, counted=t.counted)
-                for t in traces]
+    requests = [
+        OracleRequest(t.prompt, t.completion, turn=t.turn, counted=t.counted) for t in traces
+    ]
     return what_if(requests, capacity_tokens=capacity, block_size=block_size)
 
 
@@ -173,8 +174,7 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
         target=m.target.model_copy(update={"server": identity}),
         corpus=corpus_info(m.corpus),
         nonces=m.nonces,
-        window=m.windows.get(0, Window()) if not s.swept else window(m.window_start,
-                                                                       m.window_end),
+        window=m.windows.get(0, Window()) if not s.swept else window(m.window_start, m.window_end),
         summary=aggregate.summarize(m.records, users=s.users, lockstep=lockstep),
         cells=cells,
         cache_what_if=None if s.swept else _what_if(m, 0),
@@ -184,18 +184,24 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
         client=m.client,
         concurrency=concurrency(m.records),
     )
-    warnings = [*m.setup_warnings, *_warnings(result.summary, complete),
-                *m.telemetry_warnings]
+    warnings = [*m.setup_warnings, *_warnings(result.summary, complete), *m.telemetry_warnings]
     if m.target.insecure:
-        warnings.insert(0, "TLS certificates were not verified (--insecure): the server "
-                        "answering may not be the one named; use --ca-bundle FILE for a "
-                        "private CA")
+        warnings.insert(
+            0,
+            "TLS certificates were not verified (--insecure): the server "
+            "answering may not be the one named; use --ca-bundle FILE for a "
+            "private CA",
+        )
     warnings += health_warnings(m.client, embedded=m.target.simulated)
     if m.trace is None:  # a trace's prompts are its blocks, not sized depths
         warnings += sizing_warnings(
-            m.records, result.sizing or _sizing(m), s, replayed=m.replay is not None,
+            m.records,
+            result.sizing or _sizing(m),
+            s,
+            replayed=m.replay is not None,
             block_tokens=m.kv_capacity()[1],
-            loop_lag_max_ms=m.client.loop_lag_max_ms if m.client is not None else None)
+            loop_lag_max_ms=m.client.loop_lag_max_ms if m.client is not None else None,
+        )
     gate, invalid = _gate(m)
     warnings += _degenerate_warning(m.records)
     hosts = {r.host for r in m.records if r.host is not None}
@@ -204,7 +210,8 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
             f"the turns were sent from {len(hosts)} hosts ({', '.join(sorted(hosts))}), each "
             "stamping with its own clock: wall throughput, requests/s and concurrency over "
             "time need one clock and are not reported; per-turn rates, TTFT and every "
-            "duration are")
+            "duration are"
+        )
     trace = m.trace
     if trace is not None:
         trace = trace.model_copy(update={"observed_hit_rate": observed_hit_rate(m.records)})
@@ -212,15 +219,21 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
             warnings.append(
                 f"the trace was cut at {trace.requests:,} requests by scenario.trace limits "
                 "(max_requests, max_duration_s): only they were replayed, and the ideal hit "
-                "rate is theirs")
+                "rate is theirs"
+            )
     if s.slo is not None and (why := missing_figure(m.records, s.slo)) is not None:
         warnings.append(f"no goodput: {why}")
-    return result.model_copy(update={"warnings": warnings, "gate": gate,
-                                     "invalid_reason": invalid, "likelihood": m.likelihood,
-                                     "trace": trace,
-                                     "replay": None if m.replay is None
-                                     else judged(m.replay, m.records),
-                                     "goodput": aggregate.judged_goodput(m.records, s.slo)})
+    return result.model_copy(
+        update={
+            "warnings": warnings,
+            "gate": gate,
+            "invalid_reason": invalid,
+            "likelihood": m.likelihood,
+            "trace": trace,
+            "replay": None if m.replay is None else judged(m.replay, m.records),
+            "goodput": aggregate.judged_goodput(m.records, s.slo),
+        }
+    )
 
 
 def _gate(m: Measured) -> tuple[GateResult | None, str | None]:
@@ -252,10 +265,11 @@ def _warnings(summary: Summary, complete: bool) -> list[str]:
     if not complete:
         cut = ""
         if run.cancelled:
-            cut = (f"; {run.cancelled} turns in flight then were cancelled (counted apart, "
-                   "not as failed; no rate includes them)")
-        out.append("the run was interrupted: figures cover only the turns measured before "
-                   f"it{cut}")
+            cut = (
+                f"; {run.cancelled} turns in flight then were cancelled (counted apart, "
+                "not as failed; no rate includes them)"
+            )
+        out.append(f"the run was interrupted: figures cover only the turns measured before it{cut}")
     if run.errors:
         out.append(
             f"{run.errors} of {run.records} measured turns failed; see records.jsonl "

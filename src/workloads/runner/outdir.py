@@ -70,12 +70,16 @@ def new_run_dir(base: Path) -> NewRunDir:
             continue
         except OSError as err:
             _remove_empty(made)
-            raise OutputError.writing(path, err, name=f"the run directory {path}",
-                                      then="; give --out DIR") from err
+            raise OutputError.writing(
+                path, err, name=f"the run directory {path}", then="; give --out DIR"
+            ) from err
         return NewRunDir(path, [*made, path])
     _remove_empty(made)
-    raise OutputError(f"cannot make a run directory: {base} and {base.name}-2 … "
-                      f"-{MAX_SUFFIX} all exist; give --out DIR", path=str(base))
+    raise OutputError(
+        f"cannot make a run directory: {base} and {base.name}-2 … "
+        f"-{MAX_SUFFIX} all exist; give --out DIR",
+        path=str(base),
+    )
 
 
 def check_out_dir(out: Path, *, overwrite: bool = False) -> None:
@@ -109,13 +113,13 @@ def claim_out_dir(out: Path, *, overwrite: bool = False) -> Iterator[Path]:
             try:
                 for path in present:
                     path.unlink(missing_ok=True)
-                os.close(os.open(out / RECORDS_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
-                                 0o666))
+                os.close(os.open(out / RECORDS_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
             except FileExistsError as err:  # a run without the lock (another host's NFS)
                 raise OutputExistsError(
                     f"{out / RECORDS_FILE} appeared as this run claimed --out {out}: another "
                     "run is writing there; choose another --out directory",
-                    path=str(out / RECORDS_FILE)) from err
+                    path=str(out / RECORDS_FILE),
+                ) from err
             except OSError as err:
                 raise _cannot_use(out, err) from err
             try:
@@ -141,8 +145,9 @@ def _existing(out: Path) -> Path:
         path = path.parent
     if path.exists() and not path.is_dir():
         where = "is a file" if path == out else f"is inside {path}, a file"
-        raise OutputExistsError(f"--out {out} {where}, not a directory; choose a directory",
-                                path=str(path))
+        raise OutputExistsError(
+            f"--out {out} {where}, not a directory; choose a directory", path=str(path)
+        )
     return path
 
 
@@ -153,7 +158,9 @@ def _refuse_present(out: Path, *, overwrite: bool) -> list[Path]:
         # records.jsonl alone is what a killed run leaves: appending to it would mix runs.
         raise OutputExistsError(
             f"{present[0]} exists; choose another --out directory, or pass --overwrite "
-            "(overwrite=True) to replace it", path=str(present[0]))
+            "(overwrite=True) to replace it",
+            path=str(present[0]),
+        )
     return present
 
 
@@ -199,7 +206,9 @@ def _locked(out: Path) -> Iterator[None]:
         except BlockingIOError as err:
             raise _Busy(
                 f"--out {out} is being written by another run now; wait for it to end, or "
-                "choose another --out directory", path=str(out)) from err
+                "choose another --out directory",
+                path=str(out),
+            ) from err
         yield
     finally:
         os.close(fd)
@@ -227,5 +236,6 @@ def _remove_empty(made: list[Path]) -> None:
 
 
 def _cannot_use(out: Path, err: OSError) -> OutputError:
-    return OutputError.writing(out, err, name=f"to --out {out}",
-                               then="; choose a writable directory")
+    return OutputError.writing(
+        out, err, name=f"to --out {out}", then="; choose a writable directory"
+    )

@@ -47,4 +47,3 @@ def arrival_times(arrivals: Arrivals, sessions: int, rng: random.Random) -> list
             break
         out.append(at)
     return out
-

@@ -123,8 +123,13 @@ class LocalPlayers:
         sizing = self.sizings[repetition.cell.index]
         if self.replay is not None:
             self.sessions, nonces = replay_sessions(
-                repetition, self.replay, sizing=sizing, corpus=self.corpus,
-                client=self.client, model=self.model, on_record=self.on_record,
+                repetition,
+                self.replay,
+                sizing=sizing,
+                corpus=self.corpus,
+                client=self.client,
+                model=self.model,
+                on_record=self.on_record,
                 on_exchange=self.on_exchange,
             )
             async with asyncio.TaskGroup() as tg:  # turn 1 sized before anything is sent
@@ -132,10 +137,16 @@ class LocalPlayers:
                     tg.create_task(session.prepare(1))
             return nonces
         self.sessions, nonces = await open_sessions(
-            repetition, sizing=sizing, corpus=self.corpus, entropy=self.entropy,
-            client=self.client, model=self.model, on_record=self.on_record,
+            repetition,
+            sizing=sizing,
+            corpus=self.corpus,
+            entropy=self.entropy,
+            client=self.client,
+            model=self.model,
+            on_record=self.on_record,
             on_exchange=self.on_exchange,
-            shard=self.shard.sessions(sizing.scenario.users), order=self.order(),
+            shard=self.shard.sessions(sizing.scenario.users),
+            order=self.order(),
         )
         return nonces
 
@@ -151,8 +162,13 @@ class LocalPlayers:
         with _still_heap(), self.monitor.watching() if self.monitor else contextlib.nullcontext():
             return await self._play(repetition, sessions, scenario, extra)
 
-    async def _play(self, repetition: Repetition, sessions: list[Session],
-                    scenario: Scenario, extra: dict[str, Barrier]) -> bool:
+    async def _play(
+        self,
+        repetition: Repetition,
+        sessions: list[Session],
+        scenario: Scenario,
+        extra: dict[str, Barrier],
+    ) -> bool:
         playing = asyncio.ensure_future(self._sends(repetition, sessions, scenario, extra))
         try:
             stopping = asyncio.ensure_future(self.stop.wait())
@@ -177,19 +193,31 @@ class LocalPlayers:
                 await asyncio.wait({playing})
         if not repetition.warmup:  # with their sub-agents
             self.traced.setdefault(repetition.cell.index, []).extend(
-                s for session in sessions for s in session.family())
+                s for session in sessions for s in session.family()
+            )
         return finished
 
-    def _sends(self, repetition: Repetition, sessions: list[Session], scenario: Scenario,
-               extra: dict[str, Barrier]) -> Coroutine[Any, Any, bool]:
+    def _sends(
+        self,
+        repetition: Repetition,
+        sessions: list[Session],
+        scenario: Scenario,
+        extra: dict[str, Barrier],
+    ) -> Coroutine[Any, Any, bool]:
         """What plays the repetition (the scenario's pacing; a trace replay overrides it)."""
-        return play(sessions, repetition, scenario, self.corpus, stop=self.stop,
-                    start=self.start(repetition), **extra)
+        return play(
+            sessions,
+            repetition,
+            scenario,
+            self.corpus,
+            stop=self.stop,
+            start=self.start(repetition),
+            **extra,
+        )
 
     def observations(self) -> list[Observation]:
         """What the repetition just played taught about estimate sizing."""
-        return [o for session in self.sessions for s in session.family()
-                for o in s.observations]
+        return [o for session in self.sessions for s in session.family() for o in s.observations]
 
     async def learn(self, repetition: Repetition) -> None:
         sizing = self.sizings[repetition.cell.index]

@@ -58,8 +58,12 @@ async def ray_pool(address: str, count: int) -> WorkerPool:
     """A :class:`WorkerPool` of ``count`` Ray actors on the cluster at ``address``."""
     started = not ray.is_initialized()
     if started:  # on this thread: Ray sets its signal handlers only on the main thread
-        ray.init(address=address, log_to_driver=False, include_dashboard=False,
-                 logging_level=logging.WARNING)
+        ray.init(
+            address=address,
+            log_to_driver=False,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+        )
     host = _own_address()
     actor_class: Any = ray.remote(num_cpus=1)(_ShardActor)
 

@@ -74,16 +74,24 @@ async def open_sessions(
     """
     s = sizing.scenario
     cell = repetition.cell.index
-    nonces = make_nonces(entropy, cell=cell, repetition=repetition.index, users=s.users,
-                         mode=s.nonce)
+    nonces = make_nonces(
+        entropy, cell=cell, repetition=repetition.index, users=s.users, mode=s.nonce
+    )
     record = RepetitionNonces(
-        cell=cell, repetition=repetition.index, warmup=repetition.warmup,
-        run_nonce=nonces.run, sessions=nonces.sessions,
+        cell=cell,
+        repetition=repetition.index,
+        warmup=repetition.warmup,
+        run_nonce=nonces.run,
+        sessions=nonces.sessions,
     )
     conversations = [
         Conversation(
-            corpus=corpus, style=s.content.style, seed=s.content.seed, session=i,
-            nonce=nonces.sessions[i], run_nonce=nonces.run,
+            corpus=corpus,
+            style=s.content.style,
+            seed=s.content.seed,
+            session=i,
+            nonce=nonces.sessions[i],
+            run_nonce=nonces.run,
         )
         for i in range(s.users)
     ]
@@ -99,9 +107,16 @@ async def open_sessions(
     plans = traced_plans(s)
     opened = {
         i: Session(
-            client=client, scenario=s, model=model, conversation=conversations[i],
-            sizing=sizing, repetition=repetition.index, warmup=repetition.warmup,
-            on_record=on_record, cell=cell, on_exchange=on_exchange,
+            client=client,
+            scenario=s,
+            model=model,
+            conversation=conversations[i],
+            sizing=sizing,
+            repetition=repetition.index,
+            warmup=repetition.warmup,
+            on_record=on_record,
+            cell=cell,
+            on_exchange=on_exchange,
             plan=plans[i] if plans is not None and i < len(plans) else None,
         )
         for i in [*mine, *([neighbour] if neighbour is not None else [])]
@@ -170,12 +185,16 @@ async def play(
     starts = [start] * len(sessions)
     if s.pacing.arrivals is not None:  # an open-loop fleet: each session has its arrival
         times = arrival_times(
-            s.pacing.arrivals, s.users,
+            s.pacing.arrivals,
+            s.users,
             corpus.rng(s.content.seed, "arrivals", repetition.cell.index, repetition.index),
         )
         # sessions past the last arrival never start
-        starts = [start + times[session.conversation.session] for session in sessions
-                  if session.conversation.session < len(times)]
+        starts = [
+            start + times[session.conversation.session]
+            for session in sessions
+            if session.conversation.session < len(times)
+        ]
     async with asyncio.TaskGroup() as tg:
         runs = [
             tg.create_task(_free_running(session, at, stop))
@@ -190,8 +209,7 @@ async def _spawn_and_prepare(session: Session, turn: int, stop: asyncio.Event) -
     await session.prepare(turn)
 
 
-def _share_openings(sessions: dict[int, Session], sizing: CellSizing,
-                    order: OpeningOrder) -> None:
+def _share_openings(sessions: dict[int, Session], sizing: CellSizing, order: OpeningOrder) -> None:
     """Turn 1's shareable prefix: with nonce = "run", the part of its opening this session
     has in common with another session of the repetition (0 alone, or with nonce = "session").
     ``sessions``: by index, each with the next one (wrapping round) among them.

@@ -42,8 +42,9 @@ TurnKey = tuple[int, int, int, int]  # (cell, repetition, session, turn)
 class Recording:
     """A recorded run to replay: its result (scenario, nonces) and its transcripts."""
 
-    def __init__(self, result: RunResult, transcripts: dict[TurnKey, Transcript],
-                 where: Path) -> None:
+    def __init__(
+        self, result: RunResult, transcripts: dict[TurnKey, Transcript], where: Path
+    ) -> None:
         self.result = result
         self.transcripts = transcripts
         self.where = where
@@ -72,8 +73,15 @@ class Recording:
             for cell in scenario.cells()
             for rep in range(s.warmup + s.measured)
             for session in range(cell.concurrency)
-            for turn in range(1, (scenario.turns if scenario.agent is None else max(
-                1, recorded.get((cell.index, rep, session), 0))) + 1)
+            for turn in range(
+                1,
+                (
+                    scenario.turns
+                    if scenario.agent is None
+                    else max(1, recorded.get((cell.index, rep, session), 0))
+                )
+                + 1,
+            )
             if (cell.index, rep, session, turn) not in self.transcripts
         ]
         if missing:
@@ -87,9 +95,12 @@ class Recording:
     def replay(self) -> Replay:
         """What the replay's result says of the recorded run: which it was and its turn 1's
         cache (the replay's own is judged from its records at the end)."""
-        return Replay(recorded=str(self.where), recorded_label=self.result.label,
-                      recorded_created_unix=self.result.created_unix,
-                      recorded_turn1=turn1_cache(self.result.records))
+        return Replay(
+            recorded=str(self.where),
+            recorded_label=self.result.label,
+            recorded_created_unix=self.result.created_unix,
+            recorded_turn1=turn1_cache(self.result.records),
+        )
 
     def nonces(self, cell: int, repetition: int) -> RepetitionNonces | None:
         """The recorded repetition's nonces (the prompts carry them)."""
@@ -125,7 +136,10 @@ def replay_sessions(
     cell = repetition.cell.index
     recorded = recording.nonces(cell, repetition.index)
     nonces = recorded or RepetitionNonces(
-        cell=cell, repetition=repetition.index, warmup=repetition.warmup, run_nonce=None,
+        cell=cell,
+        repetition=repetition.index,
+        warmup=repetition.warmup,
+        run_nonce=None,
         sessions=[""] * s.users,
     )
     sessions = []
@@ -140,13 +154,27 @@ def replay_sessions(
             if (cell, repetition.index, i, turn) in recording.transcripts
         }
         conversation = Conversation(
-            corpus=corpus, style=s.content.style, seed=s.content.seed, session=i,
+            corpus=corpus,
+            style=s.content.style,
+            seed=s.content.seed,
+            session=i,
             nonce=nonces.sessions[i] if i < len(nonces.sessions) else "",
             run_nonce=nonces.run_nonce,
         )
-        sessions.append(Session(
-            client=client, scenario=s, model=model, conversation=conversation, sizing=sizing,
-            repetition=repetition.index, warmup=repetition.warmup, on_record=on_record,
-            cell=cell, on_exchange=on_exchange, script=script, kid_scripts=kids,
-        ))
+        sessions.append(
+            Session(
+                client=client,
+                scenario=s,
+                model=model,
+                conversation=conversation,
+                sizing=sizing,
+                repetition=repetition.index,
+                warmup=repetition.warmup,
+                on_record=on_record,
+                cell=cell,
+                on_exchange=on_exchange,
+                script=script,
+                kid_scripts=kids,
+            )
+        )
     return sessions, nonces

@@ -130,9 +130,16 @@ async def run_async(
         scenario = load_scenario(scenario)
     if slo is not None:  # bad text: one line (OptionsError), before anything starts
         scenario = scenario.model_copy(
-            update={"slo": parse_slo(slo) if isinstance(slo, str) else slo})
-    _check_options(workers=workers, ray=ray, client=client, replay=replay, trace=trace,
-                   stop_grace_s=stop_grace_s)
+            update={"slo": parse_slo(slo) if isinstance(slo, str) else slo}
+        )
+    _check_options(
+        workers=workers,
+        ray=ray,
+        client=client,
+        replay=replay,
+        trace=trace,
+        stop_grace_s=stop_grace_s,
+    )
     sharded = workers > 1 or ray is not None
     if trace is not None and not isinstance(trace, MooncakeTrace):
         trace = read_trace(trace, scenario.trace)  # bad input: one line, before --out exists
@@ -167,8 +174,7 @@ async def run_async(
         setup_warnings: list[str] = []  # for the result: what the setup changed, and why
         gate: ChatClient | None = None  # the gate's client; None: the run's own
         if client is None:
-            model, identity = await identify(chosen, scenario.timeouts.connect_s + 20,
-                                             transport)
+            model, identity = await identify(chosen, scenario.timeouts.connect_s + 20, transport)
             client = await stack.enter_async_context(
                 AiohttpChatClient(
                     chosen.base_url,
@@ -179,7 +185,8 @@ async def run_async(
             )
             if scenario.gate != "off":  # its own connections, each request capped
                 gate = await stack.enter_async_context(
-                    gate_client(chosen, scenario.timeouts, transport))
+                    gate_client(chosen, scenario.timeouts, transport)
+                )
             if scenario.tokenizer == "auto":
                 found = await probe_tokenizer(
                     target.root_url,
@@ -192,8 +199,10 @@ async def run_async(
         else:
             model, identity = chosen.model or "fake", ServerIdentity()
             # Nothing is asked of the target: the result says what that turned off.
-            off = [f"the target was not asked for its models (model {model!r}) or its "
-                   "tokenizer (prompts sized by tiktoken's estimate)"]
+            off = [
+                f"the target was not asked for its models (model {model!r}) or its "
+                "tokenizer (prompts sized by tiktoken's estimate)"
+            ]
             if scenario.gate == "report":
                 scenario = scenario.model_copy(update={"gate": "off"})
                 off.append("the correctness gate was not sent (gate 'report' became 'off')")
@@ -210,11 +219,14 @@ async def run_async(
         if isinstance(client, AiohttpChatClient):  # a real target (not a test's fake client)
             # One request, before any window opens: the server's counters never see it.
             likelihood = await measure_likelihood(
-                chosen.base_url, model, transport=transport,
+                chosen.base_url,
+                model,
+                transport=transport,
                 timeout_s=scenario.timeouts.turn_s,
             )
         window_telemetry = await stack.enter_async_context(
-            _window_telemetry(chosen, telemetry, simulated, energy_note))
+            _window_telemetry(chosen, telemetry, simulated, energy_note)
+        )
         players: Callable[[Run], Players] | None = None
         replayed = None
         if trace is not None:
@@ -231,12 +243,15 @@ async def run_async(
         transcript_writer = None
         if out is not None and transcripts:
             transcript_writer = stack.enter_context(TranscriptWriter(out / TRANSCRIPTS_FILE))
-        log.info("run of %s: %d cells × %d repetitions against %s (model %s)%s",
-                 scenario.name, len(scenario.cells()),
-                 scenario.repetitions.warmup + scenario.repetitions.measured,
-                 "the embedded simulated server" if embedded
-                 else transport.redact(chosen.base_url), model,
-                 f", {workers} worker processes" if sharded else "")
+        log.info(
+            "run of %s: %d cells × %d repetitions against %s (model %s)%s",
+            scenario.name,
+            len(scenario.cells()),
+            scenario.repetitions.warmup + scenario.repetitions.measured,
+            "the embedded simulated server" if embedded else transport.redact(chosen.base_url),
+            model,
+            f", {workers} worker processes" if sharded else "",
+        )
         result = await Run(
             scenario=scenario,
             client=client,
@@ -269,9 +284,13 @@ async def run_async(
             trace=replayed,
             warnings=setup_warnings,
         ).execute()
-        log.info("run of %s finished: %s, %d records%s", scenario.name,
-                 "complete" if result.complete else "stopped early", len(result.records),
-                 f", saved in {out}" if out is not None else "")
+        log.info(
+            "run of %s finished: %s, %d records%s",
+            scenario.name,
+            "complete" if result.complete else "stopped early",
+            len(result.records),
+            f", saved in {out}" if out is not None else "",
+        )
         return result
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -310,42 +329,75 @@ def run(
     before the interruption propagates. Inside an event loop ``await run_async(...)`` keeps
     the loop running and takes objects bound to it (a ``client``, a ``stop`` event).
     """
-    return run_loop(run_async(
-        scenario, target, out_dir=out_dir, label=label, note=note, sim=sim,
-        on_record=on_record, client=client, telemetry=telemetry, stop=stop,
-        stop_grace_s=stop_grace_s, overwrite=overwrite, transcripts=transcripts,
-        replay=replay, workers=workers, ray=ray, trace=trace, slo=slo,
-    ))
+    return run_loop(
+        run_async(
+            scenario,
+            target,
+            out_dir=out_dir,
+            label=label,
+            note=note,
+            sim=sim,
+            on_record=on_record,
+            client=client,
+            telemetry=telemetry,
+            stop=stop,
+            stop_grace_s=stop_grace_s,
+            overwrite=overwrite,
+            transcripts=transcripts,
+            replay=replay,
+            workers=workers,
+            ray=ray,
+            trace=trace,
+            slo=slo,
+        )
+    )
 
 
-def _check_options(*, workers: int, ray: str | None, client: ChatClient | None,
-                   replay: str | Path | None, trace: str | Path | MooncakeTrace | None,
-                   stop_grace_s: float) -> None:
+def _check_options(
+    *,
+    workers: int,
+    ray: str | None,
+    client: ChatClient | None,
+    replay: str | Path | None,
+    trace: str | Path | MooncakeTrace | None,
+    stop_grace_s: float,
+) -> None:
     """Arguments of :func:`run_async` out of range or that cannot work together, refused
     before anything starts; worded as a caller writes them (the CLI rewords them with its
     flags)."""
     if workers < 1:
         raise OptionsError(f"workers={workers}: give 1 or more processes", option="workers")
     if not stop_grace_s >= 0:  # NaN too
-        raise OptionsError(f"stop_grace_s={stop_grace_s}: give seconds, 0 or more",
-                           option="stop_grace_s")
-    sharding = ", ".join([*([f"workers={workers}"] if workers > 1 else []),
-                          *([f"ray={ray!r}"] if ray is not None else [])])
+        raise OptionsError(
+            f"stop_grace_s={stop_grace_s}: give seconds, 0 or more", option="stop_grace_s"
+        )
+    sharding = ", ".join(
+        [
+            *([f"workers={workers}"] if workers > 1 else []),
+            *([f"ray={ray!r}"] if ray is not None else []),
+        ]
+    )
     if sharding and client is not None:
         raise OptionsError(
             f"client= cannot be combined with {sharding}: worker processes send with HTTP "
             "clients of their own; a client= replacement sends from this process "
-            "(workers=1)", option="client")
+            "(workers=1)",
+            option="client",
+        )
     if sharding and replay is not None:
         raise OptionsError(
             f"replay={str(replay)!r} cannot be combined with {sharding}: a replay sends from "
-            "this process (workers=1)", option="replay")
+            "this process (workers=1)",
+            option="replay",
+        )
     if trace is not None and (sharding or replay is not None):
         shown = trace.path if isinstance(trace, MooncakeTrace) else trace
         raise OptionsError(
             f"trace={str(shown)!r} cannot be combined with "
             f"{sharding or f'replay={str(replay)!r}'}: a trace replay sends from this "
-            "process (workers=1) and plays the trace, not a recorded run", option="trace")
+            "process (workers=1) and plays the trace, not a recorded run",
+            option="trace",
+        )
 
 
 async def _worker_pool(workers: int, ray: str | None) -> WorkerPool:
@@ -356,27 +408,37 @@ async def _worker_pool(workers: int, ray: str | None) -> WorkerPool:
     return await ray_pool(ray, workers)
 
 
-def _worker_players(pool: WorkerPool, run: Run, *, target: Target,
-                    transcripts: bool) -> WorkerPlayers:
+def _worker_players(
+    pool: WorkerPool, run: Run, *, target: Target, transcripts: bool
+) -> WorkerPlayers:
     return WorkerPlayers(pool, run, target=target, transcripts=transcripts)
 
 
 def _trace_players(trace: MooncakeTrace, tokenizer: TargetTokenizer, run: Run) -> TracePlayers:
     return TracePlayers(
-        trace=trace, tokenizer=tokenizer, sizings=run.measured.sizings,
-        corpus=run.measured.corpus, entropy=run.entropy, client=run.client, model=run.model,
-        on_record=run.record, on_exchange=run.exchange, stop=run.stop, grace_s=run.grace_s,
+        trace=trace,
+        tokenizer=tokenizer,
+        sizings=run.measured.sizings,
+        corpus=run.measured.corpus,
+        entropy=run.entropy,
+        client=run.client,
+        model=run.model,
+        on_record=run.record,
+        on_exchange=run.exchange,
+        stop=run.stop,
+        grace_s=run.grace_s,
         monitor=run.monitor,
     )
 
 
 def _window_telemetry(
-    target: Target, options: TelemetryOptions | None, simulated: bool,
+    target: Target,
+    options: TelemetryOptions | None,
+    simulated: bool,
     energy_note: str | None = None,
 ) -> WindowTelemetry:
     options = options or TelemetryOptions()
-    energy, note = energy_for_target(options.energy, base_url=target.base_url,
-                                     simulated=simulated)
+    energy, note = energy_for_target(options.energy, base_url=target.base_url, simulated=simulated)
     return WindowTelemetry(
         dataclasses.replace(options, energy=energy),
         metrics_url=options.metrics_url or target.root_url + "/metrics",

@@ -86,8 +86,11 @@ class Session:
         self.on_exchange = on_exchange  # the transcripts writer, when kept
         self.script = script  # replay: each turn's recorded messages, sent as they are
         # The steps this session plays (core/agent.py): sizes, kinds, pauses, sub-agents.
-        self.plan = plan if plan is not None else session_plan(
-            scenario, cell, repetition, conversation.session)
+        self.plan = (
+            plan
+            if plan is not None
+            else session_plan(scenario, cell, repetition, conversation.session)
+        )
         self.parent = parent  # a sub-agent's: the session that spawned it
         self.kid_scripts = kid_scripts  # replay: the recorded sub-agents' turns, by session
         self.tools = tool_schemas(scenario.tools)
@@ -116,7 +119,8 @@ class Session:
         """Build the opening context at this session's (drawn) opening of the target's
         tokens: its plan's first prior context."""
         messages, ids, exact = await self.sizing.fit_opening(
-            self.conversation, n_system, self.plan[0].prior_tokens if self.plan else None)
+            self.conversation, n_system, self.plan[0].prior_tokens if self.plan else None
+        )
         self.conversation.set_opening(messages)
         self.opening_ids, self.opening_exact = ids, exact
 
@@ -162,7 +166,10 @@ class Session:
         if self.scenario.agent is not None:
             self.conversation.kinds[turn] = step.kind
         base, exact = turn_base(
-            turn, self.last, opening=self.opening_ids, opening_exact=self.opening_exact,
+            turn,
+            self.last,
+            opening=self.opening_ids,
+            opening_exact=self.opening_exact,
             sizing_exact=self.sizing.exact,
         )
         if self._compacted:  # the history is no longer the last prompt and its reply
@@ -181,7 +188,11 @@ class Session:
         else:
             first = turn == 1 and self.parent is None
             prepared = await self.sizing.fit_turn(
-                self.conversation, turn, base, exact=exact, new_tokens=step.new_tokens,
+                self.conversation,
+                turn,
+                base,
+                exact=exact,
+                new_tokens=step.new_tokens,
                 prompt_tokens=step.prior_tokens + step.new_tokens if first else None,
             )
         if teach:
@@ -206,8 +217,13 @@ class Session:
         prepared = plan.prepared
         step = self.step(turn)
         self.conversation.commit(prepared.messages)
-        body = build_body(self.scenario, self.model, prepared.messages,
-                          output_tokens=step.output_tokens, tools=self.tools)
+        body = build_body(
+            self.scenario,
+            self.model,
+            prepared.messages,
+            output_tokens=step.output_tokens,
+            tools=self.tools,
+        )
         if step.kind == "compaction" and self.tools:
             # The summary is text: the tools stay in the prompt (its cached prefix holds
             # them), but no call is wanted.
@@ -224,11 +240,17 @@ class Session:
             cell=self.cell,
             pacing_lag_ns=lag_ns,
         )
-        about = dict(step=step, parent_session=self.parent, tools_offered=bool(self.tools),
-                     replayed=self.script is not None)
+        about = dict(
+            step=step,
+            parent_session=self.parent,
+            tools_offered=bool(self.tools),
+            replayed=self.script is not None,
+        )
         shareable = plan.shareable
-        if turn == 1 and self.order is not None and await self.order.first(
-            self.conversation.session
+        if (
+            turn == 1
+            and self.order is not None
+            and await self.order.first(self.conversation.session)
         ):
             shareable = 0  # no other session's opening has reached the server yet
         started = time.perf_counter_ns()
@@ -240,15 +262,17 @@ class Session:
             # shareable prefix as a completed turn would have it (corrected above).
             partial = partial_response(err)
             if partial is not None:
-                self.on_record(record_from_response(
-                    partial,
-                    **common,  # type: ignore[arg-type]
-                    **about,  # type: ignore[arg-type]
-                    output_tokens=step.output_tokens,
-                    exact_output=self.scenario.exact_output,
-                    shareable_tokens=shareable,
-                    shareable_exact=plan.shareable_exact,
-                ))
+                self.on_record(
+                    record_from_response(
+                        partial,
+                        **common,  # type: ignore[arg-type]
+                        **about,  # type: ignore[arg-type]
+                        output_tokens=step.output_tokens,
+                        exact_output=self.scenario.exact_output,
+                        shareable_tokens=shareable,
+                        shareable_exact=plan.shareable_exact,
+                    )
+                )
                 raise
             self.on_record(
                 TurnRecord(
@@ -296,11 +320,16 @@ class Session:
         if reached:
             self.seen = Seen(prepared.ids, prepared.exact, response.text)
             if (prepared.exact or self.sizing.exact) and record.sent_ns is not None:
-                self.token_log.append(TokenTrace(
-                    record.sent_ns, turn, array("i", prepared.ids if prepared.exact else ()),
-                    counted=record.valid and record.cached_tokens is not None,
-                    messages=None if prepared.exact else sent, reply=response.text,
-                ))
+                self.token_log.append(
+                    TokenTrace(
+                        record.sent_ns,
+                        turn,
+                        array("i", prepared.ids if prepared.exact else ()),
+                        counted=record.valid and record.cached_tokens is not None,
+                        messages=None if prepared.exact else sent,
+                        reply=response.text,
+                    )
+                )
         # The server's real reply goes into the history, even a partial one; a turn with no
         # reply at all keeps the roles alternating with a marker.
         marker = f"(no reply: {response.error_kind or 'empty'})"
@@ -308,8 +337,10 @@ class Session:
         if self._compacted:  # the summary replaces the history after the system message
             self.conversation.compact(response.text)
         else:
-            self.conversation.add_reply(response.text or marker if not response.tool_calls
-                                        else response.text, response.tool_calls)
+            self.conversation.add_reply(
+                response.text or marker if not response.tool_calls else response.text,
+                response.tool_calls,
+            )
         reply = response.text if reached else None
         await slice_()
         record = record.model_copy(update=identity(sent, reply))

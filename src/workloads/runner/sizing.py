@@ -175,8 +175,11 @@ class CellSizing:
 
         try:
             if s.shared_prefix_tokens is None:
-                low = s.opening_tokens.low if isinstance(s.opening_tokens, Sizes) \
+                low = (
+                    s.opening_tokens.low
+                    if isinstance(s.opening_tokens, Sizes)
                     else s.opening_tokens
+                )
                 opening = self._units(low, 1, tok, conversation.session)
                 if await whole(natural) <= opening:
                     return natural
@@ -268,8 +271,10 @@ class CellSizing:
     ) -> tuple[int, int, str]:
         """A cut a few tokens shorter plus a pad, found with encodes of the text's tail (a
         pad only changes the end), checked with one render; else the closest cut."""
-        texts = {n: conversation.opening(n_system, n)[1]["content"] for n in
-                 range(max(0, found.n - 4), found.n + 1)}
+        texts = {
+            n: conversation.opening(n_system, n)[1]["content"]
+            for n in range(max(0, found.n - 4), found.n + 1)
+        }
         start = max(0, len(texts[min(texts)]) - 400)  # the cuts share everything before
         base = found.value - len(await tok.encode(texts[found.n][start:]))
 
@@ -284,8 +289,14 @@ class CellSizing:
     # --- a turn ----------------------------------------------------------------------------
 
     async def fit_turn(
-        self, conversation: Conversation, turn: int, base: int | None, *, exact: bool,
-        new_tokens: int | None = None, prompt_tokens: int | None = None,
+        self,
+        conversation: Conversation,
+        turn: int,
+        base: int | None,
+        *,
+        exact: bool,
+        new_tokens: int | None = None,
+        prompt_tokens: int | None = None,
     ) -> PreparedTurn:
         """Size turn ``turn``'s content.
 
@@ -316,7 +327,11 @@ class CellSizing:
         return PreparedTurn(list(messages), ids, tok.exact, len(ids), 0)
 
     def turn_target(
-        self, turn: int, base: int, tok: TargetTokenizer, session: int = 0,
+        self,
+        turn: int,
+        base: int,
+        tok: TargetTokenizer,
+        session: int = 0,
         aim: tuple[int | None, int | None] = (None, None),
     ) -> int:
         """``aim`` = (new tokens, prompt tokens), in target tokens: the prompt when given,
@@ -332,7 +347,11 @@ class CellSizing:
         return base + self._units(new, turn, tok, session)
 
     async def _fit_turn(
-        self, conversation: Conversation, turn: int, base: int | None, tok: TargetTokenizer,
+        self,
+        conversation: Conversation,
+        turn: int,
+        base: int | None,
+        tok: TargetTokenizer,
         aim: tuple[int | None, int | None] = (None, None),
     ) -> PreparedTurn:
         memo = self.memo(conversation.session)
@@ -363,8 +382,11 @@ class CellSizing:
             if guess is not None and await content(guess, pad) == want:
                 n = guess  # what worked last repetition still does: one small call
             else:
-                n = (await tokens.fit(content, want, guess=want if guess is None else guess,
-                                      max_calls=5)).n
+                n = (
+                    await tokens.fit(
+                        content, want, guess=want if guess is None else guess, max_calls=5
+                    )
+                ).n
                 pad = ""
                 if counts[(n, "")] != want:
                     n, pad = await _padded(content, n, want)
@@ -379,15 +401,16 @@ class CellSizing:
         memo.content[turn] = key
         memo.framing[kind] = framing
         return PreparedTurn(
-            messages=conversation.with_turn(turn, *key), ids=renders[key], exact=tok.exact,
-            target=target, base=base,
+            messages=conversation.with_turn(turn, *key),
+            ids=renders[key],
+            exact=tok.exact,
+            target=target,
+            base=base,
         )
 
     # --- warm-up correction (quiet sizing) ------------------------------------------------
 
-    async def teach(
-        self, conversation: Conversation, turn: int, prepared: PreparedTurn
-    ) -> None:
+    async def teach(self, conversation: Conversation, turn: int, prepared: PreparedTurn) -> None:
         """Learn from an exactly sized warm-up turn what quiet sizing needs: the target's
         tokens this turn adds per estimated token (``session_scale``; ``scale`` holds the
         median over sessions). Call before the turn is committed to the history. The
@@ -451,9 +474,13 @@ def _miss(record: TurnRecord) -> int:
 
 
 def sizing_warnings(
-    records: Sequence[TurnRecord], sizing: Sizing, scenario: Scenario, *,
+    records: Sequence[TurnRecord],
+    sizing: Sizing,
+    scenario: Scenario,
+    *,
     replayed: bool = False,  # a replay: its shareable prefixes are whole prompts
-    block_tokens: int = 16, loop_lag_max_ms: float | None = None,
+    block_tokens: int = 16,
+    loop_lag_max_ms: float | None = None,
 ) -> list[str]:
     """What the result should say about how prompts were sized. ``block_tokens``: the
     server's KV block size (what its prefix cache holds whole; vLLM's default 16).
@@ -462,7 +489,8 @@ def sizing_warnings(
     out: list[str] = []
     measured = [r for r in records if not r.warmup and r.prompt_tokens is not None]
     mismatched = [
-        r for r in measured
+        r
+        for r in measured
         if r.tokenized_prompt_tokens is not None and r.tokenized_prompt_tokens != r.prompt_tokens
     ]
     if mismatched:
@@ -489,7 +517,7 @@ def sizing_warnings(
         out.append(
             f"prompts were sized with tiktoken estimates, {how}{worst}; shareable prefixes "
             "are estimates (the target has no /tokenize of a known shape, or tokenizer = "
-            "\"tiktoken\")"
+            '"tiktoken")'
         )
         ratios = [v for cell in sizing.scale.values() for v in cell.values()]
         far = max((abs(v - 1) for v in ratios), default=0.0)
@@ -501,14 +529,16 @@ def sizing_warnings(
             )
     else:
         off = [
-            r for r in _as_configured(records, measured, scenario)
+            r
+            for r in _as_configured(records, measured, scenario)
             if r.prompt_tokens != r.configured_prompt_tokens
             and not _quietly_sized(r, scenario)  # said below, with their own accuracy
         ]
         # A miss of a token or two in twelve thousand is noise (a pad that tokenizes across
         # a boundary); warn only when it moves the depth by more than 1%.
-        off = [r for r in off if abs(_miss(r)) > MISS_WARN_FRACTION * (
-            r.configured_prompt_tokens or 0)]
+        off = [
+            r for r in off if abs(_miss(r)) > MISS_WARN_FRACTION * (r.configured_prompt_tokens or 0)
+        ]
         if off:
             r = max(off, key=lambda r: abs(_miss(r)))
             configured = r.configured_prompt_tokens or 0
@@ -525,8 +555,10 @@ def sizing_warnings(
     if late:
         why = "sizing them took longer than their think and tool time"
         if loop_lag_max_ms is not None and loop_lag_max_ms > LATE_NS / 1e6:
-            why = (f"the client's event loop stalled for up to {loop_lag_max_ms:,.0f} ms (see "
-                   f"the client line), or {why}")
+            why = (
+                f"the client's event loop stalled for up to {loop_lag_max_ms:,.0f} ms (see "
+                f"the client line), or {why}"
+            )
         out.append(
             f"{len(late)} measured turns were sent more than 100 ms after they were due "
             f"(worst {max(late) / 1e9:.2f} s): {why}, so pauses ran long (pacing_lag_ns in "
@@ -552,10 +584,14 @@ def _as_configured(
     invalid = {(r.cell, r.repetition, r.session, r.turn) for r in records if not r.valid}
     # A sub-agent's configured prior counts from an approximate system size, and after a
     # compaction the plan's prior assumes one: neither is a sizing miss.
-    compacted = {(r.cell, r.repetition, r.session): r.turn for r in reversed(records)
-                 if r.step_kind == "compaction"}
+    compacted = {
+        (r.cell, r.repetition, r.session): r.turn
+        for r in reversed(records)
+        if r.step_kind == "compaction"
+    }
     return [
-        r for r in measured
+        r
+        for r in measured
         if r.configured_prompt_tokens is not None
         and (r.turn == 1 or scenario.exact_output)
         and not any((r.cell, r.repetition, r.session, t) in invalid for t in range(1, r.turn))
@@ -570,8 +606,10 @@ def _quietly_sized(record: TurnRecord, scenario: Scenario) -> bool:
     request: never quietly. (A turn whose /tokenize call failed reads the same: it was sized
     by estimate too.)"""
     return (
-        scenario.pacing.mode != "lockstep" and scenario.sizing_during_window == "estimate"
-        and record.turn > 1 and record.tokenized_prompt_tokens is None
+        scenario.pacing.mode != "lockstep"
+        and scenario.sizing_during_window == "estimate"
+        and record.turn > 1
+        and record.tokenized_prompt_tokens is None
     )
 
 
@@ -587,7 +625,7 @@ def _window_sizing_warnings(
         return [
             f"turns after the first were sized with the target's /tokenize while other "
             f"sessions' measured streams were in flight (pacing {scenario.pacing.mode}, "
-            "sizing_during_window = \"exact\"): those calls loaded the server under test "
+            'sizing_during_window = "exact"): those calls loaded the server under test '
             "inside the window"
         ]
     estimated = [r for r in measured if _quietly_sized(r, scenario)]
@@ -595,15 +633,18 @@ def _window_sizing_warnings(
     # (shareable prefixes ~): a warning only when it missed a depth by more than sizing's
     # own tolerance, which is when the figures are not at the configured depth.
     off = [
-        r for r in _as_configured(records, estimated, scenario)
+        r
+        for r in _as_configured(records, estimated, scenario)
         if r.prompt_tokens is not None
         and abs(_miss(r)) > MISS_WARN_FRACTION * (r.configured_prompt_tokens or 0)
     ]
     if not off:
         return []
     if scenario.repetitions.warmup == 0:
-        how = ("uncorrected: no warm-up taught them the target's tokens per estimated token "
-               "(set repetitions.warmup = 1)")
+        how = (
+            "uncorrected: no warm-up taught them the target's tokens per estimated token "
+            "(set repetitions.warmup = 1)"
+        )
     else:
         how = "corrected by what the warm-up's exact sizing taught"
     r = max(off, key=lambda r: abs(_miss(r)) / (r.configured_prompt_tokens or 1))
@@ -611,10 +652,10 @@ def _window_sizing_warnings(
     return [
         f"{len(off)} of {plural_turns(len(estimated))} sized by tiktoken estimate (so that "
         f"no /tokenize call overlapped measured streams: pacing {scenario.pacing.mode}, "
-        f"sizing_during_window = \"estimate\") missed their configured prompt by more than "
+        f'sizing_during_window = "estimate") missed their configured prompt by more than '
         f"{MISS_WARN_FRACTION:.0%} (worst: turn {r.turn}, {r.prompt_tokens:,} tokens for "
         f"{configured:,}: {_miss(r) / configured:+.1%}); the estimates were {how}; "
-        "sizing_during_window = \"exact\" sizes them exactly, at the cost of /tokenize calls "
+        'sizing_during_window = "exact" sizes them exactly, at the cost of /tokenize calls '
         "to the server during the window"
     ]
 
@@ -638,8 +679,11 @@ def _resampled_reply_warning(
     gaps = [
         block * (max(0, r.shareable_tokens - 1) // block) - r.cached_tokens
         for r in measured
-        if r.valid and r.turn > 1 and r.shareable_exact
-        and r.shareable_tokens is not None and r.cached_tokens is not None
+        if r.valid
+        and r.turn > 1
+        and r.shareable_exact
+        and r.shareable_tokens is not None
+        and r.cached_tokens is not None
     ]
     if not gaps or statistics.median(gaps) < nominal(scenario.output_tokens) / 2:
         return []

@@ -32,19 +32,31 @@ async def spawn(parent: Session, turn: int, stop: asyncio.Event) -> None:
         index = len(parent.children)
         me = parent.conversation
         conversation = Conversation(
-            corpus=me.corpus, style=me.style, seed=me.seed,
+            corpus=me.corpus,
+            style=me.style,
+            seed=me.seed,
             session=child_session(parent.scenario.users, me.session, index),
-            nonce=f"{me.nonce}/{index}", run_nonce=me.run_nonce,
+            nonce=f"{me.nonce}/{index}",
+            run_nonce=me.run_nonce,
         )
         conversation.set_opening(system)
         script = (parent.kid_scripts or {}).get(conversation.session)
         if script is not None and any(s.turn not in script for s in plan):
             script = None  # not recorded whole: played afresh
         kid = Session(
-            client=parent.client, scenario=parent.scenario, model=parent.model,
-            conversation=conversation, sizing=parent.sizing, repetition=parent.repetition,
-            warmup=parent.warmup, on_record=parent.on_record, cell=parent.cell,
-            on_exchange=parent.on_exchange, plan=plan, parent=me.session, script=script,
+            client=parent.client,
+            scenario=parent.scenario,
+            model=parent.model,
+            conversation=conversation,
+            sizing=parent.sizing,
+            repetition=parent.repetition,
+            warmup=parent.warmup,
+            on_record=parent.on_record,
+            cell=parent.cell,
+            on_exchange=parent.on_exchange,
+            plan=plan,
+            parent=me.session,
+            script=script,
         )
         parent.children.append(kid)
         kids.append(kid)
@@ -57,8 +69,11 @@ async def play_alone(kid: Session, stop: asyncio.Event) -> str:
     it hands back)."""
     if kid.conversation.messages:
         # The system message is the parent's: the server has seen it (turn 1's share).
-        tok = kid.sizing.tokenizer if kid.sizing.exact and not (
-            kid.sizing.quiet and not kid.warmup) else kid.sizing.estimate
+        tok = (
+            kid.sizing.tokenizer
+            if kid.sizing.exact and not (kid.sizing.quiet and not kid.warmup)
+            else kid.sizing.estimate
+        )
         with contextlib.suppress(TokenizeError):
             kid.opening_ids = await tok.render(kid.conversation.messages, "continue")
             kid.opening_exact = tok.exact

@@ -68,8 +68,10 @@ def find_trace(name: str | Path) -> Path:
         found = directory / f"{stem}.jsonl"
         if found.is_file():
             return found
-    raise TraceError(f"no trace file or packaged trace named {str(name)!r}; packaged "
-                     f"traces: {', '.join(sorted(_packaged())) or 'none'}")
+    raise TraceError(
+        f"no trace file or packaged trace named {str(name)!r}; packaged "
+        f"traces: {', '.join(sorted(_packaged())) or 'none'}"
+    )
 
 
 def _trace_dirs() -> list[Path]:
@@ -91,36 +93,46 @@ def _packaged() -> set[str]:
 
 def read_trace(name: str | Path, limits: TraceLimits) -> MooncakeTrace:
     """Find and read a Mooncake trace within ``limits`` (TraceError: one line)."""
-    return load_mooncake(find_trace(name), max_requests=limits.max_requests,
-                         max_duration_s=limits.max_duration_s, max_bytes=limits.max_bytes)
+    return load_mooncake(
+        find_trace(name),
+        max_requests=limits.max_requests,
+        max_duration_s=limits.max_duration_s,
+        max_bytes=limits.max_bytes,
+    )
 
 
 def trace_scenario(scenario: Scenario, trace: MooncakeTrace) -> Scenario:
     """The scenario a trace replay runs and records: one turn, one session per request
     (``users``, at most 4096: the connection pool and the aggregate rate's count), no
     opening or turn tokens of its own, ``output_tokens`` the trace's largest."""
-    return scenario.model_copy(update={
-        "users": max(1, min(len(trace.requests), _MAX_USERS)),
-        "turns": 1,
-        "opening_tokens": 0,
-        "turn_tokens": max(r.input_length for r in trace.requests),
-        "output_tokens": max(r.output_length for r in trace.requests),
-        "concurrency": None,
-        "prior_tokens": None,
-    })
+    return scenario.model_copy(
+        update={
+            "users": max(1, min(len(trace.requests), _MAX_USERS)),
+            "turns": 1,
+            "opening_tokens": 0,
+            "turn_tokens": max(r.input_length for r in trace.requests),
+            "output_tokens": max(r.output_length for r in trace.requests),
+            "concurrency": None,
+            "prior_tokens": None,
+        }
+    )
 
 
 def trace_info(trace: MooncakeTrace, scenario: Scenario, *, exact: bool) -> TraceReplay:
     """What the result says about the trace (its observed hit rate comes at the end)."""
     requests = trace.requests
     return TraceReplay(
-        file=trace.path.name, sha256=trace.sha256, requests=len(requests),
+        file=trace.path.name,
+        sha256=trace.sha256,
+        requests=len(requests),
         truncated=trace.truncated,
         input_tokens=sum(r.input_length for r in requests),
         output_tokens=sum(r.output_length for r in requests),
         duration_s=requests[-1].timestamp_ms / 1000 if requests else 0.0,
-        time_scale=scenario.pacing.time_scale, block_tokens=BLOCK_TOKENS,
-        exact_blocks=exact, ideal_hit_rate=ideal_hit_rate(requests),
+        time_scale=scenario.pacing.time_scale,
+        block_tokens=BLOCK_TOKENS,
+        exact_blocks=exact,
+        ideal_hit_rate=ideal_hit_rate(requests),
     )
 
 
@@ -131,8 +143,9 @@ class BlockTexts:
     recently used blocks (``max_texts``); an evicted text is cut again from the corpus.
     """
 
-    def __init__(self, corpus: Corpus, seed: int, tokenizer: TargetTokenizer,
-                 *, max_texts: int = 50_000) -> None:
+    def __init__(
+        self, corpus: Corpus, seed: int, tokenizer: TargetTokenizer, *, max_texts: int = 50_000
+    ) -> None:
         self.corpus = corpus
         self.seed = seed
         self.tokenizer = tokenizer
@@ -197,8 +210,14 @@ class BlockTexts:
             return len(await tok.encode(stream.take(n)))
 
         try:
-            found = await fit(measure, target, guess=max(1, round(target / self.ratio)),
-                              slope=self.ratio, lo=1, max_calls=6)
+            found = await fit(
+                measure,
+                target,
+                guess=max(1, round(target / self.ratio)),
+                slope=self.ratio,
+                lo=1,
+                max_calls=6,
+            )
         except TokenizeError:
             self.fallbacks += 1
             self.cuts[(block, target)] = max(1, round(target / self.ratio))
@@ -238,9 +257,18 @@ class TracePlayers(LocalPlayers):
         grace_s: float,
         monitor: Any = None,
     ) -> None:
-        super().__init__(sizings=sizings, corpus=corpus, entropy=entropy, client=client,
-                         model=model, on_record=on_record, on_exchange=on_exchange, stop=stop,
-                         grace_s=grace_s, monitor=monitor)
+        super().__init__(
+            sizings=sizings,
+            corpus=corpus,
+            entropy=entropy,
+            client=client,
+            model=model,
+            on_record=on_record,
+            on_exchange=on_exchange,
+            stop=stop,
+            grace_s=grace_s,
+            monitor=monitor,
+        )
         self.trace = trace
         scenario = sizings[0].scenario
         self.blocks = BlockTexts(corpus, scenario.content.seed, tokenizer)
@@ -250,18 +278,33 @@ class TracePlayers(LocalPlayers):
 
     async def open(self, repetition: Repetition) -> RepetitionNonces:
         """Fresh nonce; every block sized (the first repetition only), nothing sent."""
-        nonces = make_nonces(self.entropy, cell=repetition.cell.index,
-                             repetition=repetition.index, users=1, mode="run")
+        nonces = make_nonces(
+            self.entropy,
+            cell=repetition.cell.index,
+            repetition=repetition.index,
+            users=1,
+            mode="run",
+        )
         assert nonces.run is not None
         self.nonce = nonces.run
         await self.blocks.size(self.blocks.wanted(self.trace.requests))
         self.sizings[repetition.cell.index].fallbacks = self.blocks.fallbacks
         self.sessions = []
-        return RepetitionNonces(cell=repetition.cell.index, repetition=repetition.index,
-                                warmup=repetition.warmup, run_nonce=nonces.run, sessions=[])
+        return RepetitionNonces(
+            cell=repetition.cell.index,
+            repetition=repetition.index,
+            warmup=repetition.warmup,
+            run_nonce=nonces.run,
+            sessions=[],
+        )
 
-    def _sends(self, repetition: Repetition, sessions: list[Session], scenario: Scenario,
-               extra: dict[str, Barrier]) -> Coroutine[Any, Any, bool]:
+    def _sends(
+        self,
+        repetition: Repetition,
+        sessions: list[Session],
+        scenario: Scenario,
+        extra: dict[str, Barrier],
+    ) -> Coroutine[Any, Any, bool]:
         return self._dispatch(repetition, scenario)
 
     async def _dispatch(self, repetition: Repetition, scenario: Scenario) -> bool:
@@ -271,8 +314,7 @@ class TracePlayers(LocalPlayers):
         start = time.perf_counter()
         async with asyncio.TaskGroup() as tg:
             for index, request in enumerate(self.trace.requests):
-                late = await sleep_until_or(start + request.timestamp_ms / 1000 * scale,
-                                            self.stop)
+                late = await sleep_until_or(start + request.timestamp_ms / 1000 * scale, self.stop)
                 if late is None:
                     return False
                 tg.create_task(self._send(repetition, index, request, round(late * 1e9)))
@@ -285,18 +327,26 @@ class TracePlayers(LocalPlayers):
             self._scenarios[output_tokens] = found
         return found
 
-    async def _send(self, repetition: Repetition, index: int, request: MooncakeRequest,
-                    lag_ns: int) -> None:
+    async def _send(
+        self, repetition: Repetition, index: int, request: MooncakeRequest, lag_ns: int
+    ) -> None:
         scenario = self._scenario(request.output_length)
         messages = [{"role": "user", "content": self.blocks.prompt(self.nonce, request)}]
         common: dict[str, Any] = dict(
-            repetition=repetition.index, warmup=repetition.warmup, session=index, turn=1,
-            configured_prior_tokens=0, configured_prompt_tokens=request.input_length,
-            cell=repetition.cell.index, pacing_lag_ns=lag_ns,
+            repetition=repetition.index,
+            warmup=repetition.warmup,
+            session=index,
+            turn=1,
+            configured_prior_tokens=0,
+            configured_prompt_tokens=request.input_length,
+            cell=repetition.cell.index,
+            pacing_lag_ns=lag_ns,
         )
         shared: dict[str, Any] = dict(
-            output_tokens=request.output_length, exact_output=scenario.exact_output,
-            shareable_tokens=self.ideal[index], shareable_exact=False,
+            output_tokens=request.output_length,
+            exact_output=scenario.exact_output,
+            shareable_tokens=self.ideal[index],
+            shareable_exact=False,
         )
         started = time.perf_counter_ns()
         try:
@@ -304,22 +354,31 @@ class TracePlayers(LocalPlayers):
         except asyncio.CancelledError as err:
             partial = partial_response(err)
             if partial is not None:
-                self.on_record(record_from_response(partial, **common, **shared).model_copy(
-                    update={"output_tokens": request.output_length}))
+                self.on_record(
+                    record_from_response(partial, **common, **shared).model_copy(
+                        update={"output_tokens": request.output_length}
+                    )
+                )
             else:
-                self.on_record(TurnRecord(
-                    **common, status="incomplete", error_kind="cancelled",
-                    error_message="the run ended while this request was in flight",
-                    started_ns=started, output_tokens=request.output_length,
-                ))
+                self.on_record(
+                    TurnRecord(
+                        **common,
+                        status="incomplete",
+                        error_kind="cancelled",
+                        error_message="the run ended while this request was in flight",
+                        started_ns=started,
+                        output_tokens=request.output_length,
+                    )
+                )
             raise
         record = record_from_response(response, **common, **shared)
         reached = response.http_status == 200 and (
             response.first_content_ns is not None or response.usage is not None
         )
         reply = response.text if reached else None
-        record = record.model_copy(update={**identity(messages, reply),
-                                           "output_tokens": request.output_length})
+        record = record.model_copy(
+            update={**identity(messages, reply), "output_tokens": request.output_length}
+        )
         if self.on_exchange is not None:
             self.on_exchange(record, messages, reply)
         self.on_record(record)

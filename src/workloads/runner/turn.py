@@ -20,7 +20,12 @@ from workloads.model.transcripts import prompt_hash, text_hash
 from workloads.wire.client import ChatResponse
 
 __all__ = [
-    "Exchange", "TokenTrace", "build_body", "identity", "record_from_response", "step_fields",
+    "Exchange",
+    "TokenTrace",
+    "build_body",
+    "identity",
+    "record_from_response",
+    "step_fields",
 ]
 
 # What was sent and what came back of one turn, for the transcripts: (its record, the
@@ -41,8 +46,12 @@ def identity(messages: list[Message], reply: str | None) -> dict[str, object]:
 
 
 def build_body(
-    scenario: Scenario, model: str, messages: list[Message], *,
-    output_tokens: int | None = None, tools: list[dict[str, Any]] | None = None,
+    scenario: Scenario,
+    model: str,
+    messages: list[Message],
+    *,
+    output_tokens: int | None = None,
+    tools: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The request body for one turn: ``output_tokens`` is the step's (drawn) reply length,
     default the scenario's; ``tools`` go with ``tool_choice: "auto"``."""
@@ -105,8 +114,11 @@ def record_from_response(
         status = "incomplete"
     valid = status == "ok" and completion is not None
     if exact_output:
-        valid = valid and figures.finish_reason in ("length", "tool_calls") \
+        valid = (
+            valid
+            and figures.finish_reason in ("length", "tool_calls")
             and completion == output_tokens
+        )
     prompt = usage.prompt_tokens if usage else None
     if replayed:  # the whole prompt is shareable (docs/architecture.md, "Shareable prefix")
         shareable_tokens, shareable_exact = prompt, prompt is not None
@@ -153,9 +165,11 @@ def record_from_response(
         attempts=tuple(response.attempts),
         **step_fields(step, parent_session),
         tool_calls=len(figures.tool_calls or ()) if tools_offered else None,
-        ttft_content_ns=(figures.first_text_ns - response.sent_ns
-                         if figures.first_text_ns is not None and response.sent_ns is not None
-                         else None),
+        ttft_content_ns=(
+            figures.first_text_ns - response.sent_ns
+            if figures.first_text_ns is not None and response.sent_ns is not None
+            else None
+        ),
     )
 
 
@@ -163,9 +177,13 @@ def step_fields(step: Step | None, parent_session: int | None) -> dict[str, Any]
     """A record's fields about its step of the plan (none without one). Pure."""
     if step is None:
         return {"parent_session": parent_session}
-    return {"step_kind": step.kind, "new_tokens": step.new_tokens,
-            "output_tokens": step.output_tokens, "pause_s": step.pause_s,
-            "parent_session": parent_session}
+    return {
+        "step_kind": step.kind,
+        "new_tokens": step.new_tokens,
+        "output_tokens": step.output_tokens,
+        "pause_s": step.pause_s,
+        "parent_session": parent_session,
+    }
 
 
 @dataclass

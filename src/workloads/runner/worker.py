@@ -88,6 +88,7 @@ class _Remote:
             if at is None:
                 return None
             return float(at) if self.same_host else time.perf_counter()
+
         return wait
 
     def order(self, repetition: Repetition) -> OpeningOrder:
@@ -107,8 +108,7 @@ async def serve(host: str, port: int, token: str, index: int, count: int) -> int
     reader, writer = await asyncio.open_connection(host, port, limit=LINE_LIMIT)
     channel = Channel(reader, writer)
     try:
-        channel.send("hello", token=token, index=index, host=socket.gethostname(),
-                     pid=os.getpid())
+        channel.send("hello", token=token, index=index, host=socket.gethostname(), pid=os.getpid())
         config = await channel.recv()
         return await _work(channel, config, Shard(index, count))
     except ChannelClosed:
@@ -133,39 +133,60 @@ async def _work(channel: Channel, config: dict[str, Any], shard: Shard) -> int:
         records.append(record)
         channel.send("record", record=record.model_dump(mode="json"))
 
-    def on_exchange(record: TurnRecord, messages: list[dict[str, str]],
-                    reply: str | None) -> None:
-        channel.send("exchange", cell=record.cell, repetition=record.repetition,
-                     warmup=record.warmup, session=record.session, turn=record.turn,
-                     messages=messages, completion=reply)
+    def on_exchange(record: TurnRecord, messages: list[dict[str, str]], reply: str | None) -> None:
+        channel.send(
+            "exchange",
+            cell=record.cell,
+            repetition=record.repetition,
+            warmup=record.warmup,
+            session=record.session,
+            turn=record.turn,
+            messages=messages,
+            completion=reply,
+        )
 
     await asyncio.to_thread(tokens.encoding)  # tiktoken's tables, off the loop (0.3 s)
     async with AsyncExitStack() as stack:
         tokenizer: TargetTokenizer = EstimateTokenizer()
         if config["exact"]:
             found = await probe_tokenizer(
-                target.root_url, model, transport=transport,
+                target.root_url,
+                model,
+                transport=transport,
                 template_kwargs=scenario.extra_body.get("chat_template_kwargs"),
             )
             if found is None:
-                channel.send("failed", reason="the target's tokenizer endpoint did not answer "
-                             "this worker as it answered the run")
+                channel.send(
+                    "failed",
+                    reason="the target's tokenizer endpoint did not answer "
+                    "this worker as it answered the run",
+                )
                 await channel.flush()
                 return 1
             tokenizer = await stack.enter_async_context(found)
         users = max((len(shard.sessions(c.concurrency)) for c in cells.values()), default=1)
-        client = await stack.enter_async_context(AiohttpChatClient(
-            target.base_url, connections=max(1, users), transport=transport,
-            timeouts=scenario.timeouts,
-        ))
+        client = await stack.enter_async_context(
+            AiohttpChatClient(
+                target.base_url,
+                connections=max(1, users),
+                transport=transport,
+                timeouts=scenario.timeouts,
+            )
+        )
         sizings = {i: CellSizing(scenario.for_cell(c), tokenizer) for i, c in cells.items()}
         starts: dict[tuple[int, int], float] = {}
         monitor = ClientMonitor()
         players = LocalPlayers(
-            sizings=sizings, corpus=load_corpus(scenario.content.corpus),
-            entropy=bytes.fromhex(config["entropy"]), client=client, model=model,
-            on_record=on_record, on_exchange=on_exchange if config["transcripts"] else None,
-            stop=stop, grace_s=float(config["grace_s"]), shard=shard,
+            sizings=sizings,
+            corpus=load_corpus(scenario.content.corpus),
+            entropy=bytes.fromhex(config["entropy"]),
+            client=client,
+            model=model,
+            on_record=on_record,
+            on_exchange=on_exchange if config["transcripts"] else None,
+            stop=stop,
+            grace_s=float(config["grace_s"]),
+            shard=shard,
             order=lambda: None,  # replaced per repetition below
             barrier=remote.barrier,
             start=lambda rep: starts.get((rep.cell.index, rep.index)),
@@ -197,34 +218,53 @@ async def _work(channel: Channel, config: dict[str, Any], shard: Shard) -> int:
                         return 1
                     if command["op"] == "finish":
                         break
-                    reply = await _command(command, players, cells, remote, starts,
-                                           same_host=config["host"] == host)
+                    reply = await _command(
+                        command, players, cells, remote, starts, same_host=config["host"] == host
+                    )
                     channel.send("done", **reply)
                     await channel.flush()
             health = monitor.health(records)
-            channel.send("done", health=health.model_dump(mode="json"),
-                         calls=tokenizer.calls, seconds=tokenizer.seconds,
-                         fallbacks={str(i): z.fallbacks for i, z in sizings.items()})
+            channel.send(
+                "done",
+                health=health.model_dump(mode="json"),
+                calls=tokenizer.calls,
+                seconds=tokenizer.seconds,
+                fallbacks={str(i): z.fallbacks for i, z in sizings.items()},
+            )
             await channel.flush()
         finally:
             listener.cancel()
     return 0
 
 
-async def _command(command: dict[str, Any], players: LocalPlayers, cells: dict[int, Any],
-                   remote: _Remote, starts: dict[tuple[int, int], float], *,
-                   same_host: bool) -> dict[str, Any]:
+async def _command(
+    command: dict[str, Any],
+    players: LocalPlayers,
+    cells: dict[int, Any],
+    remote: _Remote,
+    starts: dict[tuple[int, int], float],
+    *,
+    same_host: bool,
+) -> dict[str, Any]:
     op = command["op"]
     cell = cells[int(command["cell"])]
     if op == "traces":
         traces = await players.traces(cell)
-        return {"traces": [
-            {"sent_ns": t.sent_ns, "turn": t.turn, "prompt": t.prompt.tolist(),
-             "completion": t.completion.tolist(), "counted": t.counted}
-            for t in traces
-        ]}
-    repetition = Repetition(cell=cell, index=int(command["repetition"]),
-                            warmup=bool(command["warmup"]))
+        return {
+            "traces": [
+                {
+                    "sent_ns": t.sent_ns,
+                    "turn": t.turn,
+                    "prompt": t.prompt.tolist(),
+                    "completion": t.completion.tolist(),
+                    "counted": t.counted,
+                }
+                for t in traces
+            ]
+        }
+    repetition = Repetition(
+        cell=cell, index=int(command["repetition"]), warmup=bool(command["warmup"])
+    )
     if op == "open":
         players.order = lambda: remote.order(repetition)
         await players.open(repetition)

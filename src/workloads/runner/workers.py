@@ -119,9 +119,17 @@ async def spawn_local(host: str, port: int, token: str, index: int, count: int) 
     if Path(source).name not in ("site-packages", "dist-packages"):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (source, env.get("PYTHONPATH")) if p)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "workloads.runner.worker", host, str(port), str(index),
-        str(count), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE, env=env,
+        sys.executable,
+        "-m",
+        "workloads.runner.worker",
+        host,
+        str(port),
+        str(index),
+        str(count),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
         start_new_session=True,  # Ctrl-C in a terminal reaches the coordinator, not them
     )
     return _Subprocess(proc, index)
@@ -131,8 +139,14 @@ class WorkerPool:
     """N worker processes connected to this process. Use as ``async with``: leaving the
     block ends every worker (asked first, then killed)."""
 
-    def __init__(self, count: int, *, spawn: Spawner = spawn_local, host: str = "127.0.0.1",
-                 bind: str | None = None) -> None:
+    def __init__(
+        self,
+        count: int,
+        *,
+        spawn: Spawner = spawn_local,
+        host: str = "127.0.0.1",
+        bind: str | None = None,
+    ) -> None:
         self.count = count
         self.spawn = spawn
         self.host = host  # where workers connect to
@@ -141,8 +155,7 @@ class WorkerPool:
         self.channels: list[Channel | None] = [None] * count
         self.hosts: list[str] = [""] * count
         self.processes: list[Process] = []
-        self.replies: list[asyncio.Queue[dict[str, Any]]] = [asyncio.Queue() for _ in
-                                                             range(count)]
+        self.replies: list[asyncio.Queue[dict[str, Any]]] = [asyncio.Queue() for _ in range(count)]
         self.on_message: Callable[[int, dict[str, Any]], None] = lambda i, m: None
         self._connected = asyncio.Event()
         self._server: asyncio.Server | None = None
@@ -155,8 +168,7 @@ class WorkerPool:
         port = self._server.sockets[0].getsockname()[1]
         try:
             for i in range(self.count):
-                self.processes.append(await self.spawn(self.host, port, self.token, i,
-                                                       self.count))
+                self.processes.append(await self.spawn(self.host, port, self.token, i, self.count))
             await self._wait_connected()
         except BaseException:
             await self.close()
@@ -173,8 +185,7 @@ class WorkerPool:
                 if (why := process.exited()) is not None:
                     raise WorkerFailed(f"{process.name} did not start: {why}")
             if time.monotonic() > deadline:
-                raise WorkerFailed(f"worker processes did not connect within "
-                                   f"{START_TIMEOUT_S:g} s")
+                raise WorkerFailed(f"worker processes did not connect within {START_TIMEOUT_S:g} s")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._connected.wait(), 0.2)
 
@@ -186,8 +197,12 @@ class WorkerPool:
             await channel.close()
             return
         index = hello.get("index")
-        if not authentic(hello, self.token) or type(index) is not int or not (
-                0 <= index < self.count) or self.channels[index] is not None:
+        if (
+            not authentic(hello, self.token)
+            or type(index) is not int
+            or not (0 <= index < self.count)
+            or self.channels[index] is not None
+        ):
             await channel.close()  # not one of ours
             return
         self.channels[index] = channel
@@ -225,20 +240,21 @@ class WorkerPool:
         try:
             message = await asyncio.wait_for(self.replies[index].get(), timeout_s)
         except TimeoutError:
-            raise WorkerFailed(f"{self._name(index)} did not answer within {timeout_s:g} s") \
-                from None
+            raise WorkerFailed(
+                f"{self._name(index)} did not answer within {timeout_s:g} s"
+            ) from None
         if message["op"] == "gone":
             raise WorkerFailed(f"{self._name(index)} went away: {message['why']}")
         if message["op"] == "failed":
             raise WorkerFailed(f"{self._name(index)}: {message.get('reason')}")
         return message
 
-    async def command(self, op: str, timeout_s: float | None = None,
-                      **fields: Any) -> list[dict[str, Any]]:
+    async def command(
+        self, op: str, timeout_s: float | None = None, **fields: Any
+    ) -> list[dict[str, Any]]:
         """Send ``op`` to every worker and wait for every answer."""
         self.broadcast(op, **fields)
-        return list(await asyncio.gather(*(self.reply(i, timeout_s)
-                                           for i in range(self.count))))
+        return list(await asyncio.gather(*(self.reply(i, timeout_s) for i in range(self.count))))
 
     def _name(self, index: int) -> str:
         if index < len(self.processes):
@@ -267,8 +283,7 @@ class WorkerPlayers:
     """:class:`~workloads.runner.players.Players` over a :class:`WorkerPool`: the run's
     cells played by the pool's workers."""
 
-    def __init__(self, pool: WorkerPool, run: Run, *, target: Target, transcripts: bool
-                 ) -> None:
+    def __init__(self, pool: WorkerPool, run: Run, *, target: Target, transcripts: bool) -> None:
         self.pool = pool
         self.run = run
         self.target = target
@@ -304,11 +319,16 @@ class WorkerPlayers:
     async def _configure(self) -> None:
         m = self.run.measured
         await self.pool.command(
-            "config", START_TIMEOUT_S,
+            "config",
+            START_TIMEOUT_S,
             scenario=m.scenario.model_dump(mode="json"),
             target=dataclasses.asdict(self.target) | {"model": m.target.model},
-            model=m.target.model, exact=m.tokenizer.exact, entropy=self.run.entropy.hex(),
-            grace_s=self.run.grace_s, transcripts=self.transcripts, host=socket.gethostname(),
+            model=m.target.model,
+            exact=m.tokenizer.exact,
+            entropy=self.run.entropy.hex(),
+            grace_s=self.run.grace_s,
+            transcripts=self.transcripts,
+            host=socket.gethostname(),
         )
         self.configured = True
 
@@ -317,18 +337,26 @@ class WorkerPlayers:
             await self._configure()
         await self.pool.command("open", **_where(repetition))
         s = self.run.measured.sizings[repetition.cell.index].scenario
-        nonces = make_nonces(self.run.entropy, cell=repetition.cell.index,
-                             repetition=repetition.index, users=s.users, mode=s.nonce)
+        nonces = make_nonces(
+            self.run.entropy,
+            cell=repetition.cell.index,
+            repetition=repetition.index,
+            users=s.users,
+            mode=s.nonce,
+        )
         return RepetitionNonces(
-            cell=repetition.cell.index, repetition=repetition.index, warmup=repetition.warmup,
-            run_nonce=nonces.run, sessions=nonces.sessions,
+            cell=repetition.cell.index,
+            repetition=repetition.index,
+            warmup=repetition.warmup,
+            run_nonce=nonces.run,
+            sessions=nonces.sessions,
         )
 
     async def play(self, repetition: Repetition) -> bool:
-        self.pool.broadcast("play", start=time.perf_counter() + START_LEAD_S,
-                            **_where(repetition))
-        answers = asyncio.ensure_future(asyncio.gather(
-            *(self.pool.reply(i) for i in range(self.pool.count))))
+        self.pool.broadcast("play", start=time.perf_counter() + START_LEAD_S, **_where(repetition))
+        answers = asyncio.ensure_future(
+            asyncio.gather(*(self.pool.reply(i) for i in range(self.pool.count)))
+        )
         stop = self.run.stop
         try:
             stopping = asyncio.ensure_future(stop.wait())
@@ -352,15 +380,20 @@ class WorkerPlayers:
         sizing = self.run.measured.sizings[repetition.cell.index]
         if repetition.warmup and not sizing.exact:
             sizing.learn(self.observations)  # the result's scales: the same as the workers'
-            await self.pool.command("learn", observations=self.observations,
-                                    **_where(repetition))
+            await self.pool.command("learn", observations=self.observations, **_where(repetition))
 
     async def traces(self, cell: Cell) -> list[TokenTrace]:
         replies = await self.pool.command("traces", cell=cell.index)
         return [
-            TokenTrace(t["sent_ns"], t["turn"], array("i", t["prompt"]),
-                       array("i", t["completion"]), t["counted"])
-            for r in replies for t in r["traces"]
+            TokenTrace(
+                t["sent_ns"],
+                t["turn"],
+                array("i", t["prompt"]),
+                array("i", t["completion"]),
+                t["counted"],
+            )
+            for r in replies
+            for t in r["traces"]
         ]
 
     async def finish(self) -> list[ClientHealth]:
@@ -377,7 +410,6 @@ class WorkerPlayers:
                 m.sizings[int(cell)].fallbacks += int(n)
         return [ClientHealth.model_validate(r["health"]) for r in replies]
 
-
     def event_loop(self) -> str:
         """The loop the worker processes stamp on (they start the library's own), and how
         many there are, for the result's environment."""
@@ -385,6 +417,8 @@ class WorkerPlayers:
 
 
 def _where(repetition: Repetition) -> dict[str, Any]:
-    return {"cell": repetition.cell.index, "repetition": repetition.index,
-            "warmup": repetition.warmup}
-
+    return {
+        "cell": repetition.cell.index,
+        "repetition": repetition.index,
+        "warmup": repetition.warmup,
+    }

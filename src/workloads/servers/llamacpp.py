@@ -93,8 +93,8 @@ def find_model(cache_dir: Path | None = None) -> Path:
 class LlamaCppServer:
     """``llama-server`` on 127.0.0.1 at a free port, stopped on exit.
 
-        with LlamaCppServer(parallel=5, context_per_slot=4096) as server:
-            result = workloads.run(scenario, server.target)
+    with LlamaCppServer(parallel=5, context_per_slot=4096) as server:
+        result = workloads.run(scenario, server.target)
     """
 
     def __init__(
@@ -173,7 +173,10 @@ class LlamaCppServer:
         # decides when the server stops (after a run's grace period, not in the middle of it),
         # and stop() signals the whole group.
         self._process = subprocess.Popen(
-            command, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            command,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
         try:

@@ -158,8 +158,9 @@ class EnergyMeter:
             joules_per_token=joules / tokens if joules is not None and tokens else None,
             tokens_per_joule=tokens / joules if joules and tokens else None,
             reads=self._reads,
-            not_available=None if joules is not None else "; ".join(failures)
-            or "fewer than two readings",
+            not_available=None
+            if joules is not None
+            else "; ".join(failures) or "fewer than two readings",
         )
 
 
@@ -174,8 +175,11 @@ def _check(sources: list[EnergySource]) -> tuple[list[EnergySource], list[str]]:
         try:
             s.read()
         except PermissionError:
-            bad.append(f"{s.device}: permission denied (RAPL energy_uj is root-only since Linux "
-                       "5.10)" if "rapl" in s.device else f"{s.device}: permission denied")
+            bad.append(
+                f"{s.device}: permission denied (RAPL energy_uj is root-only since Linux 5.10)"
+                if "rapl" in s.device
+                else f"{s.device}: permission denied"
+            )
         except s.errors as err:
             bad.append(f"{s.device}: {err}")
         else:

@@ -63,8 +63,12 @@ class UsageSums:
             completion=sum(r.completion_tokens or 0 for r in with_usage),
             draft=_timings_sum(measured, "draft_n"),
             accepted=_timings_sum(measured, "draft_n_accepted"),
-            cut_off=sum(1 for r in measured if r.http_status == 200
-                        and r.error_kind in ("cancelled", "read_stall", "turn_deadline")),
+            cut_off=sum(
+                1
+                for r in measured
+                if r.http_status == 200
+                and r.error_kind in ("cancelled", "read_stall", "turn_deadline")
+            ),
         )
 
     def get(self, key: UsageSum) -> int | None:
@@ -110,9 +114,8 @@ def counter_delta(reads: Sequence[Read], start: Snapshot, end: Snapshot) -> Delt
             return Delta(read, None, problem="absent")
         created = read.name.removesuffix("_total") + "_created"
         ca, cb = start.rows(created, read.where) or {}, end.rows(created, read.where) or {}
-        restarted = (
-            any(k not in b or b[k] < v for k, v in a.items())
-            or any(k in cb and cb[k] != v for k, v in ca.items())
+        restarted = any(k not in b or b[k] < v for k, v in a.items()) or any(
+            k in cb and cb[k] != v for k, v in ca.items()
         )
         if restarted:
             return Delta(read, None, total_a, total_b, problem="restart")
@@ -188,8 +191,9 @@ def window_figures(
             f"server counters went down or were re-created over the window ({listed}): the "
             "server restarted during the run; those window figures are unknown"
         )
-    vanished = [d.read.name for d in deltas.values()
-                if d.problem == "disappeared" and d.read is not None]
+    vanished = [
+        d.read.name for d in deltas.values() if d.problem == "disappeared" and d.read is not None
+    ]
     if vanished:
         warnings.append(
             f"server counters disappeared during the window ({', '.join(vanished)}): the "
@@ -225,7 +229,8 @@ def window_figures(
         if figure in deltas
     ]
     rows = [
-        r for r in rows
+        r
+        for r in rows
         if not (r.figure.startswith("spec_") and r.server is None and r.client is None)
     ]
     telemetry = ServerTelemetry(
@@ -325,10 +330,14 @@ def _reconcile(
         return row.model_copy(update={"causes": causes})
     difference = server - client
     if abs(difference) <= tolerance:
-        causes = [] if tolerance == 0 else [
-            f"within the server's printed precision (±{tolerance:,.0f}: "
-            f"{names.server} prints {names.significant_digits} significant digits)"
-        ]
+        causes = (
+            []
+            if tolerance == 0
+            else [
+                f"within the server's printed precision (±{tolerance:,.0f}: "
+                f"{names.server} prints {names.significant_digits} significant digits)"
+            ]
+        )
         return row.model_copy(
             update={"difference": difference, "verdict": "reconciles", "causes": causes}
         )
@@ -376,8 +385,7 @@ def _causes(
                 "counted again"
             )
         if not out:
-            out.append("other traffic on the server during the window (requests not from "
-                       "this run)")
+            out.append("other traffic on the server during the window (requests not from this run)")
     else:
         if figure == "finished_requests" and ev.usage.cut_off:
             out.append(

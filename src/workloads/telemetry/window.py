@@ -51,9 +51,9 @@ ENABLE_METRICS_HINT = (
 class TelemetryOptions:
     """What to read over the measured window, and how often.
 
-        workloads.run("five-user-coding", target=t, telemetry=TelemetryOptions(energy="nvml"))
-        TelemetryOptions(metrics_url="http://gpu:9090/metrics")   # metrics on another port
-        TelemetryOptions(metrics=False, energy="off")             # read nothing
+    workloads.run("five-user-coding", target=t, telemetry=TelemetryOptions(energy="nvml"))
+    TelemetryOptions(metrics_url="http://gpu:9090/metrics")   # metrics on another port
+    TelemetryOptions(metrics=False, energy="off")             # read nothing
     """
 
     metrics: bool = True  # scrape the server's Prometheus /metrics at the window edges
@@ -232,7 +232,8 @@ class WindowTelemetry:
             )
         figures, warnings = self._figures(names, start, end, usage)
         lagging = [
-            r for r in figures.reconciliation
+            r
+            for r in figures.reconciliation
             if r.verdict == "differs" and r.difference is not None and r.difference < 0
         ]
         if lagging:
@@ -252,7 +253,8 @@ class WindowTelemetry:
                     )
                     rows = [
                         r.model_copy(update={"causes": [*r.causes, note]})
-                        if any(r.figure == x.figure for x in lagging) else r
+                        if any(r.figure == x.figure for x in lagging)
+                        else r
                         for r in settled.reconciliation
                     ]
                     figures = settled.model_copy(update={"reconciliation": rows})
@@ -289,7 +291,11 @@ class WindowTelemetry:
             # Parsing 100 KB of histograms takes milliseconds: off the event loop, so it does
             # not delay the chunk timestamps of the streams being measured.
             snapshot = await asyncio.to_thread(
-                parse_metrics, text, openmetrics=openmetrics, only=only, unix=unix,
+                parse_metrics,
+                text,
+                openmetrics=openmetrics,
+                only=only,
+                unix=unix,
                 perf_ns=perf_ns,
             )
         except _ScrapeError:

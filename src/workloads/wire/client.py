@@ -41,8 +41,15 @@ from workloads.wire.stream import Exchange, Pool
 from workloads.wire.transport import MAX_REDIRECTS, Transport, followed
 
 __all__ = [
-    "AiohttpChatClient", "ChatClient", "ChatResponse", "HttpChatClient", "StreamFigures",
-    "Usage", "parse_chunk", "partial_response", "retry_kinds",
+    "AiohttpChatClient",
+    "ChatClient",
+    "ChatResponse",
+    "HttpChatClient",
+    "StreamFigures",
+    "Usage",
+    "parse_chunk",
+    "partial_response",
+    "retry_kinds",
 ]
 
 # A request whose pooled connection turns out to be dead before any byte of it was written is
@@ -130,13 +137,24 @@ class ChatResponse:
     figures: ChatStream | StreamFigures  # what the stream measured
 
     def __init__(
-        self, started_ns: int, *, sent_ns: int | None = None, written_ns: int | None = None,
-        headers_ns: int | None = None, done_ns: int | None = None,
-        http_status: int | None = None, resends: int = 0, error_kind: ErrorKind | None = None,
-        error_message: str | None = None, retry_after_s: float | None = None,
-        error_ns: int | None = None, retries: int = 0,
-        attempts: list[AttemptRecord] | None = None, location: str | None = None,
-        stream: ChatStream | None = None, **figures: Unpack[_Figures],
+        self,
+        started_ns: int,
+        *,
+        sent_ns: int | None = None,
+        written_ns: int | None = None,
+        headers_ns: int | None = None,
+        done_ns: int | None = None,
+        http_status: int | None = None,
+        resends: int = 0,
+        error_kind: ErrorKind | None = None,
+        error_message: str | None = None,
+        retry_after_s: float | None = None,
+        error_ns: int | None = None,
+        retries: int = 0,
+        attempts: list[AttemptRecord] | None = None,
+        location: str | None = None,
+        stream: ChatStream | None = None,
+        **figures: Unpack[_Figures],
     ) -> None:
         self.started_ns = started_ns
         self.sent_ns = sent_ns
@@ -154,8 +172,9 @@ class ChatResponse:
         self.location = location
         if stream is not None and figures:
             raise TypeError("ChatResponse takes a stream or its figures as values, not both")
-        self.figures = stream if stream is not None else (
-            StreamFigures(**figures) if figures else _NO_FIGURES)
+        self.figures = (
+            stream if stream is not None else (StreamFigures(**figures) if figures else _NO_FIGURES)
+        )
 
     # The stream's figures, read through (read-only: the stream is the one record of them).
     @property
@@ -290,7 +309,8 @@ class HttpChatClient:
         if transport is None:
             transport = Transport(
                 headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
-                secrets=(api_key,) if api_key else ())
+                secrets=(api_key,) if api_key else (),
+            )
         self._transport = transport
         self._auth_host = url.raw_host  # the Authorization header goes to this host only
         self._heads: dict[URL, bytes] = {}
@@ -324,8 +344,12 @@ class HttpChatClient:
         pool = self._pools.get(key)
         if pool is None:
             pool = self._pools[key] = Pool(
-                host, port, tls=tls, connect_s=self._timeouts.connect_s,
-                keepalive_s=self._keepalive_s, reuse=self._reuse,
+                host,
+                port,
+                tls=tls,
+                connect_s=self._timeouts.connect_s,
+                keepalive_s=self._keepalive_s,
+                reuse=self._reuse,
                 ssl_context=self._transport.ssl_context() if tls else None,
                 proxy=self._transport.proxy_for(url),
             )
@@ -342,12 +366,18 @@ class HttpChatClient:
         target = str(url.with_fragment(None)) if proxy is not None else url.raw_path_qs
         host = url.raw_host or ""
         host = f"[{host}]" if ":" in host else host
-        authority = host if url.explicit_port is None or url.is_default_port() else (
-            f"{host}:{url.port}")
+        authority = (
+            host if url.explicit_port is None or url.is_default_port() else (f"{host}:{url.port}")
+        )
         # identity: a compressed stream would be decoded (wire/stream.py), at a CPU cost.
-        lines = [f"POST {target} HTTP/1.1", f"Host: {authority}",
-                 f"User-Agent: workloads/{__version__}", "Accept: text/event-stream",
-                 "Accept-Encoding: identity", "Content-Type: application/json"]
+        lines = [
+            f"POST {target} HTTP/1.1",
+            f"Host: {authority}",
+            f"User-Agent: workloads/{__version__}",
+            "Accept: text/event-stream",
+            "Accept-Encoding: identity",
+            "Content-Type: application/json",
+        ]
         for name, value in self._transport.headers.items():
             if name.lower() != "authorization" or url.raw_host == self._auth_host:
                 lines.append(f"{name}: {value}")
@@ -370,7 +400,9 @@ class HttpChatClient:
         # bounded: each pass counts one resend, retry or redirect
         for _ in range(MAX_RESENDS + self._max_retries + MAX_REDIRECTS + 1):
             response = ChatResponse(
-                started_ns=time.perf_counter_ns(), resends=resends, retries=retries,
+                started_ns=time.perf_counter_ns(),
+                resends=resends,
+                retries=retries,
                 attempts=attempts,
             )
             unwritten = await self._attempt(url, request, response)
@@ -385,8 +417,7 @@ class HttpChatClient:
                 if status == 308 and url == self._url:
                     self._url = moved  # permanent: later turns go there at once
                 url, hops = moved, hops + 1
-                request = (self._head(url) + b"Content-Length: %d\r\n\r\n" % len(payload)
-                           + payload)
+                request = self._head(url) + b"Content-Length: %d\r\n\r\n" % len(payload) + payload
                 continue
             if unwritten and resends < MAX_RESENDS:
                 resends += 1
@@ -400,7 +431,9 @@ class HttpChatClient:
                     await asyncio.sleep(min(wait, MAX_RETRY_WAIT_S))
                 except asyncio.CancelledError as err:  # cancelled between attempts
                     waiting = ChatResponse(
-                        started_ns=time.perf_counter_ns(), resends=resends, retries=retries,
+                        started_ns=time.perf_counter_ns(),
+                        resends=resends,
+                        retries=retries,
                         attempts=attempts,
                     )
                     waiting.fail("cancelled", "the run ended while waiting to retry")
@@ -429,12 +462,14 @@ class HttpChatClient:
         if status is None or not followed(status):
             response.error_message = (
                 f"HTTP {status} redirect to {where}: a POST is not re-sent after {status} (it "
-                "would become a GET); point the target URL there")
+                "would become a GET); point the target URL there"
+            )
         elif moved.scheme not in ("http", "https") or not moved.raw_host:
             response.error_message = f"HTTP {status} redirect to {where}: not http(s)"
         elif hops >= MAX_REDIRECTS:
-            response.error_message = (f"HTTP {status}: more than {MAX_REDIRECTS} redirects, "
-                                      f"the last to {where}")
+            response.error_message = (
+                f"HTTP {status}: more than {MAX_REDIRECTS} redirects, the last to {where}"
+            )
         else:
             return moved.with_user(None)
         return None
@@ -448,8 +483,9 @@ class HttpChatClient:
             async with asyncio.timeout(self._request_timeout_s), self._slots:
                 exchange = await self._exchange(url, request)
                 if exchange is None:
-                    out.fail("disconnected", "a pooled connection closed before the request "
-                             "was written")
+                    out.fail(
+                        "disconnected", "a pooled connection closed before the request was written"
+                    )
                     return True
                 await exchange.waiter
         except RequestError as err:  # could not connect
@@ -509,8 +545,10 @@ class HttpChatClient:
         if stream is None:
             return
         out.figures = stream  # read through, not copied
-        out.done_ns = stream.done_ns if stream.done_ns is not None else (
-            out.error_ns if out.error_ns is not None else time.perf_counter_ns()
+        out.done_ns = (
+            stream.done_ns
+            if stream.done_ns is not None
+            else (out.error_ns if out.error_ns is not None else time.perf_counter_ns())
         )
 
 

@@ -34,40 +34,59 @@ class TextAnswer:
 
 
 async def post_completions(
-    base_url: str, body: dict[str, Any], *, transport: Transport, timeout_s: float,
+    base_url: str,
+    body: dict[str, Any],
+    *,
+    transport: Transport,
+    timeout_s: float,
 ) -> tuple[int, bytes]:
     """``POST {base_url}/completions`` with ``body``, through ``transport`` (headers, proxy,
     TLS), capped at ``timeout_s``: the status and the body. Raises what aiohttp raises, and
     TimeoutError; the gate's text form and the likelihood probe read the answer their way."""
     url = base_url.rstrip("/") + "/completions"
-    async with transport.session(url, timeout_s=timeout_s, limit=1) as session, \
-            session.post(url, json=body) as response:
+    async with (
+        transport.session(url, timeout_s=timeout_s, limit=1) as session,
+        session.post(url, json=body) as response,
+    ):
         return response.status, await response.read()
 
 
 async def complete(
-    base_url: str, body: dict[str, Any], *, transport: Transport, timeout_s: float,
+    base_url: str,
+    body: dict[str, Any],
+    *,
+    transport: Transport,
+    timeout_s: float,
 ) -> TextAnswer:
     """Send ``body`` (with ``"prompt"``) to ``{base_url}/completions`` and read the first
     choice's text, finish_reason and ``usage.completion_tokens``."""
     try:
-        status, raw = await post_completions(base_url, body, transport=transport,
-                                             timeout_s=timeout_s)
+        status, raw = await post_completions(
+            base_url, body, transport=transport, timeout_s=timeout_s
+        )
     except TimeoutError:
-        return TextAnswer(error_kind="turn_deadline",
-                          error_message=f"no answer within {timeout_s:g} s")
+        return TextAnswer(
+            error_kind="turn_deadline", error_message=f"no answer within {timeout_s:g} s"
+        )
     except aiohttp.ClientConnectorError as err:
-        return TextAnswer(error_kind=connect_kind(err.os_error),
-                          error_message=transport.redact(f"{type(err).__name__}: {err}"))
+        return TextAnswer(
+            error_kind=connect_kind(err.os_error),
+            error_message=transport.redact(f"{type(err).__name__}: {err}"),
+        )
     except aiohttp.ClientError as err:
-        return TextAnswer(error_kind="disconnected",
-                          error_message=transport.redact(f"{type(err).__name__}: {err}"))
+        return TextAnswer(
+            error_kind="disconnected",
+            error_message=transport.redact(f"{type(err).__name__}: {err}"),
+        )
     text = raw.decode("utf-8", "replace")
     if status != 200:
-        return TextAnswer(error_kind=status_kind(status),
-                          error_message=transport.redact(
-                              f"{base_url.rstrip('/')}/completions answered {status}: "
-                              f"{' '.join(text.split())[:300]}"))
+        return TextAnswer(
+            error_kind=status_kind(status),
+            error_message=transport.redact(
+                f"{base_url.rstrip('/')}/completions answered {status}: "
+                f"{' '.join(text.split())[:300]}"
+            ),
+        )
     try:
         data = json.loads(text)
         choice = data["choices"][0]
@@ -75,11 +94,16 @@ async def complete(
         if not isinstance(out, str):
             raise TypeError("text is not a string")
     except (ValueError, KeyError, IndexError, TypeError) as err:
-        return TextAnswer(error_kind="malformed",
-                          error_message=f"not a completion ({type(err).__name__}): "
-                          f"{' '.join(text.split())[:120]}")
+        return TextAnswer(
+            error_kind="malformed",
+            error_message=f"not a completion ({type(err).__name__}): "
+            f"{' '.join(text.split())[:120]}",
+        )
     usage = data.get("usage") if isinstance(data, dict) else None
     tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
     reason = choice.get("finish_reason") if isinstance(choice, dict) else None
-    return TextAnswer(text=out, finish_reason=reason if isinstance(reason, str) else None,
-                      completion_tokens=tokens if isinstance(tokens, int) else None)
+    return TextAnswer(
+        text=out,
+        finish_reason=reason if isinstance(reason, str) else None,
+        completion_tokens=tokens if isinstance(tokens, int) else None,
+    )

@@ -64,8 +64,19 @@ class ResponseParser:
     """
 
     __slots__ = (
-        "_head_bytes", "_headers", "_interim", "_parser", "_parts", "_reason", "_until_close",
-        "complete", "error", "extra", "head", "informational", "on_body",
+        "_head_bytes",
+        "_headers",
+        "_interim",
+        "_parser",
+        "_parts",
+        "_reason",
+        "_until_close",
+        "complete",
+        "error",
+        "extra",
+        "head",
+        "informational",
+        "on_body",
     )
 
     def __init__(self) -> None:
@@ -92,7 +103,8 @@ class ResponseParser:
         # Spaces between a chunk size and its ";extension" are RFC 9112's BWS; llhttp still
         # refuses them after the ";" (a server that sends chunk extensions at all is rare).
         parser.set_dangerous_leniencies(
-            lenient_chunked_length=True, lenient_spaces_after_chunk_size=True)
+            lenient_chunked_length=True, lenient_spaces_after_chunk_size=True
+        )
         self._parser: HttpResponseParser | None = parser
 
     def feed(self, data: bytes) -> bytes:
@@ -161,8 +173,7 @@ class ResponseParser:
                 raise MalformedHTTP("101 Switching Protocols: not an HTTP/1.1 response")
             self.informational += 1
             if self.informational > MAX_INFORMATIONAL:
-                raise MalformedHTTP(f"more than {MAX_INFORMATIONAL} informational (1xx) "
-                                    "responses")
+                raise MalformedHTTP(f"more than {MAX_INFORMATIONAL} informational (1xx) responses")
             self._interim = True
             return
         coding = headers.get("transfer-encoding")
@@ -174,8 +185,11 @@ class ResponseParser:
         else:
             framed = length is not None
         self._until_close = not framed
-        keep_alive = (framed and parser.should_keep_alive()
-                      and not (coding is not None and length is not None))
+        keep_alive = (
+            framed
+            and parser.should_keep_alive()
+            and not (coding is not None and length is not None)
+        )
         self.head = ResponseHead(f"HTTP/{version}", status, self._reason, headers, keep_alive)
 
     def on_message_complete(self) -> None:

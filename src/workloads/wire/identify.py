@@ -53,8 +53,9 @@ async def identify(
         models = [str(m.get("id", "")) for m in data if isinstance(m, dict)]
         model = target.model or (models[0] if models else None)
         if model is None:
-            raise TargetError(f"{target.base_url}/models lists no model; name one with "
-                              "Target.model")
+            raise TargetError(
+                f"{target.base_url}/models lists no model; name one with Target.model"
+            )
         if target.model is not None and models and target.model not in models:
             # Every turn would fail (vLLM and SGLang answer 404): say so before sending any.
             raise TargetError(

@@ -44,7 +44,7 @@ def loop_factory(*, fast: bool = True) -> Callable[[], asyncio.AbstractEventLoop
 
 
 def loop_name(*, fast: bool = True) -> str:
-    """"uvloop" or "asyncio": which loop :func:`run_loop` would start (for provenance)."""
+    """ "uvloop" or "asyncio": which loop :func:`run_loop` would start (for provenance)."""
     return "asyncio" if loop_factory(fast=fast) is asyncio.new_event_loop else "uvloop"
 
 
@@ -126,8 +126,11 @@ def _run_in_thread(main: Coroutine[Any, Any, T], *, fast: bool) -> T:
         raise
     thread.join()  # the loop has closed: only the thread's own exit is left
     if handoff.error is not None:
-        if caller is not None and caller.cancelling() and isinstance(
-                handoff.error, asyncio.CancelledError):
+        if (
+            caller is not None
+            and caller.cancelling()
+            and isinstance(handoff.error, asyncio.CancelledError)
+        ):
             raise asyncio.CancelledError  # the caller's own cancellation, handed back
         raise handoff.error
     result: T = handoff.result

@@ -59,9 +59,26 @@ class Exchange:
     """
 
     __slots__ = (
-        "_gap_ns", "_timer", "conn", "decoder", "detail", "detail_limit", "draining", "error",
-        "finished", "head", "headers_ns", "last_ns", "parser", "received", "reused",
-        "sent_ns", "sniff", "stream", "waiter", "written_ns",
+        "_gap_ns",
+        "_timer",
+        "conn",
+        "decoder",
+        "detail",
+        "detail_limit",
+        "draining",
+        "error",
+        "finished",
+        "head",
+        "headers_ns",
+        "last_ns",
+        "parser",
+        "received",
+        "reused",
+        "sent_ns",
+        "sniff",
+        "stream",
+        "waiter",
+        "written_ns",
     )
 
     def __init__(self, conn: Connection, read_gap_s: float, *, reused: bool) -> None:
@@ -146,15 +163,17 @@ class Exchange:
             if self.head is None:
                 # Written, then dropped before a response: the server may have read it
                 # (and prefilled it), so it is never sent again unasked.
-                self._finish(RequestError("disconnected",
-                                          f"connection closed before any response{why}"))
+                self._finish(
+                    RequestError("disconnected", f"connection closed before any response{why}")
+                )
             elif stream is not None and complete:
                 self._body_ended(stream, now)  # a body that ends with the connection
             elif stream is None and (self.detail_limit or self.sniff):
                 self._finish_detail()
             else:
-                self._finish(RequestError("disconnected",
-                                          f"connection closed after the response began{why}"))
+                self._finish(
+                    RequestError("disconnected", f"connection closed after the response began{why}")
+                )
         except RequestError as err:
             self._finish(err)
 
@@ -180,10 +199,14 @@ class Exchange:
                 self._finish_detail()
                 return
             if bits is None:  # br, zstd, a list of codings: not ours to guess
-                self._finish(RequestError(
-                    "malformed", f"a body in Content-Encoding {encoding!r}, which the client "
-                    "does not decode (it asked for identity; gzip and deflate are decoded)",
-                    http_status=head.status))
+                self._finish(
+                    RequestError(
+                        "malformed",
+                        f"a body in Content-Encoding {encoding!r}, which the client "
+                        "does not decode (it asked for identity; gzip and deflate are decoded)",
+                        http_status=head.status,
+                    )
+                )
                 return
             self.decoder = RAW_OR_ZLIB if bits is RAW_OR_ZLIB else zlib.decompressobj(bits)
         if head.status != 200:
@@ -206,8 +229,9 @@ class Exchange:
         try:
             return decoder.decompress(body)  # type: ignore[no-any-return]
         except zlib.error as err:
-            raise RequestError("malformed", f"a compressed body that does not decode: {err}"
-                               ) from err
+            raise RequestError(
+                "malformed", f"a compressed body that does not decode: {err}"
+            ) from err
 
     def _sniffed(self, body: bytes, now: int) -> None:
         """A 200 without Content-Type: an event stream unless its body looks like JSON or
@@ -230,10 +254,13 @@ class Exchange:
         if stream.close(now):
             self._finish(None)
         else:
-            self._finish(RequestError(
-                "truncated", "the stream ended without data: [DONE]"
-                + ("" if stream.finish_reason else " and without a finish_reason")
-            ))
+            self._finish(
+                RequestError(
+                    "truncated",
+                    "the stream ended without data: [DONE]"
+                    + ("" if stream.finish_reason else " and without a finish_reason"),
+                )
+            )
 
     def _add_detail(self, body: bytes) -> None:
         """Keep the start of a body that is not the event stream; the answer is known once
@@ -247,19 +274,24 @@ class Exchange:
         assert head is not None
         text = self.detail.decode("utf-8", "replace").strip()
         if head.status != 200:
-            self._finish(RequestError(
-                status_kind(head.status), f"HTTP {head.status}: {text[:300]}",
-                http_status=head.status,
-                retry_after_s=retry_after(head.header("retry-after")),
-            ))
+            self._finish(
+                RequestError(
+                    status_kind(head.status),
+                    f"HTTP {head.status}: {text[:300]}",
+                    http_status=head.status,
+                    retry_after_s=retry_after(head.header("retry-after")),
+                )
+            )
         else:
             content_type = head.header("content-type")
             what = "no Content-Type" if content_type is None else f"Content-Type {content_type!r}"
-            self._finish(RequestError(
-                "not_event_stream",
-                f"HTTP 200 with {what}, not an event stream (an error, a proxy's page, or a "
-                f"server that ignored stream=true): {text}",
-            ))
+            self._finish(
+                RequestError(
+                    "not_event_stream",
+                    f"HTTP 200 with {what}, not an event stream (an error, a proxy's page, or a "
+                    f"server that ignored stream=true): {text}",
+                )
+            )
 
     def _finish(self, error: RequestError | None) -> None:
         """The turn's answer is known: wake the request task once."""
@@ -289,8 +321,11 @@ class Exchange:
         self.draining = False
         head = self.head
         reusable = (
-            self.parser.complete and not self.parser.extra and head is not None
-            and head.keep_alive and (self.error is None or self.error.kind.startswith("http_"))
+            self.parser.complete
+            and not self.parser.extra
+            and head is not None
+            and head.keep_alive
+            and (self.error is None or self.error.kind.startswith("http_"))
         )
         if reusable:
             self.conn.idle()
@@ -304,16 +339,19 @@ class Exchange:
         waited = clock() - self.last_ns
         if waited < self._gap_ns:
             loop = self.conn.loop
-            self._timer = loop.call_at(loop.time() + (self._gap_ns - waited) / 1e9,
-                                       self._check_gap)
+            self._timer = loop.call_at(loop.time() + (self._gap_ns - waited) / 1e9, self._check_gap)
             return
         if self.draining:  # the body's end never came: this connection is not reused
             self.draining = False
             self.conn.close()
             return
-        self._finish(RequestError(
-            "read_stall", f"no data for too long: nothing read for {self._gap_ns / 1e9:g} s "
-            "(timeouts.read_gap_s)"))
+        self._finish(
+            RequestError(
+                "read_stall",
+                f"no data for too long: nothing read for {self._gap_ns / 1e9:g} s "
+                "(timeouts.read_gap_s)",
+            )
+        )
 
     def _stop_timer(self) -> None:
         if self._timer is not None:
@@ -378,8 +416,16 @@ class Pool:
     old; with ``reuse`` off every request gets a connection of its own."""
 
     def __init__(
-        self, host: str, port: int, *, tls: bool, connect_s: float, keepalive_s: float,
-        reuse: bool, ssl_context: ssl.SSLContext | None = None, proxy: Proxy | None = None,
+        self,
+        host: str,
+        port: int,
+        *,
+        tls: bool,
+        connect_s: float,
+        keepalive_s: float,
+        reuse: bool,
+        ssl_context: ssl.SSLContext | None = None,
+        proxy: Proxy | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.host = host
@@ -425,12 +471,18 @@ class Pool:
             async with asyncio.timeout(self.connect_s):
                 conn = await self._connect()
         except TimeoutError as err:
-            raise RequestError("connect_timeout", f"cannot connect to {self._origin()}: no "
-                               f"connection within {self.connect_s:g} s") from err
+            raise RequestError(
+                "connect_timeout",
+                f"cannot connect to {self._origin()}: no connection within {self.connect_s:g} s",
+            ) from err
         except OSError as err:  # gaierror, SSLError, ConnectionRefusedError, ...
-            raise RequestError(connect_kind(err), tls_message(err, self._origin()) or (
-                f"cannot connect to {self._origin()}{self._via()}: {type(err).__name__}: "
-                f"{err}")) from err
+            raise RequestError(
+                connect_kind(err),
+                tls_message(err, self._origin())
+                or (
+                    f"cannot connect to {self._origin()}{self._via()}: {type(err).__name__}: {err}"
+                ),
+            ) from err
         return conn, False
 
     def put_back(self, conn: Connection) -> None:
@@ -461,7 +513,8 @@ class Pool:
         proxy = self.proxy
         if loop.time() - self._resolved_at > DNS_TTL_S or not self._addresses:
             self._addresses = await loop.getaddrinfo(
-                proxy.host if proxy else self.host, proxy.port if proxy else self.port,
+                proxy.host if proxy else self.host,
+                proxy.port if proxy else self.port,
                 type=socket.SOCK_STREAM,
             )
             self._resolved_at = loop.time()
@@ -471,11 +524,23 @@ class Pool:
             try:
                 if proxy is not None and self.tls is not None:
                     conn = factory()
-                    await open_tunnel(proxy, self.host, self.port, self.tls, conn,
-                                      family=family, proto=proto, address=address)
+                    await open_tunnel(
+                        proxy,
+                        self.host,
+                        self.port,
+                        self.tls,
+                        conn,
+                        family=family,
+                        proto=proto,
+                        address=address,
+                    )
                 else:  # direct, or an http origin through the proxy (absolute-form requests)
                     _, conn = await loop.create_connection(
-                        factory, host=address[0], port=address[1], family=family, proto=proto,
+                        factory,
+                        host=address[0],
+                        port=address[1],
+                        family=family,
+                        proto=proto,
                         ssl=self.tls if proxy is None else None,
                         server_hostname=self.host if self.tls and proxy is None else None,
                     )

@@ -173,7 +173,10 @@ async def probe_tokenizer(
     hello = [{"role": "user", "content": "hello"}]
     for cls in (VllmTokenizer, LlamaCppTokenizer):
         candidate = cls(
-            root_url, model, transport=transport, template_kwargs=template_kwargs,
+            root_url,
+            model,
+            transport=transport,
+            template_kwargs=template_kwargs,
             timeout_s=timeout_s,
         )
         async with candidate:
@@ -183,6 +186,11 @@ async def probe_tokenizer(
             except TokenizeError:
                 continue
         if ids and plain and len(ids) > len(plain):
-            return cls(root_url, model, transport=transport, template_kwargs=template_kwargs,
-                       timeout_s=timeout_s)
+            return cls(
+                root_url,
+                model,
+                transport=transport,
+                template_kwargs=template_kwargs,
+                timeout_s=timeout_s,
+            )
     return None

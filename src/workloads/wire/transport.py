@@ -40,8 +40,14 @@ from workloads.model.errors import RequestError, TargetError
 from workloads.model.target import Target
 
 __all__ = [
-    "MAX_REDIRECTS", "Proxy", "Transport", "check_header", "followed", "open_tunnel",
-    "tls_message", "transport_for",
+    "MAX_REDIRECTS",
+    "Proxy",
+    "Transport",
+    "check_header",
+    "followed",
+    "open_tunnel",
+    "tls_message",
+    "transport_for",
 ]
 
 MAX_REDIRECTS = 5  # hops per request, reads and chat alike (aiohttp's default is 10)
@@ -59,9 +65,11 @@ def check_header(name: str, value: str) -> None:
             text.encode("latin-1")
         except UnicodeEncodeError as err:
             # The position, not the character: the value may be a secret.
-            raise TargetError(f"{what}: its {part} holds a character outside Latin-1 at "
-                              f"position {err.start}; HTTP headers cannot carry it") from None
-    if not name or any(c in name for c in " \t:()<>@,;\"/[]?={}"):
+            raise TargetError(
+                f"{what}: its {part} holds a character outside Latin-1 at "
+                f"position {err.start}; HTTP headers cannot carry it"
+            ) from None
+    if not name or any(c in name for c in ' \t:()<>@,;"/[]?={}'):
         raise TargetError(f"header name {name!r} is not an HTTP token")
 
 
@@ -90,8 +98,10 @@ class Proxy:
 def _proxy(value: str, source: str) -> Proxy:
     url = URL(value if "://" in value else "http://" + value)
     if url.scheme != "http" or not url.raw_host:
-        raise TargetError(f"{source}: proxy {url.with_user(None)} is not http://HOST:PORT; "
-                          "an https:// proxy is not supported (the target may still be https)")
+        raise TargetError(
+            f"{source}: proxy {url.with_user(None)} is not http://HOST:PORT; "
+            "an https:// proxy is not supported (the target may still be https)"
+        )
     auth = None
     if url.user is not None:
         pair = f"{url.user}:{url.password or ''}"
@@ -104,8 +114,8 @@ def _proxy(value: str, source: str) -> Proxy:
 class Transport:
     """How every request to one target is sent: headers, proxy, TLS, redaction.
 
-        transport = transport_for(target)
-        async with transport.session(url, timeout_s=10) as http: ...
+    transport = transport_for(target)
+    async with transport.session(url, timeout_s=10) as http: ...
     """
 
     headers: Mapping[str, str] = field(default_factory=dict)  # checked: sent as they are
@@ -124,8 +134,10 @@ class Transport:
         if self.proxy is not None:
             _proxy(self.proxy, "Target.proxy")  # a bad one fails now, in one line
         if self.ca_bundle is not None and not os.path.isfile(self.ca_bundle):
-            raise TargetError(f"Target.ca_bundle {self.ca_bundle}: no such file; give a PEM "
-                              "file of the CA certificates that signed the target's")
+            raise TargetError(
+                f"Target.ca_bundle {self.ca_bundle}: no such file; give a PEM "
+                "file of the CA certificates that signed the target's"
+            )
 
     def ssl_context(self) -> ssl.SSLContext:
         """The context every https connection uses (made once)."""
@@ -133,8 +145,10 @@ class Transport:
             try:
                 ctx = ssl.create_default_context(cafile=self.ca_bundle)
             except (ssl.SSLError, OSError) as err:
-                raise TargetError(f"Target.ca_bundle {self.ca_bundle}: not a PEM file of CA "
-                                  f"certificates ({type(err).__name__}: {err})") from err
+                raise TargetError(
+                    f"Target.ca_bundle {self.ca_bundle}: not a PEM file of CA "
+                    f"certificates ({type(err).__name__}: {err})"
+                ) from err
             if self.insecure:
                 ctx.check_hostname = False
                 ctx.verify_mode = ssl.CERT_NONE
@@ -164,7 +178,11 @@ class Transport:
         return _proxy(value, name if name in os.environ else name.lower())
 
     def session(
-        self, url: str | URL, *, timeout_s: float | None, limit: int = 100,
+        self,
+        url: str | URL,
+        *,
+        timeout_s: float | None,
+        limit: int = 100,
         headers: Mapping[str, str] | None = None,
     ) -> aiohttp.ClientSession:
         """An aiohttp session for the plain reads of ``url``'s origin, with this transport's
@@ -215,7 +233,8 @@ def transport_for(target: Target) -> Transport:
     if key and credentials:
         raise TargetError(
             f"the target URL carries user:password and ${target.api_key_env} holds an API "
-            "key: both would be the Authorization header; drop one")
+            "key: both would be the Authorization header; drop one"
+        )
     if key:
         check_header("Authorization", key)
         headers["Authorization"] = f"Bearer {key}"
@@ -225,8 +244,13 @@ def transport_for(target: Target) -> Transport:
         token = base64.b64encode(credentials.encode("latin-1")).decode("ascii")
         headers["Authorization"] = f"Basic {token}"
         secrets += [token, credentials.partition(":")[2] or credentials]
-    return Transport(headers=headers, proxy=target.proxy, ca_bundle=target.ca_bundle,
-                     insecure=target.insecure, secrets=tuple(secrets))
+    return Transport(
+        headers=headers,
+        proxy=target.proxy,
+        ca_bundle=target.ca_bundle,
+        insecure=target.insecure,
+        secrets=tuple(secrets),
+    )
 
 
 def followed(status: int) -> bool:
@@ -248,8 +272,10 @@ def tls_message(err: BaseException, where: str) -> str | None:
         else:
             return None
     reason = getattr(cause, "verify_message", None) or str(cause)
-    return (f"TLS: the certificate of {where} was not verified ({reason}); pass --ca-bundle "
-            "FILE if a private CA signed it, or --insecure to skip verification")
+    return (
+        f"TLS: the certificate of {where} was not verified ({reason}); pass --ca-bundle "
+        "FILE if a private CA signed it, or --insecure to skip verification"
+    )
 
 
 # --- the streamed path's proxy tunnel ---------------------------------------------------------
@@ -275,13 +301,21 @@ class _Tunnel(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.answer.done():
-            self.answer.set_exception(ConnectionError(
-                "the proxy closed the connection before answering CONNECT"))
+            self.answer.set_exception(
+                ConnectionError("the proxy closed the connection before answering CONNECT")
+            )
 
 
 async def open_tunnel(
-    proxy: Proxy, host: str, port: int, ctx: ssl.SSLContext, protocol: asyncio.Protocol,
-    *, family: int, proto: int, address: tuple[Any, ...],
+    proxy: Proxy,
+    host: str,
+    port: int,
+    ctx: ssl.SSLContext,
+    protocol: asyncio.Protocol,
+    *,
+    family: int,
+    proto: int,
+    address: tuple[Any, ...],
 ) -> None:
     """Open a connection to ``proxy`` (at the resolved ``address``), ask it to CONNECT to
     ``host:port``, and shake hands TLS with the target through the tunnel; ``protocol`` then
@@ -290,23 +324,32 @@ async def open_tunnel(
     (``connect_failed``); a certificate failure the ssl error (kind ``tls``)."""
     loop = asyncio.get_running_loop()
     raw, tunnel = await loop.create_connection(
-        lambda: _Tunnel(loop), host=address[0], port=address[1], family=family, proto=proto)
+        lambda: _Tunnel(loop), host=address[0], port=address[1], family=family, proto=proto
+    )
     try:
         authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         raw.write(
             f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n".encode("latin-1")
-            + (f"Proxy-Authorization: {proxy.authorization}\r\n".encode("latin-1")
-               if proxy.authorization else b"")
-            + b"\r\n")
+            + (
+                f"Proxy-Authorization: {proxy.authorization}\r\n".encode("latin-1")
+                if proxy.authorization
+                else b""
+            )
+            + b"\r\n"
+        )
         answer = await tunnel.answer
         status_line = answer.split(b"\r\n", 1)[0].decode("latin-1", "replace")
         parts = status_line.split(None, 2)
         if len(parts) < 2 or not parts[0].startswith("HTTP/") or parts[1] != "200":
-            raise RequestError("connect_failed", f"proxy {proxy.url} refused CONNECT "
-                               f"{authority}: {status_line[:200]!r}")
+            raise RequestError(
+                "connect_failed",
+                f"proxy {proxy.url} refused CONNECT {authority}: {status_line[:200]!r}",
+            )
         if answer.index(b"\r\n\r\n") + 4 != len(answer):
-            raise RequestError("connect_failed", f"proxy {proxy.url} sent bytes after its "
-                               f"answer to CONNECT {authority}")
+            raise RequestError(
+                "connect_failed",
+                f"proxy {proxy.url} sent bytes after its answer to CONNECT {authority}",
+            )
         secure = await loop.start_tls(raw, protocol, ctx, server_hostname=host)
     except BaseException:
         raw.abort()

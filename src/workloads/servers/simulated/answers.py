@@ -23,10 +23,25 @@ from typing import Any
 __all__ = ["answer"]
 
 _WEEK = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
-_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
-           "September", "October", "November", "December"]
+_MONTHS = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
 _OPS: dict[str, Callable[[int, int], int]] = {
-    "*": operator.mul, "×": operator.mul, "x": operator.mul, "+": operator.add,
+    "*": operator.mul,
+    "×": operator.mul,
+    "x": operator.mul,
+    "+": operator.add,
     "-": operator.sub,
 }
 

@@ -199,14 +199,16 @@ class _Handlers:
             shape = self._shape(body, seed, length, truth, tools=fault is None)
             visible = length - shape.reasoning
             plan = plan_reasoning(self.corpus, seed, shape.reasoning) + (
-                tokenizer.encode(shape.tools.text) if shape.tools is not None
+                tokenizer.encode(shape.tools.text)
+                if shape.tools is not None
                 else plan_reply(self.corpus, seed, visible)
             )
         if fault == "corrupt":
             # A loop of the first three tokens, to max_tokens: stable under re-encoding so the
             # next turn's prompt still caches as the engine computed it.
-            plan = tokenizer.stable_completion(tokenizer.decode(plan[:3] or [0]) * max_tokens,
-                                               max_tokens)
+            plan = tokenizer.stable_completion(
+                tokenizer.decode(plan[:3] or [0]) * max_tokens, max_tokens
+            )
             shape = _Shape()
         return prompt, plan, max_tokens, truth, seed, shape
 
@@ -216,10 +218,18 @@ class _Handlers:
         """How a reply of ``length`` tokens splits into reasoning, content and tool calls.
         No tool calls in a reply that draws a fault: a cut or rewritten call is broken."""
         reasoning = reasoning_tokens(self.profile, body, length)
-        calls = plan_tool_reply(
-            self.corpus, self.profile, body, seed=seed, n_tokens=length - reasoning,
-            request_id=truth.request_id,
-        ) if tools else None
+        calls = (
+            plan_tool_reply(
+                self.corpus,
+                self.profile,
+                body,
+                seed=seed,
+                n_tokens=length - reasoning,
+                request_id=truth.request_id,
+            )
+            if tools
+            else None
+        )
         return _Shape(reasoning, calls)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
@@ -231,9 +241,7 @@ class _Handlers:
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return _error(400, "'messages' must be a list")
         if body.get("model") not in (self.profile.model, None):
-            return _error(
-                404, f"The model `{body.get('model')}` does not exist.", "NotFoundError"
-            )
+            return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
         # Tokenizing and planning the reply run on one worker thread: off the event loop,
         # which the engine's step loop shares (64 prompts arriving together stalled the steps
         # by ~130 ms in a timing-truth benchmark), and first come, first served, so requests
@@ -373,11 +381,14 @@ class _Handlers:
                 deltas += split.feed(text)
             if not deltas:
                 continue
-            await resp.write(b"".join(
-                self._chunk(seq, [{"index": 0, "delta": delta, "finish_reason": None}],
-                            **extra())
-                for delta in deltas
-            ))
+            await resp.write(
+                b"".join(
+                    self._chunk(
+                        seq, [{"index": 0, "delta": delta, "finish_reason": None}], **extra()
+                    )
+                    for delta in deltas
+                )
+            )
             self._stamp_written(seq)
         reason = seq.truth.finish_reason
         if shape.tools is not None and reason in ("length", "stop"):
@@ -403,8 +414,13 @@ class _Handlers:
             return False
         if fault == "error_in_stream":
             self.engine.abort(seq, reason="error")
-            error = {"error": {"message": "engine failure (simulated)",
-                               "type": "InternalServerError", "code": 500}}
+            error = {
+                "error": {
+                    "message": "engine failure (simulated)",
+                    "type": "InternalServerError",
+                    "code": 500,
+                }
+            }
             await resp.write(b"data: " + json.dumps(error).encode() + b"\n\n")
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
@@ -431,11 +447,17 @@ class _Handlers:
             return web.Response(status=200, text='{"id": "', content_type="application/json")
         elif fault == "error_in_stream":
             return web.json_response(
-                {"error": {"message": "engine failure (simulated)",
-                           "type": "InternalServerError", "code": 500}}
+                {
+                    "error": {
+                        "message": "engine failure (simulated)",
+                        "type": "InternalServerError",
+                        "code": 500,
+                    }
+                }
             )
         message: dict[str, Any] = {
-            "role": "assistant", "content": tokenizer.decode(ids[shape.reasoning :])
+            "role": "assistant",
+            "content": tokenizer.decode(ids[shape.reasoning :]),
         }
         reason = seq.truth.finish_reason
         if shape.reasoning:
@@ -450,9 +472,7 @@ class _Handlers:
                 "object": "chat.completion",
                 "created": int(self.created),
                 "model": self.profile.model,
-                "choices": [
-                    {"index": 0, "message": message, "finish_reason": reason}
-                ],
+                "choices": [{"index": 0, "message": message, "finish_reason": reason}],
                 "usage": self._usage(seq),
                 "system_fingerprint": self.fingerprint,
             }
@@ -550,21 +570,35 @@ class _Handlers:
             }
         if body.get("prompt_logprobs") is not None:
             choice["prompt_logprobs"] = [None] + [
-                {str(token): {"logprob": score, "rank": 1,
-                              "decoded_token": tokenizer.decode([token])}}
+                {
+                    str(token): {
+                        "logprob": score,
+                        "rank": 1,
+                        "decoded_token": tokenizer.decode([token]),
+                    }
+                }
                 for token, score in zip(ids[1:], scores[1:], strict=True)
             ]
-        return web.json_response({
-            "id": "cmpl-sim-likelihood", "object": "text_completion",
-            "created": int(time.time()), "model": self.profile.model, "choices": [choice],
-            "usage": {"prompt_tokens": len(ids), "completion_tokens": 1,
-                      "total_tokens": len(ids) + 1},
-        })
+        return web.json_response(
+            {
+                "id": "cmpl-sim-likelihood",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": self.profile.model,
+                "choices": [choice],
+                "usage": {
+                    "prompt_tokens": len(ids),
+                    "completion_tokens": 1,
+                    "total_tokens": len(ids) + 1,
+                },
+            }
+        )
 
     async def debug_requests(self, request: web.Request) -> web.Response:
         if not self.debug:
-            return _error(404, "ground truth is off; start the server with debug=True",
-                          "NotFoundError")
+            return _error(
+                404, "ground truth is off; start the server with debug=True", "NotFoundError"
+            )
         rows = [vars(t) for t in list(self.engine.truths)]
         return web.json_response({"requests": rows})
 

@@ -221,7 +221,10 @@ class Engine:
         truth.queued_ns = time.perf_counter_ns()
         self.truths.append(truth)
         seq = Sequence(
-            truth=truth, prompt=prompt, plan=plan, max_tokens=max_tokens,
+            truth=truth,
+            prompt=prompt,
+            plan=plan,
+            max_tokens=max_tokens,
             rng=random.Random(rng_seed),
         )
         self.sequences[truth.request_id] = seq

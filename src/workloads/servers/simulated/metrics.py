@@ -74,17 +74,20 @@ class _EngineCollector(Collector):
             labels=[*labels, "finished_reason"],
         )
         for reason in ("stop", "length", "abort", "error", "repetition"):
-            success.add_metric(
-                [*values, reason], e.finished_reasons[reason], created=self.created
-            )
+            success.add_metric([*values, reason], e.finished_reasons[reason], created=self.created)
         yield success
         for name, doc, value in (
-            ("vllm:num_requests_running", "Number of requests in model execution batches.",
-             float(len(e.running))),
-            ("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-             float(len(e.waiting))),
-            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-             e.kv_usage),
+            (
+                "vllm:num_requests_running",
+                "Number of requests in model execution batches.",
+                float(len(e.running)),
+            ),
+            (
+                "vllm:num_requests_waiting",
+                "Number of requests waiting to be processed.",
+                float(len(e.waiting)),
+            ),
+            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", e.kv_usage),
         ):
             gauge = GaugeMetricFamily(name, doc, labels=labels)
             gauge.add_metric(values, value)
@@ -93,12 +96,20 @@ class _EngineCollector(Collector):
         info = GaugeMetricFamily(
             "vllm:cache_config_info",
             "Information of the LLMEngine CacheConfig",
-            labels=["block_size", "enable_prefix_caching", "kv_cache_size_tokens",
-                    "num_gpu_blocks"],
+            labels=[
+                "block_size",
+                "enable_prefix_caching",
+                "kv_cache_size_tokens",
+                "num_gpu_blocks",
+            ],
         )
         info.add_metric(
-            [str(p.block_size), str(p.prefix_caching), str(p.num_blocks * p.block_size),
-             str(p.num_blocks)],
+            [
+                str(p.block_size),
+                str(p.prefix_caching),
+                str(p.num_blocks * p.block_size),
+                str(p.num_blocks),
+            ],
             1.0,
         )
         yield info

@@ -233,8 +233,9 @@ def _set(data: dict[str, Any], dotted: str, value: object, full: str = "") -> No
     full = full or dotted  # the field as the user wrote it, for the message
     head, _, rest = dotted.partition(".")
     if head not in data:
-        raise ScenarioError(f"simulator override {full!r}: no such profile field; fields: "
-                            f"{', '.join(data)}")
+        raise ScenarioError(
+            f"simulator override {full!r}: no such profile field; fields: {', '.join(data)}"
+        )
     if rest:
         inner = data[head]
         if not isinstance(inner, dict):

@@ -88,7 +88,10 @@ def _test_reading(rng: random.Random, f: SourceFile) -> str:
 
 
 _MOVES: list[Callable[[random.Random, SourceFile], str]] = [
-    _explain, _patch, _tool_call, _test_reading,
+    _explain,
+    _patch,
+    _tool_call,
+    _test_reading,
 ]
 
 

@@ -29,7 +29,11 @@ from workloads.servers.simulated.profiles import Profile
 from workloads.servers.simulated.replies import plan_reply
 
 __all__ = [
-    "MIN_TOOL_REPLY_TOKENS", "THINKING_TOKENS", "ReplyStream", "ToolReply", "plan_tool_reply",
+    "MIN_TOOL_REPLY_TOKENS",
+    "THINKING_TOKENS",
+    "ReplyStream",
+    "ToolReply",
+    "plan_tool_reply",
     "reasoning_tokens",
 ]
 
@@ -41,9 +45,33 @@ _CALL_CLOSE = "}\n</tool_call>"
 # Argument filler: each is one cl100k token alone and after a space, and plain letters, so a
 # word more is a token more and JSON escaping leaves the text as it is.
 _WORDS = [
-    "the", "file", "line", "test", "path", "value", "code", "change", "read", "check", "open",
-    "list", "make", "call", "send", "find", "fix", "run", "case", "step", "name", "type",
-    "data", "item", "part", "node", "text",
+    "the",
+    "file",
+    "line",
+    "test",
+    "path",
+    "value",
+    "code",
+    "change",
+    "read",
+    "check",
+    "open",
+    "list",
+    "make",
+    "call",
+    "send",
+    "find",
+    "fix",
+    "run",
+    "case",
+    "step",
+    "name",
+    "type",
+    "data",
+    "item",
+    "part",
+    "node",
+    "text",
 ]
 _TOOL_SALT = 0x7001C0DE
 _REASONING_SALT = 0x7417C
@@ -96,8 +124,7 @@ class ToolReply:
     def tool_calls(self) -> list[dict[str, Any]]:
         """The calls as an OpenAI message carries them."""
         return [
-            {"id": c.id, "type": "function",
-             "function": {"name": c.name, "arguments": c.arguments}}
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in self.calls
         ]
 
@@ -133,8 +160,17 @@ def _build(
         arguments = json.dumps({key: " ".join(filler)})
         name_end = len(text) + len(_CALL_OPEN) + len(json.dumps(name))
         args_start = name_end + len(_CALL_MID)
-        calls.append(_Call(index, ids[index], name, arguments, name_end, args_start,
-                           args_start + len(arguments)))
+        calls.append(
+            _Call(
+                index,
+                ids[index],
+                name,
+                arguments,
+                name_end,
+                args_start,
+                args_start + len(arguments),
+            )
+        )
         text += _CALL_OPEN + json.dumps(name) + _CALL_MID + arguments + _CALL_CLOSE
     return ToolReply(text=text, content_end=len(content), calls=tuple(calls))
 
@@ -185,8 +221,7 @@ def plan_tool_reply(
             excess -= take
         if excess and content_ids:  # then shorten the content, whole tokens, clean UTF-8
             content_ids = content_ids[: max(0, len(content_ids) - excess)]
-            content = b"".join(map(tokenizer.token_bytes, content_ids)).decode(
-                "utf-8", "ignore")
+            content = b"".join(map(tokenizer.token_bytes, content_ids)).decode("utf-8", "ignore")
         elif excess and len(picks) > 1:  # then drop a call
             picks, words, ids = picks[:-1], words[:-1], ids[:-1]
             k -= 1
@@ -218,15 +253,28 @@ class ReplyStream:
         for call in reply.calls:
             if call.index == self.announced and b >= call.name_end:
                 self.announced += 1
-                out.append({"tool_calls": [{
-                    "index": call.index, "id": call.id, "type": "function",
-                    "function": {"name": call.name, "arguments": ""},
-                }]})
+                out.append(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": call.index,
+                                "id": call.id,
+                                "type": "function",
+                                "function": {"name": call.name, "arguments": ""},
+                            }
+                        ]
+                    }
+                )
             lo, hi = max(a, call.args_start), min(b, call.args_end)
             if lo < hi:
-                out.append({"tool_calls": [{
-                    "index": call.index,
-                    "function": {"arguments": reply.text[lo:hi]},
-                }]})
+                out.append(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": call.index,
+                                "function": {"arguments": reply.text[lo:hi]},
+                            }
+                        ]
+                    }
+                )
         return out
-
