@@ -6,7 +6,11 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
+from workloads.core import clock
 from workloads.core.clock import pace, sleep_until_or
+from workloads.wire.loop import run_loop
 
 
 def test_a_deadline_already_past_returns_how_late_without_waiting():
@@ -85,3 +89,24 @@ def test_pace_within_its_budget_does_not_yield():
         return order.index("mine")
 
     assert asyncio.run(main()) == 0
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["uvloop", "asyncio"])
+def test_no_wait_ends_before_its_deadline_on_either_loop(fast):
+    """uvloop's timers fire up to ~1 ms early on libuv's millisecond clock: a pause must not."""
+    if fast:
+        pytest.importorskip("uvloop")
+    stop = asyncio.Event()
+
+    async def waits() -> list[float]:
+        early = []
+        for i in range(40):
+            deadline = time.perf_counter() + 0.0005 + (i % 7) * 0.00037
+            if i % 2:
+                await clock.sleep_until(deadline)
+            else:
+                assert await clock.sleep_until_or(deadline, stop) is not None
+            early.append(deadline - time.perf_counter())
+        return early
+
+    assert max(run_loop(waits(), fast=fast)) <= 0
