@@ -1,5 +1,5 @@
 """Who plays a cell's sessions: this process (:class:`LocalPlayers`), or worker processes
-(:class:`workloads.runner.workers.WorkerPlayers`). The run (:mod:`workloads.runner.cells`)
+(:class:`workloads.runner.workers.pool.WorkerPlayers`). The run (:mod:`workloads.runner.cells`)
 drives either the same way, repetition by repetition:
 
     nonces = await players.open(repetition)   # sized, turn 1 prepared, nothing sent

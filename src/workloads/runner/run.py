@@ -41,7 +41,7 @@ from workloads.runner.outdir import claim_out_dir
 from workloads.runner.players import Players
 from workloads.runner.replay import load_recording
 from workloads.runner.trace import TracePlayers, read_trace, trace_info, trace_scenario
-from workloads.runner.workers import WorkerPlayers, WorkerPool
+from workloads.runner.workers.pool import WorkerPlayers, WorkerPool
 from workloads.telemetry import TelemetryOptions, WindowTelemetry, energy_for_target
 from workloads.wire.client import AiohttpChatClient, ChatClient
 from workloads.wire.identify import identify
@@ -104,7 +104,7 @@ async def run_async(
     turn, recorded replies included; ``scenario`` must be the recorded one.
     ``workers`` (> 1) shards every cell's sessions over that many worker processes on this
     host, each with its own event loop and client; this process keeps the records, windows
-    and result (:mod:`workloads.runner.workers`). ``ray`` runs the workers as Ray actors on
+    and result (:mod:`workloads.runner.workers.pool`). ``ray`` runs the workers as Ray actors on
     the cluster at that address (``workers`` of them; the ``ray`` extra).
     ``trace`` (a Mooncake trace file, or one read by :func:`workloads.core.traces.load_mooncake`)
     replays its requests open loop at their timestamps × ``pacing.time_scale``
@@ -403,7 +403,7 @@ def _check_options(
 async def _worker_pool(workers: int, ray: str | None) -> WorkerPool:
     if ray is None:
         return WorkerPool(workers)
-    from workloads.runner.ray_workers import ray_pool  # the ray extra, only when asked
+    from workloads.runner.workers.ray_actors import ray_pool  # the ray extra, only when asked
 
     return await ray_pool(ray, workers)
 
