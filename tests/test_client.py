@@ -14,7 +14,7 @@ import pytest
 from workloads.model.errors import RequestError
 from workloads.model.records import TurnRecord
 from workloads.model.scenario import Timeouts
-from workloads.runner.turn import record_from_response
+from workloads.runner.turn import RecordHead, record_from_response
 from workloads.wire.client import AiohttpChatClient, parse_chunk, partial_response
 from workloads.wire.failures import retry_kinds
 
@@ -420,11 +420,7 @@ async def test_stream_ended_without_done_is_truncated_even_after_the_finish_reas
     assert r.text == "ab" and r.finish_reason == "length" and r.content_events == 2
     record = record_from_response(
         r,
-        repetition=0,
-        warmup=False,
-        session=0,
-        turn=1,
-        configured_prior_tokens=0,
+        RecordHead(repetition=0, warmup=False, session=0, turn=1, configured_prior_tokens=0),
         output_tokens=2,
         exact_output=False,
         shareable_tokens=None,
@@ -562,11 +558,7 @@ async def test_cancelled_turn_keeps_what_it_measured():
     assert r.sent_ns <= r.headers_ns <= r.first_content_ns < r.error_ns
     record = record_from_response(
         r,
-        repetition=0,
-        warmup=False,
-        session=0,
-        turn=1,
-        configured_prior_tokens=0,
+        RecordHead(repetition=0, warmup=False, session=0, turn=1, configured_prior_tokens=0),
         output_tokens=2,
         exact_output=False,
         shareable_tokens=None,
@@ -594,11 +586,7 @@ async def test_early_stop_is_ok_but_not_valid_for_an_exact_length_turn():
     assert r.ok and r.finish_reason == "stop"
     record = record_from_response(
         r,
-        repetition=0,
-        warmup=False,
-        session=0,
-        turn=1,
-        configured_prior_tokens=0,
+        RecordHead(repetition=0, warmup=False, session=0, turn=1, configured_prior_tokens=0),
         output_tokens=8,
         exact_output=True,
         shareable_tokens=None,

@@ -36,6 +36,7 @@ from workloads.model.records import TurnRecord
 from workloads.model.scenario import Scenario
 from workloads.model.target import Target
 from workloads.runner.monitor import ClientMonitor
+from workloads.runner.options import SessionIO, Stopping
 from workloads.runner.order import OpeningOrder
 from workloads.runner.players import LocalPlayers, Shard
 from workloads.runner.repetition import Barrier, Repetition
@@ -180,12 +181,8 @@ async def _work(channel: Channel, config: dict[str, Any], shard: Shard) -> int:
             sizings=sizings,
             corpus=load_corpus(scenario.content.corpus),
             entropy=bytes.fromhex(config["entropy"]),
-            client=client,
-            model=model,
-            on_record=on_record,
-            on_exchange=on_exchange if config["transcripts"] else None,
-            stop=stop,
-            grace_s=float(config["grace_s"]),
+            io=SessionIO(client, model, on_record, on_exchange if config["transcripts"] else None),
+            stopping=Stopping(stop, float(config["grace_s"])),
             shard=shard,
             order=lambda: None,  # replaced per repetition below
             barrier=remote.barrier,
