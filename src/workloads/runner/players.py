@@ -144,18 +144,18 @@ class LocalPlayers:
         """
         sessions = self.sessions
         scenario = self.sizings[repetition.cell.index].scenario
-        extra = {} if self.barrier is None else {"barrier": self.barrier(repetition)}
+        barrier = None if self.barrier is None else self.barrier(repetition)
         with _still_heap(), self.monitor.watching() if self.monitor else contextlib.nullcontext():
-            return await self._play(repetition, sessions, scenario, extra)
+            return await self._play(repetition, sessions, scenario, barrier)
 
     async def _play(
         self,
         repetition: Repetition,
         sessions: list[Session],
         scenario: Scenario,
-        extra: dict[str, Barrier],
+        barrier: Barrier | None,
     ) -> bool:
-        playing = asyncio.ensure_future(self._sends(repetition, sessions, scenario, extra))
+        playing = asyncio.ensure_future(self._sends(repetition, sessions, scenario, barrier))
         try:
             stopping = asyncio.ensure_future(self.stop.wait())
             try:
@@ -188,7 +188,7 @@ class LocalPlayers:
         repetition: Repetition,
         sessions: list[Session],
         scenario: Scenario,
-        extra: dict[str, Barrier],
+        barrier: Barrier | None,  # None: this process alone
     ) -> Coroutine[Any, Any, bool]:
         """What plays the repetition (the scenario's pacing; a trace replay overrides it)."""
         return play(
@@ -198,7 +198,7 @@ class LocalPlayers:
             self.corpus,
             stop=self.stop,
             start=self.start(repetition),
-            **extra,
+            barrier=barrier,
         )
 
     def observations(self) -> list[Observation]:

@@ -145,7 +145,7 @@ async def play(
     corpus: Corpus,
     *,
     stop: asyncio.Event | None = None,  # once set, no turn starts (in-flight ones go on)
-    barrier: Barrier = _here,
+    barrier: Barrier | None = None,  # None: this process alone (no other shares)
     start: float | None = None,  # free pacing's common start (perf_counter); default now
 ) -> bool:
     """Send every turn of ``sessions`` on the scenario's pacing; False when ``stop`` left
@@ -153,6 +153,7 @@ async def play(
     keeps its own pacing draws, and ``barrier`` and ``start`` are common to every share."""
     s = scenario
     stop = stop if stop is not None else asyncio.Event()
+    barrier = barrier if barrier is not None else _here
     if s.pacing.mode == "lockstep":
         for turn in range(1, s.turns + 1):
             if stop.is_set():

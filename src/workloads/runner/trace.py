@@ -297,7 +297,7 @@ class TracePlayers(LocalPlayers):
         repetition: Repetition,
         sessions: list[Session],
         scenario: Scenario,
-        extra: dict[str, Barrier],
+        barrier: Barrier | None,
     ) -> Coroutine[Any, Any, bool]:
         return self._dispatch(repetition, scenario)
 
