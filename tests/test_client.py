@@ -11,11 +11,12 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from workloads.core.chat_stream import ChatStream
 from workloads.model.errors import RequestError
 from workloads.model.records import TurnRecord
 from workloads.model.scenario import Timeouts
-from workloads.runner.turn import record_from_response
-from workloads.wire.client import AiohttpChatClient, parse_chunk, partial_response
+from workloads.runner.turn import RecordHead, record_from_response
+from workloads.wire.client import AiohttpChatClient, partial_response
 from workloads.wire.failures import retry_kinds
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[bool]]
@@ -420,11 +421,7 @@ async def test_stream_ended_without_done_is_truncated_even_after_the_finish_reas
     assert r.text == "ab" and r.finish_reason == "length" and r.content_events == 2
     record = record_from_response(
         r,
-        repetition=0,
-        warmup=False,
-        session=0,
-        turn=1,
-        configured_prior_tokens=0,
+        RecordHead(repetition=0, warmup=False, session=0, turn=1, configured_prior_tokens=0),
         output_tokens=2,
         exact_output=False,
         shareable_tokens=None,
@@ -562,11 +559,7 @@ async def test_cancelled_turn_keeps_what_it_measured():
     assert r.sent_ns <= r.headers_ns <= r.first_content_ns < r.error_ns
     record = record_from_response(
         r,
-        repetition=0,
-        warmup=False,
-        session=0,
-        turn=1,
-        configured_prior_tokens=0,
+        RecordHead(repetition=0, warmup=False, session=0, turn=1, configured_prior_tokens=0),
         output_tokens=2,
         exact_output=False,
         shareable_tokens=None,
@@ -594,11 +587,7 @@ async def test_early_stop_is_ok_but_not_valid_for_an_exact_length_turn():
     assert r.ok and r.finish_reason == "stop"
     record = record_from_response(
         r,
-        repetition=0,
-        warmup=False,
-        session=0,
-        turn=1,
-        configured_prior_tokens=0,
+        RecordHead(repetition=0, warmup=False, session=0, turn=1, configured_prior_tokens=0),
         output_tokens=8,
         exact_output=True,
         shareable_tokens=None,
@@ -643,25 +632,32 @@ def test_records_written_with_the_old_kinds_still_load():
         assert TurnRecord.model_validate_json(line).error_kind == new, old
 
 
+def streamed(data: str) -> ChatStream:
+    """A stream fed one event carrying ``data``."""
+    stream = ChatStream()
+    stream.feed(b"data: " + data.encode() + b"\n\n", 1)
+    return stream
+
+
 def test_request_error_kinds_are_the_closed_set():
     with pytest.raises(RequestError):
-        parse_chunk("[1, 2]")
+        streamed("[1, 2]")
 
 
 def test_usage_null_on_ordinary_chunks_is_not_usage():
-    parsed = parse_chunk('{"choices":[{"delta":{"content":"x"}}],"usage":null}')
-    assert parsed.usage is None and parsed.has_content
+    parsed = streamed('{"choices":[{"delta":{"content":"x"}}],"usage":null}')
+    assert parsed.usage is None and parsed.content_events == 1
 
 
 def test_cached_tokens_absent_is_none_not_zero():
-    parsed = parse_chunk('{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}')
+    parsed = streamed('{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}')
     assert parsed.usage is not None and parsed.usage.cached_tokens is None
 
 
 def test_reasoning_and_tool_call_deltas_count_as_content():
-    assert parse_chunk('{"choices":[{"delta":{"reasoning_content":"hm"}}]}').has_content
-    assert parse_chunk('{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}').has_content
-    assert not parse_chunk('{"choices":[{"delta":{"role":"assistant"}}]}').has_content
+    assert streamed('{"choices":[{"delta":{"reasoning_content":"hm"}}]}').content_events
+    assert streamed('{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}').content_events
+    assert not streamed('{"choices":[{"delta":{"role":"assistant"}}]}').content_events
 
 
 def test_odd_but_valid_json_shapes_do_not_raise():
@@ -672,10 +668,10 @@ def test_odd_but_valid_json_shapes_do_not_raise():
         '{"choices":[],"usage":{"prompt_tokens":"n/a","completion_tokens":true}}',
         '{"choices":[{"delta":{"content":5},"finish_reason":7}],"id":3}',
     ):
-        parse_chunk(data)
-    parts = parse_chunk('{"choices":[{"delta":{"content":[{"type":"text","text":"hi"}]}}]}')
-    assert parts.content == "hi" and parts.has_content
-    usage = parse_chunk('{"choices":[],"usage":{"prompt_tokens":"n/a"}}').usage
+        streamed(data)
+    parts = streamed('{"choices":[{"delta":{"content":[{"type":"text","text":"hi"}]}}]}')
+    assert parts.text == "hi" and parts.content_events == 1
+    usage = streamed('{"choices":[],"usage":{"prompt_tokens":"n/a"}}').usage
     assert usage is not None
     assert usage.prompt_tokens is None and usage.completion_tokens is None  # unknown, not 0
 

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 import workloads
 from fakes import FakeChatClient
+from workloads.core.agent import draw_plan
 from workloads.core.clock import sleep_until
+from workloads.core.draws import draw_seconds as draw
 from workloads.model.scenario import Distribution, Pacing
-from workloads.runner.pacing import draw, pause_before_turn, turn_deadline
 
 
 @given(
@@ -47,10 +48,11 @@ def test_think_time_comes_before_every_turn_and_tool_time_after_the_first():
         think_time=Distribution(kind="constant", median=2.0),
         tool_time=Distribution(kind="constant", median=0.5),
     )
-    rng = random.Random(0)
-    assert pause_before_turn(pacing, 1, rng) == 2.0
-    assert pause_before_turn(pacing, 2, rng) == 2.5
-    assert turn_deadline(100.0, pacing, 3, rng) == 102.5  # absolute, from the given time
+    scenario = workloads.load_scenario("five-user-coding").model_copy(
+        update={"pacing": pacing, "agent": None, "turns": 3}
+    )
+    plan = draw_plan(scenario, random.Random(0), random.Random(1))
+    assert [step.pause_s for step in plan] == [2.0, 2.5, 2.5]
 
 
 def test_sleeping_until_a_past_deadline_returns_at_once():

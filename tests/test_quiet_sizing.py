@@ -21,6 +21,7 @@ from workloads.core.tokens import EstimateTokenizer, TargetTokenizer, TokenizeEr
 from workloads.model.records import TurnRecord
 from workloads.model.results import RunResult, TargetInfo
 from workloads.report.console import sizing_line
+from workloads.runner.options import SessionIO
 from workloads.runner.outcome import Measured, build_result
 from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
@@ -255,14 +256,12 @@ def traced_session(tok: TargetTokenizer) -> Session:
         corpus=load_corpus("synthetic"), style="agent", seed=0, session=0, nonce="n", run_nonce="r"
     )
     session = Session(
-        client=FakeChatClient(lambda body: (1, "x")),
+        io=SessionIO(FakeChatClient(lambda body: (1, "x")), "m", lambda record: None),
         scenario=scenario,
-        model="m",
         conversation=conversation,
         sizing=CellSizing(scenario, tok),
         repetition=1,
         warmup=False,
-        on_record=lambda record: None,
     )
     messages = [{"role": "user", "content": "def f(x):\n    return x + 1\n"}]
     session.token_log = [TokenTrace(10, 2, array("i"), messages=messages, reply="two words")]

@@ -12,9 +12,10 @@ from workloads.core.chat_stream import ChatStream
 from workloads.core.conversation import Conversation, make_nonces
 from workloads.core.corpus import load_corpus
 from workloads.core.tokens import EstimateTokenizer
+from workloads.runner.options import SessionIO
 from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
-from workloads.runner.turn import build_body, record_from_response
+from workloads.runner.turn import RecordHead, build_body, record_from_response
 from workloads.wire.client import ChatResponse, Usage
 
 SCENARIO = workloads.Scenario(
@@ -38,18 +39,9 @@ def response(**fields) -> ChatResponse:
 
 
 def record(resp: ChatResponse, **fields):
-    base = dict(
-        repetition=0,
-        warmup=False,
-        session=0,
-        turn=2,
-        configured_prior_tokens=488,
-        output_tokens=11,
-        exact_output=True,
-        shareable_tokens=600,
-        shareable_exact=True,
-    )
-    return record_from_response(resp, **{**base, **fields})
+    base = dict(output_tokens=11, exact_output=True, shareable_tokens=600, shareable_exact=True)
+    head = RecordHead(repetition=0, warmup=False, session=0, turn=2, configured_prior_tokens=488)
+    return record_from_response(resp, head, **{**base, **fields})
 
 
 def test_a_record_derives_ttft_and_the_post_first_rate_from_integer_times():
@@ -69,7 +61,7 @@ def test_the_body_asks_for_exactly_output_tokens_and_keeps_usage():
     assert body["max_tokens"] == body["min_tokens"] == 8 and body["ignore_eos"]
 
 
-def make_session(client, on_record) -> Session:
+def make_session(client, on_record, model: str = "m") -> Session:
     nonces = make_nonces(b"n" * 16, cell=0, repetition=0, users=1, mode="session")
     conv = Conversation(
         corpus=load_corpus("stdlib"),
@@ -80,14 +72,12 @@ def make_session(client, on_record) -> Session:
         run_nonce=None,
     )
     return Session(
-        client=client,
+        io=SessionIO(client, model, on_record),
         scenario=SCENARIO,
-        model="m",
         conversation=conv,
         sizing=CellSizing(SCENARIO, EstimateTokenizer()),
         repetition=0,
         warmup=False,
-        on_record=on_record,
     )
 
 
@@ -157,8 +147,7 @@ def test_a_cancelled_turn_keeps_what_the_real_client_measured():
 
     async def go(server):
         async with AiohttpChatClient(server.base_url) as client:
-            session = make_session(client, records.append)
-            session.model = server.model
+            session = make_session(client, records.append, server.model)
             await session.open(600)
             await session.prepare(1)
             task = asyncio.create_task(session.send(1))

@@ -21,6 +21,7 @@ from workloads.cli import main
 from workloads.core.conversation import Conversation
 from workloads.core.corpus import load_corpus
 from workloads.core.tokens import EstimateTokenizer
+from workloads.runner.options import SessionIO
 from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
 from workloads.servers.simulated import SimulatedServer
@@ -230,9 +231,8 @@ def test_a_turn_cancelled_before_any_response_byte_keeps_its_send_time():
         port = server.sockets[0].getsockname()[1]
         async with server, AiohttpChatClient(f"http://127.0.0.1:{port}/v1") as client:
             session = Session(
-                client=client,
+                io=SessionIO(client, "m", records.append),
                 scenario=scenario,
-                model="m",
                 conversation=Conversation(
                     corpus=load_corpus("stdlib"),
                     style="agent",
@@ -244,7 +244,6 @@ def test_a_turn_cancelled_before_any_response_byte_keeps_its_send_time():
                 sizing=CellSizing(scenario, EstimateTokenizer()),
                 repetition=0,
                 warmup=False,
-                on_record=records.append,
             )
             await session.open(0)
             sending = asyncio.create_task(session.turn(1))

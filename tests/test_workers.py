@@ -22,7 +22,7 @@ from workloads.cli import main
 from workloads.core.aggregate import summarize
 from workloads.core.concurrency import concurrency
 from workloads.model.transcripts import TRANSCRIPTS_FILE, read_transcripts
-from workloads.runner.workers import WorkerFailed, auto_workers
+from workloads.runner.workers.pool import WorkerFailed, auto_workers
 from workloads.servers.simulated import SimulatedServer
 
 pytestmark = pytest.mark.slow

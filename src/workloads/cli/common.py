@@ -262,7 +262,7 @@ def scale_arguments(run: argparse.ArgumentParser) -> None:
 def workers_count(value: str, concurrency: int, *, ray: bool = False) -> int:
     """--workers N|auto as a number of processes (auto on Ray: not capped by this host's
     cores)."""
-    from workloads.runner.workers import auto_workers
+    from workloads.runner.workers.pool import auto_workers
 
     if value == "auto":
         return auto_workers(concurrency, cpus=1 << 20 if ray else None)

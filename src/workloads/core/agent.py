@@ -133,7 +133,8 @@ def draw_plan(scenario: Scenario, sizes: random.Random, pauses: random.Random) -
 
     Without ``scenario.agent`` every turn adds ``turn_tokens`` (turn 1 is the human's, the
     others tool steps) and waits think time, plus tool time after turn 1: the fixed shape of
-    the hand-made records, drawing pauses in the order :mod:`workloads.runner.pacing` did.
+    the hand-made records, its pauses drawn think then tool, as runs always drew them (the
+    same seed gives the same pauses).
     """
     s = scenario
     scale = s.pacing.time_scale

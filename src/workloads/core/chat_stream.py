@@ -26,7 +26,7 @@ except ImportError:  # a platform without an orjson wheel: the standard library
 from workloads.core.sse import SSEDecoder
 from workloads.model.errors import RequestError
 
-__all__ = ["ChatStream", "Chunk", "Usage", "generated", "parse_chunk"]
+__all__ = ["ChatStream", "Usage", "generated"]
 
 DONE = b"[DONE]"
 
@@ -38,20 +38,6 @@ class Usage:
     prompt_tokens: int | None
     completion_tokens: int | None
     cached_tokens: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Chunk:
-    """What one ``chat.completion.chunk`` says (see :func:`parse_chunk`)."""
-
-    content: str = ""
-    has_content: bool = False
-    finish_reason: str | None = None
-    usage: Usage | None = None
-    timings: dict[str, Any] | None = None
-    system_fingerprint: str | None = None
-    model: str | None = None
-    request_id: str | None = None
 
 
 def _count(value: Any) -> int | None:
@@ -128,42 +114,6 @@ def generated(delta: dict[str, Any]) -> tuple[str, str, list[Any] | None]:
             reasoning = "" if reasoning is None else _text(reasoning)
     calls = delta.get("tool_calls")
     return content, reasoning, calls if calls and type(calls) is list else None
-
-
-def _delta(obj: dict[str, Any]) -> tuple[str, bool, str | None]:
-    """(content text, carries generated content, finish_reason) of the first choice."""
-    choices = obj.get("choices")
-    if not choices or type(choices) is not list:
-        return "", False, None
-    choice = choices[0]
-    if type(choice) is not dict:
-        return "", False, None
-    delta = choice.get("delta")
-    reason = choice.get("finish_reason")
-    reason = reason if type(reason) is str else None
-    if type(delta) is not dict:
-        return "", False, reason
-    content, reasoning, calls = generated(delta)
-    return content, bool(content or reasoning or calls), reason
-
-
-def parse_chunk(data: bytes | str) -> Chunk:
-    """Interpret one ``chat.completion.chunk`` JSON payload. Pure; raises RequestError
-    (``malformed`` or ``error_event``) for what is not a chunk."""
-    obj = _load(data)
-    content, has_content, reason = _delta(obj)
-    raw_usage = obj.get("usage")  # OpenAI and TGI send "usage": null on ordinary chunks
-    timings = obj.get("timings")
-    return Chunk(
-        content=content,
-        has_content=has_content,
-        finish_reason=reason,
-        usage=_usage(raw_usage) if isinstance(raw_usage, dict) else None,
-        timings=timings if isinstance(timings, dict) else None,
-        system_fingerprint=_str(obj.get("system_fingerprint")),
-        model=_str(obj.get("model")),
-        request_id=_str(obj.get("id")),
-    )
 
 
 _PARTS_KEPT = 256  # content parts held apart before they are joined (per read)

@@ -20,11 +20,11 @@ call in it), right before its first request is sent, and closes after its last r
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from workloads.core.corpus import load_corpus
@@ -48,6 +48,7 @@ from workloads.model.scenario import Cell, Scenario
 from workloads.model.transcripts import TranscriptWriter
 from workloads.runner.gate import send_gate
 from workloads.runner.monitor import ClientMonitor, merged_health
+from workloads.runner.options import SessionIO, Stopping
 from workloads.runner.outcome import Measured, build_result, corpus_info, window
 from workloads.runner.players import LocalPlayers, Players
 from workloads.runner.repetition import Repetition
@@ -56,9 +57,40 @@ from workloads.runner.sizing import CellSizing
 from workloads.telemetry import WindowTelemetry
 from workloads.wire.client import ChatClient
 
-__all__ = ["Run"]
+__all__ = ["Run", "RunOutput", "RunSetup"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """What :func:`workloads.runner.run.run_async` set up against the target before the run:
+    the clients, the model and tokenizer it found, what the result says of the target, the
+    window telemetry, and what the setup itself has to report."""
+
+    client: ChatClient
+    model: str
+    tokenizer: TargetTokenizer
+    target_info: TargetInfo
+    telemetry: WindowTelemetry  # started and finished once per cell: one window each
+    gate_client: ChatClient | None = None  # runner.gate.gate_client; None: through ``client``
+    likelihood: Likelihood | None = None
+    # proxy and TLS settings, for the result's environment
+    connection: Mapping[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()  # the setup's, for the result (run_async's client=)
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """Where a run keeps what it measures: the run directory and its open files, the
+    caller's record callback, and the labels the result carries. All None: memory only."""
+
+    out: Path | None = None
+    writer: RecordWriter | None = None
+    transcripts: TranscriptWriter | None = None
+    on_record: Callable[[TurnRecord], None] | None = None
+    label: str | None = None
+    note: str | None = None
 
 
 class Run:
@@ -69,76 +101,63 @@ class Run:
         self,
         *,
         scenario: Scenario,
-        client: ChatClient,
-        model: str,
-        tokenizer: TargetTokenizer,
-        target_info: TargetInfo,
-        telemetry: WindowTelemetry,
-        writer: RecordWriter | None = None,
-        on_record: Callable[[TurnRecord], None] | None = None,
-        label: str | None = None,
-        note: str | None = None,
-        out: Path | None = None,
-        stop: asyncio.Event | None = None,
-        grace_s: float = 30.0,
-        transcripts: TranscriptWriter | None = None,
+        setup: RunSetup,
+        output: RunOutput | None = None,  # default: kept in memory only
+        stopping: Stopping | None = None,  # default: never stopped from outside
         replay: Recording | None = None,
-        likelihood: Likelihood | None = None,
         players: Callable[[Run], Players] | None = None,  # default: this process plays all
         trace: TraceReplay | None = None,  # run --trace: what the players replay
-        gate_client: ChatClient | None = None,  # the gate's (runner.gate.gate_client); None:
-        # the gate goes through ``client``
-        connection: Mapping[str, str] | None = None,  # proxy and TLS, for the environment
-        warnings: Sequence[str] = (),  # the setup's, for the result (run_async's client=)
     ) -> None:
-        self.connection = dict(connection or {})
+        output = output if output is not None else RunOutput()
+        self.stopping = stopping if stopping is not None else Stopping()
+        self.connection = dict(setup.connection)
+        client = setup.client
         self.client = client
-        self.gate_client = gate_client if gate_client is not None else client
-        self.transcripts = transcripts
+        self.gate_client = setup.gate_client if setup.gate_client is not None else client
+        self.transcripts = output.transcripts
         self.replay = replay  # a recorded run whose exact messages are re-sent
-        self.model = model
-        self.writer = writer
-        self.callback = on_record
-        self.out = out
-        self.telemetry = telemetry  # started and finished once per cell: one window each
-        self.stop = stop if stop is not None else asyncio.Event()  # never set: runs to the end
-        self.grace_s = grace_s  # in-flight turns' time to finish once stop is set
+        self.model = setup.model
+        self.writer = output.writer
+        self.callback = output.on_record
+        self.out = output.out
+        self.telemetry = setup.telemetry
+        self.stop = self.stopping.event  # never set: runs to the end
+        self.grace_s = self.stopping.grace_s  # in-flight turns' time to finish once stopped
         self.stopped = False  # a turn or repetition was left out because of stop
         # The first write to the run directory that failed (a full disk): the run stops
         # as ``stop`` stops it, keeps what was written, and raises it at the end.
         self.output_error: OutputError | None = None
         self.stop_write = False  # a failed write set ``stop``
-        for file in (writer, transcripts):
+        for file in (self.writer, self.transcripts):
             if file is not None:
                 file.on_error = self._cannot_write
         self.entropy = secrets.token_bytes(16)  # this run's freshness: every nonce derives from it
         cells = scenario.cells()
+        tokenizer = setup.tokenizer
         self.measured = Measured(
             scenario=scenario,
-            target=target_info,
+            target=setup.target_info,
             corpus=load_corpus(scenario.content.corpus),
             cells=cells,
             sizings={c.index: CellSizing(scenario.for_cell(c), tokenizer) for c in cells},
             tokenizer=tokenizer,
-            label=label,
-            note=note,
-            likelihood=likelihood,
+            label=output.label,
+            note=output.note,
+            likelihood=setup.likelihood,
             trace=trace,
-            setup_warnings=list(warnings),
+            setup_warnings=list(setup.warnings),
             replay=replay.replay() if replay is not None else None,
         )
+        # what the sessions send through and where their records and transcripts go
+        self.io = SessionIO(client, self.model, self.record, self.exchange)
         self.monitor = ClientMonitor()  # the client watches itself: loop lag, CPU share
         self.players: Players = (
             LocalPlayers(
                 sizings=self.measured.sizings,
                 corpus=self.measured.corpus,
                 entropy=self.entropy,
-                client=client,
-                model=model,
-                on_record=self.record,
-                on_exchange=self.exchange,
-                stop=self.stop,
-                grace_s=grace_s,
+                io=self.io,
+                stopping=self.stopping,
                 replay=replay,
                 monitor=self.monitor,
             )

@@ -3,7 +3,7 @@ prefix, and the first opening to reach the server finds none of it computed: its
 prefix is 0, the others' is what they have in common with another session.
 
 Within one process a list answers it; across worker processes the run's coordinator does
-(:mod:`workloads.runner.workers`).
+(:mod:`workloads.runner.workers.pool`).
 """
 
 from __future__ import annotations

@@ -1,38 +1,24 @@
-"""When turns start: draws of think and tool time, and waits on absolute deadlines.
+"""When turns start: arrival times, and the pacings they serve.
 
 Three pacings (``Pacing.mode``): ``lockstep`` — a barrier per turn: every session prepares
 turn k, then all send it (each after its own think/tool time, if any); ``free`` — each
 session on its own clock; ``arrivals`` — each session starts at its arrival time (a Poisson
-process, :func:`arrival_times`) and then runs on its own clock. Either way the wait before
-a turn is an absolute deadline (``perf_counter`` seconds) fixed when the previous turn ended
-(or when the repetition or barrier began), and the work done meanwhile — sizing the next
-prompt with the target's tokenizer — comes out of that wait instead of adding to it. A chain
-of relative sleeps drifts; trio's ``sleep_until`` is the model.
+process, :func:`arrival_times`) and then runs on its own clock. Think and tool times are
+drawn into a session's plan (``Step.pause_s``, :func:`workloads.core.agent.draw_plan`).
+Either way the wait before a turn is an absolute deadline (``perf_counter`` seconds) fixed
+when the previous turn ended (or when the repetition or barrier began), and the work done
+meanwhile — sizing the next prompt with the target's tokenizer — comes out of that wait
+instead of adding to it. A chain of relative sleeps drifts; trio's ``sleep_until`` is the
+model.
 """
 
 from __future__ import annotations
 
 import random
 
-from workloads.core.draws import draw_seconds as draw
-from workloads.model.scenario import Arrivals, Pacing
+from workloads.model.scenario import Arrivals
 
-__all__ = ["arrival_times", "draw", "pause_before_turn", "turn_deadline"]
-
-
-def pause_before_turn(pacing: Pacing, turn: int, rng: random.Random) -> float:
-    """Seconds a free-running session waits before ``turn``: think time, plus tool time for
-    turns after the first (the tool ran on the previous reply); ``time_scale`` applied."""
-    pause = draw(pacing.think_time, rng)
-    if turn > 1:
-        pause += draw(pacing.tool_time, rng)
-    return pause * pacing.time_scale
-
-
-def turn_deadline(since: float, pacing: Pacing, turn: int, rng: random.Random) -> float:
-    """The absolute time (``perf_counter`` seconds) turn ``turn`` is due: ``since`` (the end
-    of the previous turn, or the start of the repetition or barrier) plus its pause. Pure."""
-    return since + pause_before_turn(pacing, turn, rng)
+__all__ = ["arrival_times"]
 
 
 def arrival_times(arrivals: Arrivals, sessions: int, rng: random.Random) -> list[float]:

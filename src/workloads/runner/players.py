@@ -1,5 +1,5 @@
 """Who plays a cell's sessions: this process (:class:`LocalPlayers`), or worker processes
-(:class:`workloads.runner.workers.WorkerPlayers`). The run (:mod:`workloads.runner.cells`)
+(:class:`workloads.runner.workers.pool.WorkerPlayers`). The run (:mod:`workloads.runner.cells`)
 drives either the same way, repetition by repetition:
 
     nonces = await players.open(repetition)   # sized, turn 1 prepared, nothing sent
@@ -19,17 +19,16 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Protocol
 
 from workloads.core.corpus import Corpus
-from workloads.model.records import TurnRecord
 from workloads.model.results import ClientHealth, RepetitionNonces
 from workloads.model.scenario import Cell, Scenario
 from workloads.runner.monitor import ClientMonitor
+from workloads.runner.options import SessionIO, Stopping
 from workloads.runner.order import OpeningOrder
 from workloads.runner.repetition import Barrier, Repetition, open_sessions, play
 from workloads.runner.replay import Recording, replay_sessions
 from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
-from workloads.runner.turn import Exchange, TokenTrace
-from workloads.wire.client import ChatClient
+from workloads.runner.turn import TokenTrace
 
 __all__ = ["LocalPlayers", "Players", "Shard"]
 
@@ -87,12 +86,8 @@ class LocalPlayers:
         sizings: dict[int, CellSizing],
         corpus: Corpus,
         entropy: bytes,
-        client: ChatClient,
-        model: str,
-        on_record: Callable[[TurnRecord], None],
-        on_exchange: Exchange | None = None,
-        stop: asyncio.Event,
-        grace_s: float,
+        io: SessionIO,
+        stopping: Stopping,
         replay: Recording | None = None,
         shard: Shard | None = None,
         order: Callable[[], OpeningOrder | None] = lambda: None,  # one per repetition
@@ -104,12 +99,9 @@ class LocalPlayers:
         self.corpus = corpus
         self.entropy = entropy
         # counted by the monitor: its lag counts only while a request is in flight
-        self.client = monitor.counting(client) if monitor is not None else client
-        self.model = model
-        self.on_record = on_record
-        self.on_exchange = on_exchange
-        self.stop = stop  # once set, no new turn; in-flight turns get grace_s
-        self.grace_s = grace_s
+        self.io = io.through(monitor.counting(io.client)) if monitor is not None else io
+        self.stop = stopping.event  # once set, no new turn; in-flight turns get grace_s
+        self.grace_s = stopping.grace_s
         self.replay = replay
         self.shard = shard or Shard()
         self.order = order
@@ -127,10 +119,7 @@ class LocalPlayers:
                 self.replay,
                 sizing=sizing,
                 corpus=self.corpus,
-                client=self.client,
-                model=self.model,
-                on_record=self.on_record,
-                on_exchange=self.on_exchange,
+                io=self.io,
             )
             async with asyncio.TaskGroup() as tg:  # turn 1 sized before anything is sent
                 for session in self.sessions:
@@ -141,10 +130,7 @@ class LocalPlayers:
             sizing=sizing,
             corpus=self.corpus,
             entropy=self.entropy,
-            client=self.client,
-            model=self.model,
-            on_record=self.on_record,
-            on_exchange=self.on_exchange,
+            io=self.io,
             shard=self.shard.sessions(sizing.scenario.users),
             order=self.order(),
         )
@@ -158,18 +144,18 @@ class LocalPlayers:
         """
         sessions = self.sessions
         scenario = self.sizings[repetition.cell.index].scenario
-        extra = {} if self.barrier is None else {"barrier": self.barrier(repetition)}
+        barrier = None if self.barrier is None else self.barrier(repetition)
         with _still_heap(), self.monitor.watching() if self.monitor else contextlib.nullcontext():
-            return await self._play(repetition, sessions, scenario, extra)
+            return await self._play(repetition, sessions, scenario, barrier)
 
     async def _play(
         self,
         repetition: Repetition,
         sessions: list[Session],
         scenario: Scenario,
-        extra: dict[str, Barrier],
+        barrier: Barrier | None,
     ) -> bool:
-        playing = asyncio.ensure_future(self._sends(repetition, sessions, scenario, extra))
+        playing = asyncio.ensure_future(self._sends(repetition, sessions, scenario, barrier))
         try:
             stopping = asyncio.ensure_future(self.stop.wait())
             try:
@@ -202,7 +188,7 @@ class LocalPlayers:
         repetition: Repetition,
         sessions: list[Session],
         scenario: Scenario,
-        extra: dict[str, Barrier],
+        barrier: Barrier | None,  # None: this process alone
     ) -> Coroutine[Any, Any, bool]:
         """What plays the repetition (the scenario's pacing; a trace replay overrides it)."""
         return play(
@@ -212,7 +198,7 @@ class LocalPlayers:
             self.corpus,
             stop=self.stop,
             start=self.start(repetition),
-            **extra,
+            barrier=barrier,
         )
 
     def observations(self) -> list[Observation]:

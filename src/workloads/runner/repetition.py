@@ -20,16 +20,14 @@ from workloads.core.clock import sleep_until_or
 from workloads.core.conversation import Conversation, make_nonces, probe_nonce
 from workloads.core.corpus import Corpus
 from workloads.core.traces import load_agent_trace
-from workloads.model.records import TurnRecord
 from workloads.model.results import RepetitionNonces
 from workloads.model.scenario import Cell, Scenario, nominal
+from workloads.runner.options import SessionIO
 from workloads.runner.order import LocalOpeningOrder, OpeningOrder
 from workloads.runner.pacing import arrival_times
 from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
 from workloads.runner.subagents import spawn
-from workloads.runner.turn import Exchange
-from workloads.wire.client import ChatClient
 
 __all__ = ["Barrier", "Repetition", "open_sessions", "play", "traced_plans"]
 
@@ -58,10 +56,7 @@ async def open_sessions(
     sizing: CellSizing,
     corpus: Corpus,
     entropy: bytes,
-    client: ChatClient,
-    model: str,
-    on_record: Callable[[TurnRecord], None],
-    on_exchange: Exchange | None = None,
+    io: SessionIO,
     shard: range | None = None,
     order: OpeningOrder | None = None,
 ) -> tuple[list[Session], RepetitionNonces]:
@@ -107,16 +102,13 @@ async def open_sessions(
     plans = traced_plans(s)
     opened = {
         i: Session(
-            client=client,
+            io=io,
             scenario=s,
-            model=model,
             conversation=conversations[i],
             sizing=sizing,
             repetition=repetition.index,
             warmup=repetition.warmup,
-            on_record=on_record,
             cell=cell,
-            on_exchange=on_exchange,
             plan=plans[i] if plans is not None and i < len(plans) else None,
         )
         for i in [*mine, *([neighbour] if neighbour is not None else [])]
@@ -153,7 +145,7 @@ async def play(
     corpus: Corpus,
     *,
     stop: asyncio.Event | None = None,  # once set, no turn starts (in-flight ones go on)
-    barrier: Barrier = _here,
+    barrier: Barrier | None = None,  # None: this process alone (no other shares)
     start: float | None = None,  # free pacing's common start (perf_counter); default now
 ) -> bool:
     """Send every turn of ``sessions`` on the scenario's pacing; False when ``stop`` left
@@ -161,6 +153,7 @@ async def play(
     keeps its own pacing draws, and ``barrier`` and ``start`` are common to every share."""
     s = scenario
     stop = stop if stop is not None else asyncio.Event()
+    barrier = barrier if barrier is not None else _here
     if s.pacing.mode == "lockstep":
         for turn in range(1, s.turns + 1):
             if stop.is_set():

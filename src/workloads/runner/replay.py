@@ -15,7 +15,7 @@ did still hold the prompts shows in turn 1, which the result states
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from workloads.core.conversation import Conversation
@@ -23,16 +23,14 @@ from workloads.core.corpus import Corpus
 from workloads.core.replay import turn1_cache
 from workloads.core.tokens import Message
 from workloads.model.errors import OptionsError, ScenarioError
-from workloads.model.records import TurnRecord
 from workloads.model.replay import Replay
 from workloads.model.results import RepetitionNonces, RunResult, read_result
 from workloads.model.scenario import Scenario
 from workloads.model.transcripts import TRANSCRIPTS_FILE, Transcript, read_transcripts
+from workloads.runner.options import SessionIO
 from workloads.runner.repetition import Repetition
 from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
-from workloads.runner.turn import Exchange
-from workloads.wire.client import ChatClient
 
 __all__ = ["Recording", "load_recording", "replay_sessions"]
 
@@ -126,10 +124,7 @@ def replay_sessions(
     *,
     sizing: CellSizing,
     corpus: Corpus,
-    client: ChatClient,
-    model: str,
-    on_record: Callable[[TurnRecord], None],
-    on_exchange: Exchange | None = None,
+    io: SessionIO,
 ) -> tuple[list[Session], RepetitionNonces]:
     """The repetition's sessions, each scripted with the recorded messages of its turns."""
     s = sizing.scenario
@@ -163,16 +158,13 @@ def replay_sessions(
         )
         sessions.append(
             Session(
-                client=client,
+                io=io,
                 scenario=s,
-                model=model,
                 conversation=conversation,
                 sizing=sizing,
                 repetition=repetition.index,
                 warmup=repetition.warmup,
-                on_record=on_record,
                 cell=cell,
-                on_exchange=on_exchange,
                 script=script,
                 kid_scripts=kids,
             )

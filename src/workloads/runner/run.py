@@ -35,13 +35,14 @@ from workloads.model.scenario import Scenario, load_scenario
 from workloads.model.slo import Slo, parse_slo
 from workloads.model.target import Target
 from workloads.model.transcripts import TRANSCRIPTS_FILE, TranscriptWriter
-from workloads.runner.cells import Run
+from workloads.runner.cells import Run, RunOutput, RunSetup
 from workloads.runner.gate import gate_client
+from workloads.runner.options import Stopping
 from workloads.runner.outdir import claim_out_dir
 from workloads.runner.players import Players
 from workloads.runner.replay import load_recording
 from workloads.runner.trace import TracePlayers, read_trace, trace_info, trace_scenario
-from workloads.runner.workers import WorkerPlayers, WorkerPool
+from workloads.runner.workers.pool import WorkerPlayers, WorkerPool
 from workloads.telemetry import TelemetryOptions, WindowTelemetry, energy_for_target
 from workloads.wire.client import AiohttpChatClient, ChatClient
 from workloads.wire.identify import identify
@@ -104,7 +105,7 @@ async def run_async(
     turn, recorded replies included; ``scenario`` must be the recorded one.
     ``workers`` (> 1) shards every cell's sessions over that many worker processes on this
     host, each with its own event loop and client; this process keeps the records, windows
-    and result (:mod:`workloads.runner.workers`). ``ray`` runs the workers as Ray actors on
+    and result (:mod:`workloads.runner.workers.pool`). ``ray`` runs the workers as Ray actors on
     the cluster at that address (``workers`` of them; the ``ray`` extra).
     ``trace`` (a Mooncake trace file, or one read by :func:`workloads.core.traces.load_mooncake`)
     replays its requests open loop at their timestamps × ``pacing.time_scale``
@@ -254,35 +255,38 @@ async def run_async(
         )
         result = await Run(
             scenario=scenario,
-            client=client,
-            gate_client=gate,
-            model=model,
-            tokenizer=tokenizer,
-            target_info=TargetInfo(
-                base_url=chosen.base_url,
+            setup=RunSetup(
+                client=client,
                 model=model,
-                simulated=simulated,
-                simulator_profile=sim_profile,
-                server=identity,
-                kv_capacity_tokens=chosen.kv_capacity_tokens,
-                kv_block_tokens=chosen.kv_block_tokens if chosen.kv_capacity_tokens else None,
-                insecure=chosen.insecure and chosen.base_url.startswith("https"),
+                tokenizer=tokenizer,
+                target_info=TargetInfo(
+                    base_url=chosen.base_url,
+                    model=model,
+                    simulated=simulated,
+                    simulator_profile=sim_profile,
+                    server=identity,
+                    kv_capacity_tokens=chosen.kv_capacity_tokens,
+                    kv_block_tokens=chosen.kv_block_tokens if chosen.kv_capacity_tokens else None,
+                    insecure=chosen.insecure and chosen.base_url.startswith("https"),
+                ),
+                telemetry=window_telemetry,
+                gate_client=gate,
+                likelihood=likelihood,
+                connection=transport.environment(chosen.base_url),
+                warnings=tuple(setup_warnings),
             ),
-            connection=transport.environment(chosen.base_url),
-            writer=writer,
-            on_record=on_record,
-            label=label,
-            note=note,
-            out=out,
-            telemetry=window_telemetry,
-            stop=stop,
-            grace_s=stop_grace_s,
-            transcripts=transcript_writer,
+            output=RunOutput(
+                out=out,
+                writer=writer,
+                transcripts=transcript_writer,
+                on_record=on_record,
+                label=label,
+                note=note,
+            ),
+            stopping=Stopping(stop if stop is not None else asyncio.Event(), stop_grace_s),
             replay=recording,
-            likelihood=likelihood,
             players=players,
             trace=replayed,
-            warnings=setup_warnings,
         ).execute()
         log.info(
             "run of %s finished: %s, %d records%s",
@@ -403,7 +407,7 @@ def _check_options(
 async def _worker_pool(workers: int, ray: str | None) -> WorkerPool:
     if ray is None:
         return WorkerPool(workers)
-    from workloads.runner.ray_workers import ray_pool  # the ray extra, only when asked
+    from workloads.runner.workers.ray_actors import ray_pool  # the ray extra, only when asked
 
     return await ray_pool(ray, workers)
 
@@ -421,12 +425,8 @@ def _trace_players(trace: MooncakeTrace, tokenizer: TargetTokenizer, run: Run) -
         sizings=run.measured.sizings,
         corpus=run.measured.corpus,
         entropy=run.entropy,
-        client=run.client,
-        model=run.model,
-        on_record=run.record,
-        on_exchange=run.exchange,
-        stop=run.stop,
-        grace_s=run.grace_s,
+        io=run.io,
+        stopping=run.stopping,
         monitor=run.monitor,
     )
 

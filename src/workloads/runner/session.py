@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import time
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from workloads.core import tokens
 from workloads.core.agent import Step, session_plan, tool_schemas
@@ -26,6 +26,7 @@ from workloads.core.conversation import Conversation
 from workloads.core.tokens import Message, TokenizeError
 from workloads.model.records import TurnRecord
 from workloads.model.scenario import Scenario
+from workloads.runner.options import SessionIO
 from workloads.runner.order import OpeningOrder
 from workloads.runner.plan import (
     LastTurn,
@@ -37,14 +38,14 @@ from workloads.runner.plan import (
 )
 from workloads.runner.sizing import CellSizing, PreparedTurn
 from workloads.runner.turn import (
-    Exchange,
+    RecordHead,
     TokenTrace,
     build_body,
     identity,
     record_from_response,
     step_fields,
 )
-from workloads.wire.client import ChatClient, partial_response
+from workloads.wire.client import ChatResponse, partial_response
 
 __all__ = ["Session"]
 
@@ -59,31 +60,25 @@ class Session:
     def __init__(
         self,
         *,
-        client: ChatClient,
+        io: SessionIO,
         scenario: Scenario,
-        model: str,
         conversation: Conversation,
         sizing: CellSizing,
         repetition: int,
         warmup: bool,
-        on_record: Callable[[TurnRecord], None],
         cell: int = 0,
-        on_exchange: Exchange | None = None,
         script: Mapping[int, Sequence[Message]] | None = None,
         plan: tuple[Step, ...] | None = None,
         parent: int | None = None,
         kid_scripts: Mapping[int, Mapping[int, Sequence[Message]]] | None = None,
     ) -> None:
-        self.client = client
+        self.io = io  # the client, the model, where records and transcripts go
         self.scenario = scenario
-        self.model = model
         self.conversation = conversation
         self.sizing = sizing
         self.repetition = repetition
         self.warmup = warmup
-        self.on_record = on_record
         self.cell = cell
-        self.on_exchange = on_exchange  # the transcripts writer, when kept
         self.script = script  # replay: each turn's recorded messages, sent as they are
         # The steps this session plays (core/agent.py): sizes, kinds, pauses, sub-agents.
         self.plan = (
@@ -217,9 +212,10 @@ class Session:
         prepared = plan.prepared
         step = self.step(turn)
         self.conversation.commit(prepared.messages)
+        io = self.io
         body = build_body(
             self.scenario,
-            self.model,
+            io.model,
             prepared.messages,
             output_tokens=step.output_tokens,
             tools=self.tools,
@@ -229,7 +225,7 @@ class Session:
             # them), but no call is wanted.
             body["tool_choice"] = "none"
         sent = list(prepared.messages)  # the history list grows with the reply below
-        common = dict(
+        head = RecordHead(
             repetition=self.repetition,
             warmup=self.warmup,
             session=self.conversation.session,
@@ -240,12 +236,6 @@ class Session:
             cell=self.cell,
             pacing_lag_ns=lag_ns,
         )
-        about = dict(
-            step=step,
-            parent_session=self.parent,
-            tools_offered=bool(self.tools),
-            replayed=self.script is not None,
-        )
         shareable = plan.shareable
         if (
             turn == 1
@@ -255,28 +245,18 @@ class Session:
             shareable = 0  # no other session's opening has reached the server yet
         started = time.perf_counter_ns()
         try:
-            response = await self.client.stream_chat(body)
+            response = await io.client.stream_chat(body)
         except asyncio.CancelledError as err:
             # The run ended with this turn in flight: keep it as an incomplete record, with
             # what the client measured before the cancellation when it kept it, and the
             # shareable prefix as a completed turn would have it (corrected above).
             partial = partial_response(err)
             if partial is not None:
-                self.on_record(
-                    record_from_response(
-                        partial,
-                        **common,  # type: ignore[arg-type]
-                        **about,  # type: ignore[arg-type]
-                        output_tokens=step.output_tokens,
-                        exact_output=self.scenario.exact_output,
-                        shareable_tokens=shareable,
-                        shareable_exact=plan.shareable_exact,
-                    )
-                )
+                io.on_record(self._record(partial, head, step=step, plan=plan, shareable=shareable))
                 raise
-            self.on_record(
+            io.on_record(
                 TurnRecord(
-                    **common,
+                    **head.fields(),
                     status="incomplete",
                     error_kind="cancelled",
                     error_message="the run ended while this turn was in flight",
@@ -302,15 +282,7 @@ class Session:
                     stopped = True
 
         await slice_()
-        record = record_from_response(
-            response,
-            **common,  # type: ignore[arg-type]
-            **about,  # type: ignore[arg-type]
-            output_tokens=step.output_tokens,
-            exact_output=self.scenario.exact_output,
-            shareable_tokens=shareable,
-            shareable_exact=plan.shareable_exact,
-        )
+        record = self._record(response, head, step=step, plan=plan, shareable=shareable)
         session = self.conversation.session
         if (seen := observation(turn, session, prepared, record, self.last)) is not None:
             self.observations.append(seen)
@@ -345,14 +317,36 @@ class Session:
         await slice_()
         record = record.model_copy(update=identity(sent, reply))
         self.last = LastTurn(record, prepared.ids, prepared.exact, response.text)
-        if self.on_exchange is not None:
+        if io.on_exchange is not None:
             await slice_()
-            self.on_exchange(record, sent, reply)
+            io.on_exchange(record, sent, reply)
         await slice_()
-        self.on_record(record)
+        io.on_record(record)
         if stopped:
             raise asyncio.CancelledError
         return record
+
+    def _record(
+        self,
+        response: ChatResponse,
+        head: RecordHead,
+        *,
+        step: Step,
+        plan: TurnPlan,
+        shareable: int | None,
+    ) -> TurnRecord:
+        return record_from_response(
+            response,
+            head,
+            output_tokens=step.output_tokens,
+            exact_output=self.scenario.exact_output,
+            shareable_tokens=shareable,
+            shareable_exact=plan.shareable_exact,
+            step=step,
+            parent_session=self.parent,
+            tools_offered=bool(self.tools),
+            replayed=self.script is not None,
+        )
 
     async def finish_trace(self) -> None:
         """Complete the token trace for the what-if oracle; call after the window, where

@@ -44,16 +44,13 @@ async def spawn(parent: Session, turn: int, stop: asyncio.Event) -> None:
         if script is not None and any(s.turn not in script for s in plan):
             script = None  # not recorded whole: played afresh
         kid = Session(
-            client=parent.client,
+            io=parent.io,
             scenario=parent.scenario,
-            model=parent.model,
             conversation=conversation,
             sizing=parent.sizing,
             repetition=parent.repetition,
             warmup=parent.warmup,
-            on_record=parent.on_record,
             cell=parent.cell,
-            on_exchange=parent.on_exchange,
             plan=plan,
             parent=me.session,
             script=script,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +45,14 @@ from workloads.model.errors import TraceError
 from workloads.model.records import TurnRecord
 from workloads.model.results import RepetitionNonces, TraceReplay
 from workloads.model.scenario import Scenario, TraceLimits
+from workloads.runner.monitor import ClientMonitor
+from workloads.runner.options import SessionIO, Stopping
 from workloads.runner.players import LocalPlayers
 from workloads.runner.repetition import Barrier, Repetition
 from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
-from workloads.runner.turn import Exchange, build_body, identity, record_from_response
-from workloads.wire.client import ChatClient, partial_response
+from workloads.runner.turn import RecordHead, build_body, identity, record_from_response
+from workloads.wire.client import ChatResponse, partial_response
 
 __all__ = ["BlockTexts", "TracePlayers", "find_trace", "read_trace", "trace_scenario"]
 
@@ -249,24 +251,16 @@ class TracePlayers(LocalPlayers):
         sizings: dict[int, CellSizing],
         corpus: Corpus,
         entropy: bytes,
-        client: ChatClient,
-        model: str,
-        on_record: Callable[[TurnRecord], None],
-        on_exchange: Exchange | None = None,
-        stop: asyncio.Event,
-        grace_s: float,
-        monitor: Any = None,
+        io: SessionIO,
+        stopping: Stopping,
+        monitor: ClientMonitor | None = None,
     ) -> None:
         super().__init__(
             sizings=sizings,
             corpus=corpus,
             entropy=entropy,
-            client=client,
-            model=model,
-            on_record=on_record,
-            on_exchange=on_exchange,
-            stop=stop,
-            grace_s=grace_s,
+            io=io,
+            stopping=stopping,
             monitor=monitor,
         )
         self.trace = trace
@@ -303,7 +297,7 @@ class TracePlayers(LocalPlayers):
         repetition: Repetition,
         sessions: list[Session],
         scenario: Scenario,
-        extra: dict[str, Barrier],
+        barrier: Barrier | None,
     ) -> Coroutine[Any, Any, bool]:
         return self._dispatch(repetition, scenario)
 
@@ -332,7 +326,7 @@ class TracePlayers(LocalPlayers):
     ) -> None:
         scenario = self._scenario(request.output_length)
         messages = [{"role": "user", "content": self.blocks.prompt(self.nonce, request)}]
-        common: dict[str, Any] = dict(
+        head = RecordHead(
             repetition=repetition.index,
             warmup=repetition.warmup,
             session=index,
@@ -342,27 +336,31 @@ class TracePlayers(LocalPlayers):
             cell=repetition.cell.index,
             pacing_lag_ns=lag_ns,
         )
-        shared: dict[str, Any] = dict(
-            output_tokens=request.output_length,
-            exact_output=scenario.exact_output,
-            shareable_tokens=self.ideal[index],
-            shareable_exact=False,
-        )
+
+        def recorded(response: ChatResponse) -> TurnRecord:
+            return record_from_response(
+                response,
+                head,
+                output_tokens=request.output_length,
+                exact_output=scenario.exact_output,
+                shareable_tokens=self.ideal[index],
+                shareable_exact=False,
+            )
+
+        io = self.io
         started = time.perf_counter_ns()
         try:
-            response = await self.client.stream_chat(build_body(scenario, self.model, messages))
+            response = await io.client.stream_chat(build_body(scenario, io.model, messages))
         except asyncio.CancelledError as err:
             partial = partial_response(err)
             if partial is not None:
-                self.on_record(
-                    record_from_response(partial, **common, **shared).model_copy(
-                        update={"output_tokens": request.output_length}
-                    )
+                io.on_record(
+                    recorded(partial).model_copy(update={"output_tokens": request.output_length})
                 )
             else:
-                self.on_record(
+                io.on_record(
                     TurnRecord(
-                        **common,
+                        **head.fields(),
                         status="incomplete",
                         error_kind="cancelled",
                         error_message="the run ended while this request was in flight",
@@ -371,7 +369,7 @@ class TracePlayers(LocalPlayers):
                     )
                 )
             raise
-        record = record_from_response(response, **common, **shared)
+        record = recorded(response)
         reached = response.http_status == 200 and (
             response.first_content_ns is not None or response.usage is not None
         )
@@ -379,9 +377,9 @@ class TracePlayers(LocalPlayers):
         record = record.model_copy(
             update={**identity(messages, reply), "output_tokens": request.output_length}
         )
-        if self.on_exchange is not None:
-            self.on_exchange(record, messages, reply)
-        self.on_record(record)
+        if io.on_exchange is not None:
+            io.on_exchange(record, messages, reply)
+        io.on_record(record)
 
     async def learn(self, repetition: Repetition) -> None:
         """Nothing to learn: blocks are sized by their own token counts."""

@@ -21,6 +21,7 @@ from workloads.wire.client import ChatResponse
 
 __all__ = [
     "Exchange",
+    "RecordHead",
     "TokenTrace",
     "build_body",
     "identity",
@@ -75,22 +76,35 @@ def build_body(
     return body
 
 
+@dataclass(frozen=True)
+class RecordHead:
+    """What a turn's record says before any response: which turn it is, the prompt it was
+    configured (and tokenized) to, and how late it was sent. Every record of the turn, a
+    cancelled one too, starts from it."""
+
+    repetition: int
+    warmup: bool
+    session: int
+    turn: int
+    configured_prior_tokens: int
+    configured_prompt_tokens: int | None = None
+    tokenized_prompt_tokens: int | None = None
+    cell: int = 0
+    pacing_lag_ns: int | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The TurnRecord fields it fills."""
+        return dict(vars(self))  # flat values: no deep copy (turn-end work is on the loop)
+
+
 def record_from_response(
     response: ChatResponse,
+    head: RecordHead,
     *,
-    repetition: int,
-    warmup: bool,
-    session: int,
-    turn: int,
-    configured_prior_tokens: int,
     output_tokens: int,
     exact_output: bool,
     shareable_tokens: int | None,
     shareable_exact: bool,
-    configured_prompt_tokens: int | None = None,
-    tokenized_prompt_tokens: int | None = None,
-    cell: int = 0,
-    pacing_lag_ns: int | None = None,
     step: Step | None = None,
     parent_session: int | None = None,
     tools_offered: bool = False,
@@ -125,10 +139,7 @@ def record_from_response(
     if shareable_tokens is not None and prompt is not None:
         shareable_tokens = min(shareable_tokens, prompt)
     return TurnRecord(
-        repetition=repetition,
-        warmup=warmup,
-        session=session,
-        turn=turn,
+        **head.fields(),
         status=status,
         error_kind=response.error_kind,
         error_message=response.error_message,
@@ -140,11 +151,6 @@ def record_from_response(
         cached_tokens=usage.cached_tokens if usage else None,
         shareable_tokens=shareable_tokens,
         shareable_exact=shareable_exact,
-        configured_prior_tokens=configured_prior_tokens,
-        configured_prompt_tokens=configured_prompt_tokens,
-        tokenized_prompt_tokens=tokenized_prompt_tokens,
-        cell=cell,
-        pacing_lag_ns=pacing_lag_ns,
         ttft_ns=ttft,
         decode_tokens_per_s=rate,
         started_ns=response.started_ns,

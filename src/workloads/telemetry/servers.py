@@ -93,9 +93,6 @@ class ServerNames:
     cached_usage_hint: str = ""  # how to make it report cached tokens per request
     not_exported: Mapping[str, str] = field(default_factory=dict)  # figure → why it never is
 
-    def counter_names(self) -> set[str]:
-        return {r.name for reads in self.counters.values() for r in reads}
-
     def gauge_names(self) -> frozenset[str]:
         return frozenset(r.name for g in self.gauges.values() for r in g.reads)
 

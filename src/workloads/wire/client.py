@@ -32,7 +32,7 @@ import orjson
 from yarl import URL
 
 from workloads._version import __version__
-from workloads.core.chat_stream import ChatStream, Usage, parse_chunk
+from workloads.core.chat_stream import ChatStream, Usage
 from workloads.model.errors import ErrorKind, RequestError
 from workloads.model.records import AttemptRecord
 from workloads.model.scenario import Timeouts
@@ -47,7 +47,6 @@ __all__ = [
     "HttpChatClient",
     "StreamFigures",
     "Usage",
-    "parse_chunk",
     "partial_response",
     "retry_kinds",
 ]

@@ -5,10 +5,11 @@ sessions without one loop's lag entering the measurements.
 The coordinator (this module, in the run's process) keeps everything that is one per run:
 the records file and transcripts (every record arrives here the moment a worker makes it),
 the windows and their telemetry, the correctness gate, the result. The workers
-(:mod:`workloads.runner.worker`) size and send; lock-step barriers and turn 1's order are
-answered here, so the shards move as one run. One host shares one monotonic clock, so the
-workers' stamps compare as a single process's do; on Ray (:mod:`workloads.runner.ray_workers`)
-each record says its host, and only durations are taken across hosts.
+(:mod:`workloads.runner.workers.worker`) size and send; lock-step barriers and turn 1's
+order are answered here, so the shards move as one run. One host shares one monotonic
+clock, so the workers' stamps compare as a single process's do; on Ray
+(:mod:`workloads.runner.workers.ray_actors`) each record says its host, and only durations
+are taken across hosts.
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ from workloads.model.records import TurnRecord
 from workloads.model.results import ClientHealth, RepetitionNonces
 from workloads.model.scenario import Cell
 from workloads.model.target import Target
-from workloads.runner.channel import LINE_LIMIT, Channel, ChannelClosed, authentic
 from workloads.runner.repetition import Repetition
 from workloads.runner.turn import TokenTrace
-from workloads.runner.worker import TOKEN_ENV
+from workloads.runner.workers.channel import LINE_LIMIT, Channel, ChannelClosed, authentic
+from workloads.runner.workers.worker import TOKEN_ENV
 from workloads.wire.loop import loop_name
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ class _Subprocess:
 
 
 async def spawn_local(host: str, port: int, token: str, index: int, count: int) -> Process:
-    """A worker process on this host (``python -m workloads.runner.worker``)."""
+    """A worker process on this host (``python -m workloads.runner.workers.worker``)."""
     env = dict(os.environ)
     env[TOKEN_ENV] = token
     # The worker imports this very package: from a source tree (tests, a checkout) that is
@@ -121,7 +122,7 @@ async def spawn_local(host: str, port: int, token: str, index: int, count: int) 
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "workloads.runner.worker",
+        "workloads.runner.workers.worker",
         host,
         str(port),
         str(index),

@@ -1,6 +1,6 @@
 """Worker processes as Ray actors (``--ray ADDRESS``; the ``ray`` extra).
 
-Each actor runs :func:`workloads.runner.worker.serve` in its own process on some node of the
+Each actor runs :func:`workloads.runner.workers.worker.serve` in its own process on some node of the
 cluster (spread over the nodes), and connects back to this process, the run's coordinator,
 over TCP: so this process must be reachable from the cluster's nodes at the address Ray
 knows it by. Each record carries its worker's host; stamps are only compared between records
@@ -17,8 +17,8 @@ from typing import Any
 import ray
 from ray.exceptions import RayError
 
-from workloads.runner.worker import serve
-from workloads.runner.workers import Process, WorkerPool
+from workloads.runner.workers.pool import Process, WorkerPool
+from workloads.runner.workers.worker import serve
 from workloads.wire.loop import run_loop
 
 __all__ = ["ray_pool"]

@@ -1,10 +1,10 @@
 """A worker process: plays one shard of every cell's sessions for a run's coordinator
-(:mod:`workloads.runner.workers`), on an event loop and an HTTP client of its own.
+(:mod:`workloads.runner.workers.pool`), on an event loop and an HTTP client of its own.
 
-Started as ``python -m workloads.runner.worker HOST PORT INDEX COUNT`` with the run's token in
-the environment (``WORKLOADS_WORKER_TOKEN``, never on the command line), or inside a Ray actor
-(:mod:`workloads.runner.ray_workers`). It connects back to the coordinator, gets the run's
-configuration, then does what it is told, one command at a time:
+Started as ``python -m workloads.runner.workers.worker HOST PORT INDEX COUNT`` with the
+run's token in the environment (``WORKLOADS_WORKER_TOKEN``, never on the command line), or
+inside a Ray actor (:mod:`workloads.runner.workers.ray_actors`). It connects back to the
+coordinator, gets the run's configuration, then does what it is told, one command at a time:
 
 * ``open`` / ``play`` / ``learn`` / ``traces`` a repetition or cell, as
   :class:`~workloads.runner.players.LocalPlayers` does in one process; every record and
@@ -35,12 +35,13 @@ from workloads.core.tokens import EstimateTokenizer, TargetTokenizer
 from workloads.model.records import TurnRecord
 from workloads.model.scenario import Scenario
 from workloads.model.target import Target
-from workloads.runner.channel import LINE_LIMIT, Channel, ChannelClosed
 from workloads.runner.monitor import ClientMonitor
+from workloads.runner.options import SessionIO, Stopping
 from workloads.runner.order import OpeningOrder
 from workloads.runner.players import LocalPlayers, Shard
 from workloads.runner.repetition import Barrier, Repetition
 from workloads.runner.sizing import CellSizing
+from workloads.runner.workers.channel import LINE_LIMIT, Channel, ChannelClosed
 from workloads.wire.client import AiohttpChatClient
 from workloads.wire.loop import run_loop
 from workloads.wire.tokenize import probe_tokenizer
@@ -180,12 +181,8 @@ async def _work(channel: Channel, config: dict[str, Any], shard: Shard) -> int:
             sizings=sizings,
             corpus=load_corpus(scenario.content.corpus),
             entropy=bytes.fromhex(config["entropy"]),
-            client=client,
-            model=model,
-            on_record=on_record,
-            on_exchange=on_exchange if config["transcripts"] else None,
-            stop=stop,
-            grace_s=float(config["grace_s"]),
+            io=SessionIO(client, model, on_record, on_exchange if config["transcripts"] else None),
+            stopping=Stopping(stop, float(config["grace_s"])),
             shard=shard,
             order=lambda: None,  # replaced per repetition below
             barrier=remote.barrier,
@@ -283,7 +280,7 @@ async def _command(
 
 
 def main(argv: list[str]) -> int:
-    """``python -m workloads.runner.worker HOST PORT INDEX COUNT`` (the token in the
+    """``python -m workloads.runner.workers.worker HOST PORT INDEX COUNT`` (the token in the
     environment)."""
     host, port, index, count = argv
     token = os.environ.pop(TOKEN_ENV, "")
