@@ -1,4 +1,4 @@
-"""Command line: ``python -m workloads run|capacity|scenarios|show|compare|probe|serve``.
+"""Command line: ``python -m workloads run|capacity|list|show|compare|probe|serve``.
 
 The library never prints or exits; this module does. ``main(argv) -> int`` returns the exit
 code so tests call it in process.
@@ -24,7 +24,7 @@ import warnings
 from collections.abc import Sequence
 
 from workloads.cli.capacity import add_capacity_parser
-from workloads.cli.commands import cmd_compare, cmd_probe, cmd_scenarios, cmd_serve, cmd_show
+from workloads.cli.commands import cmd_compare, cmd_list, cmd_probe, cmd_serve, cmd_show
 from workloads.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED_TURNS,
@@ -41,6 +41,7 @@ from workloads.cli.common import (
     slo_argument,
     target_arguments,
 )
+from workloads.cli.help import RUN_EPILOG, command_parser
 from workloads.cli.run import cmd_run
 from workloads.model.errors import (
     OutputError,
@@ -68,12 +69,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog=prog(),
-        description="Simulate coding-agent users against OpenAI-compatible LLM servers.",
+        description="Simulate coding-agent users against OpenAI-compatible LLM servers and "
+        "report per-turn figures you can trust.",
+        epilog=f"Start with `{prog()} run five-user-coding` (the embedded simulated server, "
+        f"about a minute); `{prog()} COMMAND --help` describes each command, and `run "
+        "--help` its exit codes and the files it writes.",
     )
     parser.add_argument("--version", action="version", version=f"workloads {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run a scenario and report per-turn figures")
+    run = command_parser(sub, "run", epilog=RUN_EPILOG)
     run.add_argument("scenario", nargs="?", help="packaged scenario name or path to a .toml file")
     target_arguments(run, "for this run, and stop it after")
     run.add_argument(
@@ -93,7 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
         "vLLM's; llama.cpp reuses any prefix length: 1)",
     )
     run.add_argument(
-        "--out", help="directory for result.json and records.jsonl (default: runs/NAME-TIMESTAMP)"
+        "--out",
+        metavar="DIR",
+        help="directory for records.jsonl, result.json and the rest (below; default: "
+        "runs/NAME-YYYYmmdd-HHMMSS)",
     )
     override_arguments(run)
     run.add_argument(
@@ -151,11 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     add_capacity_parser(sub)
 
-    scenarios = sub.add_parser("scenarios", help="list packaged scenarios")
-    scenarios.set_defaults(func=cmd_scenarios)
+    listing = command_parser(sub, "list", aliases=["scenarios"])
+    listing.set_defaults(func=cmd_list)
 
-    show = sub.add_parser("show", help="print the report of a saved result")
-    show.add_argument("result", help="result directory")
+    show = command_parser(sub, "show")
+    show.add_argument("result", help="run directory (or its result.json)")
     show.add_argument("--plots", action="store_true", help="(re)write DIR/plots/*.png")
     show.add_argument(
         "--format",
@@ -169,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     slo_argument(show, "judge the saved run by this SLO")
     show.set_defaults(func=cmd_show)
 
-    comp = sub.add_parser("compare", help="compare two saved results (A/B arms)")
+    comp = command_parser(sub, "compare")
     comp.add_argument("a", help="baseline result directory (A)")
     comp.add_argument("b", help="candidate result directory (B)")
     comp.add_argument(
@@ -200,11 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     comp.set_defaults(func=cmd_compare)
 
-    pr = sub.add_parser(
-        "probe",
-        help="check what a target offers (streaming, usage, cached "
-        "tokens, exact lengths, /tokenize, /metrics) and what a run will do",
-    )
+    pr = command_parser(sub, "probe")
     target_arguments(pr, "probe it, and stop it")
     pr.add_argument(
         "--metrics-url",
@@ -226,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--json", action="store_true", help="print the report as JSON")
     pr.set_defaults(func=cmd_probe)
 
-    serve = sub.add_parser("serve", help="run the simulated server standalone")
+    serve = command_parser(sub, "serve")
     serve.add_argument(
         "--profile",
         default="fast",

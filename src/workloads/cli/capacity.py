@@ -22,6 +22,7 @@ from workloads.cli.common import (
     slo_option,
     target_arguments,
 )
+from workloads.cli.help import CAPACITY_EPILOG, command_parser
 from workloads.wire.loop import run_loop
 
 __all__ = ["add_capacity_parser", "cmd_capacity"]
@@ -29,11 +30,7 @@ __all__ = ["add_capacity_parser", "cmd_capacity"]
 
 def add_capacity_parser(sub: Any) -> None:
     """The ``capacity`` subcommand and its flags."""
-    cap = sub.add_parser(
-        "capacity",
-        help="find the highest concurrency (or arrival rate) at which session "
-        "goodput stays at or above a goal",
-    )
+    cap = command_parser(sub, "capacity", epilog=CAPACITY_EPILOG)
     cap.add_argument("scenario", help="packaged scenario name or path to a .toml file")
     slo_argument(
         cap, "the SLO each request is judged by (required unless the scenario has an [slo] table)"
@@ -93,8 +90,9 @@ def add_capacity_parser(sub: Any) -> None:
     override_arguments(cap)
     cap.add_argument(
         "--out",
+        metavar="DIR",
         help="directory for capacity.json, capacity.png and each run "
-        "under points/ (default: runs/capacity-NAME-TIMESTAMP)",
+        "under points/ (below; default: runs/capacity-NAME-YYYYmmdd-HHMMSS)",
     )
     cap.add_argument(
         "--overwrite", action="store_true", help="replace a capacity.json already in --out"
@@ -193,7 +191,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
                     context_per_slot=context_per_slot(scenario),
                 )
             )
-        result = run_loop(
+        result, signum = run_loop(
             _until_signal(
                 dict(
                     scenario=scenario,
@@ -221,18 +219,24 @@ def cmd_capacity(args: argparse.Namespace) -> int:
             if written is not None
             else "no plot: install the plots extra (pip install 'workloads[plots]')"
         )
+    if signum is not None:  # what was measured is reported and saved, but the search was cut
+        console.print(f"stopped by {signal.Signals(signum).name}; exit {128 + signum}")
+        return 128 + signum
     return EXIT_OK  # "not found" is an answer too: the report says it
 
 
-async def _until_signal(options: dict[str, Any], console: Any) -> Any:
+async def _until_signal(options: dict[str, Any], console: Any) -> tuple[Any, int | None]:
     """The search, ended gracefully by SIGINT or SIGTERM: the run in flight stops as a run
-    does, no new one starts, and what was measured is saved."""
+    does, no new one starts, and what was measured is saved. Returns the result and the
+    first signal, if any."""
     from workloads.runner.capacity import capacity_async
 
     stop = asyncio.Event()
+    signals: list[int] = []
     loop = asyncio.get_running_loop()
 
     def on_signal(signum: int) -> None:
+        signals.append(signum)
         console.print(
             f"{signal.Signals(signum).name}: stopping the search after this run's turns in flight"
         )
@@ -244,7 +248,8 @@ async def _until_signal(options: dict[str, Any], console: Any) -> Any:
             loop.add_signal_handler(signum, on_signal, signum)
             installed.append(signum)
     try:
-        return await capacity_async(**options, stop=stop)
+        result = await capacity_async(**options, stop=stop)
     finally:
         for signum in installed:
             loop.remove_signal_handler(signum)
+    return result, signals[0] if signals else None

@@ -1,4 +1,4 @@
-"""``scenarios``, ``show``, ``compare``, ``probe`` and ``serve``."""
+"""``list`` (also ``scenarios``), ``show``, ``compare``, ``probe`` and ``serve``."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from workloads.model.errors import ScenarioError
 from workloads.wire.loop import run_loop
 
 
-def cmd_scenarios(args: argparse.Namespace) -> int:
+def cmd_list(args: argparse.Namespace) -> int:
     import workloads
     from workloads.report.console import scenarios_table
 

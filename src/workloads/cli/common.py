@@ -164,6 +164,7 @@ def target_arguments(parser: argparse.ArgumentParser, launch_does: str) -> None:
     """--target/--model/--launch/--api-key-env, shared by run and probe."""
     parser.add_argument(
         "--target",
+        metavar="URL",
         help="OpenAI base URL, e.g. http://host:8000/v1 (default: the embedded simulated server)",
     )
     parser.add_argument("--model", help="model name at the target (default: its first model)")

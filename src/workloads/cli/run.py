@@ -53,7 +53,7 @@ def run_scenario(args: argparse.Namespace) -> Any:
         return load_recording(args.replay).result.scenario.with_overrides(gate)
     if not args.scenario:
         raise ScenarioError(
-            "give a scenario name or path (python -m workloads scenarios "
+            "give a scenario name or path (python -m workloads list "
             "lists them), --replay RUN_DIR or --trace FILE"
         )
     return workloads.load_scenario(args.scenario).with_overrides([*(args.set or []), *gate])
