@@ -23,6 +23,7 @@ from workloads.cli.common import (
     target_arguments,
 )
 from workloads.cli.help import CAPACITY_EPILOG, command_parser
+from workloads.model.errors import OutputError
 from workloads.wire.loop import run_loop
 
 __all__ = ["add_capacity_parser", "cmd_capacity"]
@@ -213,7 +214,12 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         console.print(block)
     console.print(f"saved {out / 'capacity.json'} (each run under {out / 'points'})")
     if not args.no_plots:
-        written = report.capacity_plot(result, out / "capacity.png")
+        try:
+            written = report.capacity_plot(result, out / "capacity.png")
+        except OSError as err:  # a full disk after the search: name what failed (exit 6)
+            raise OutputError.writing(
+                out / "capacity.png", err, then="; capacity.json and the runs are saved"
+            ) from err
         console.print(
             f"plot: {written}"
             if written is not None

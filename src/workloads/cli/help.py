@@ -202,6 +202,7 @@ files in --out DIR (default: a new runs/capacity-NAME-YYYYmmdd-HHMMSS):
                      per-user rate; the knee, or why none was found
   capacity.png       goodput and per-user rate against load, the goal and the knee marked
                      (with the plots extra, not with --no-plots)
-  points/LOAD-N/     each run of the search: its records.jsonl (header, nonces and window
-                     lines beside the TurnRecords, as a run's) and result.json"""
+  points/cLOAD-N/    each run of the search, N counting a load's runs (points/rateLOAD-N/
+                     for an arrival rate): its records.jsonl (a header line, nonces and
+                     window lines beside the TurnRecords, as a run's) and result.json"""
 )
