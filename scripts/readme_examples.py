@@ -129,7 +129,10 @@ def rerun(names: list[str]) -> None:
         code = main([*EXAMPLES[name], "--out", str(out), "--quiet", "--no-plots"])
         if code != 0:
             raise SystemExit(f"example {name}: exit {code}")
-        (out / "report.html").unlink(missing_ok=True)  # the README quotes the text
+        # The README quotes the report, which show recomputes from result.json and
+        # records.jsonl: the page and the transcripts would only weigh on the repository.
+        (out / "report.html").unlink(missing_ok=True)
+        (out / "transcripts.jsonl").unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:
