@@ -239,3 +239,17 @@ def test_capacity_help_names_its_files_and_codes_and_they_hold(tmp_path, capsys,
     capsys.readouterr()
     assert EXIT_CRASH in listed
     assert returned == set(listed) - {EXIT_CRASH}
+
+
+def test_probe_exits_as_its_help_says(capsys, simulated_server):
+    import socket
+
+    text = flat(help_of(capsys, "probe"))
+    assert "Exit 0 whenever the probe ran" in text and "4 when the target does not" in text
+    assert main(["probe", "--target", simulated_server.base_url]) == 0
+    with socket.socket() as s:  # a port nothing listens on: bound, never listening
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+        assert main(["probe", "--target", closed]) == 4
+    assert main(["probe", "--target", "127.0.0.1:8000/v1"]) == 2
+    capsys.readouterr()

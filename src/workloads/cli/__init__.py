@@ -3,17 +3,9 @@
 The library never prints or exits; this module does. ``main(argv) -> int`` returns the exit
 code so tests call it in process.
 
-Exit codes (scripts can rely on them):
-
-    0    done; every measured turn valid (or the failed ones within --max-error-rate)
-    1    a crash: a bug in workloads (with a traceback; please report it)
-    2    bad input: arguments, scenario, --out, a result file, a refused comparison
-    3    the run finished, but more measured turns failed than --max-error-rate allows
-    4    the target cannot be used: unreachable, model not served, not OpenAI-compatible
-    5    the run finished but is invalid: its required correctness gate failed
-    6    the results could not be written (disk full, permission); the message names the
-         file, and the records written before the failure are kept
-    130  stopped by SIGINT (Ctrl-C), 143 stopped by SIGTERM: the partial result is saved
+Exit codes (scripts can rely on them) are listed, with their meanings, at the end of ``run
+--help`` and ``capacity --help`` (cli/help.py, from the constants in cli/common.py); 0 is a
+valid run, 2 bad input, 128 + N a stop by signal N.
 """
 
 from __future__ import annotations

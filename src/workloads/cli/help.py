@@ -22,7 +22,14 @@ from workloads.cli.common import (
     EXIT_TARGET,
 )
 
-__all__ = ["CAPACITY_EPILOG", "COMMANDS", "RUN_EPILOG", "command_parser", "exit_codes"]
+__all__ = [
+    "CAPACITY_EPILOG",
+    "COMMANDS",
+    "EXIT_CRASH",
+    "RUN_EPILOG",
+    "command_parser",
+    "exit_codes",
+]
 
 EXIT_CRASH = 1  # Python's own status for an uncaught exception: never returned on purpose
 EXIT_SIGINT = 128 + signal.SIGINT  # 130
