@@ -81,6 +81,20 @@ SMALL = [
     "--no-plots",
 ]
 
+# coding-agents draws its sizes and pauses: replies capped at 32 tokens, pauses at 1/10,000
+# of a real agent's (the scenario's own is 1/100), one measured repetition, no warm-up.
+AGENTS = [
+    "--set",
+    "output_tokens.max=32",
+    "--set",
+    "pacing.time_scale=0.0001",
+    "--set",
+    "repetitions.warmup=0",
+    "--set",
+    "repetitions.measured=1",
+    "--no-plots",
+]
+
 SHORTENED: dict[str, list[str]] = {
     "python -m workloads run five-user-coding --target http://gpu-box:8000/v1 --model "
     "Qwen/Qwen3-8B --out runs/qwen-c5 --label baseline --note "
@@ -138,9 +152,25 @@ SHORTENED: dict[str, list[str]] = {
         "pacing.time_scale=0.01",
         "--no-plots",
     ],
+    # commands in the text: the trace's pauses at a tenth of the README's pace
+    "python -m workloads run --trace agent-sample --set pacing.time_scale=0.05": [
+        "--set",
+        "pacing.time_scale=0.005",
+        "--no-plots",
+    ],
+    "python -m workloads run coding-agents": [*AGENTS, "--set", "users=2", "--set", "turns=3"],
+    # one user (the 10 turns carry its context past 27,000 tokens: one compaction)
+    "python -m workloads run coding-agents --set users=2 --set turns=10 --set "
+    "agent.compaction.at_tokens=27000": [*AGENTS, "--set", "users=1"],
+    "python -m workloads run depth-sweep --set prior_tokens=[512,1024] --set output_tokens=16": [
+        "--set",
+        "repetitions.measured=1",
+        "--no-plots",
+    ],
 }
 
 RUNS_AS_WRITTEN = {
+    "python -m workloads list",
     "export WORKLOADS_API_KEY=...",
     "python -m workloads probe --target http://gpu-box:8000/v1",
     "python -m workloads probe --launch llama.cpp",
@@ -167,8 +197,12 @@ SETUP = "python3 -m venv"  # the two commands at the top: CI runs them itself
 def readme_commands() -> list[list[str]]:
     """The commands of each ```bash block of README.md, continuation lines joined and
     comments dropped, as one string each (its words joined by single spaces, quoted as the
-    README quotes them)."""
+    README quotes them); then each ``python -m workloads ...`` in the text's inline code, a
+    block of its own, unless it names a placeholder (DIR, NAME)."""
     import shlex
+
+    def joined(words: list[str]) -> str:
+        return " ".join(f'"{w}"' if " " in w else w for w in words)
 
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     blocks = []
@@ -177,15 +211,20 @@ def readme_commands() -> list[list[str]]:
         for line in body.replace("\\\n", " ").splitlines():
             words = shlex.split(line, comments=True)
             if words and not line.startswith(SETUP):
-                commands.append(" ".join(f'"{w}"' if " " in w else w for w in words))
+                commands.append(joined(words))
         if commands:
             blocks.append(commands)
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    for span in re.findall(r"`(python -m workloads [^`]+)`", prose):
+        words = span.split()
+        if not any(w.isupper() for w in words) and [joined(words)] not in blocks:
+            blocks.append([joined(words)])
     return blocks
 
 
 def test_every_readme_command_is_known():
     commands = [c for block in readme_commands() for c in block]
-    assert len(commands) >= 15
+    assert len(commands) >= 20
     unknown = [c for c in commands if c not in SHORTENED and c not in RUNS_AS_WRITTEN]
     assert unknown == [], "say in tests/test_readme.py how each README command runs"
     gone = (set(SHORTENED) | RUNS_AS_WRITTEN) - set(commands)
