@@ -50,10 +50,11 @@ def test_docs_link_only_to_files_in_the_repository():
             assert (doc.parent / target).exists(), f"{doc.name} links to {target}"
 
 
-# Every command in README.md's ```bash blocks runs here, in process (``main(argv)``), in a
-# temporary directory, against the embedded simulated server. The two setup commands at the
-# top (venv, pip install, then the first run or the test suite) are CI's own steps and are
-# not repeated. A command naming ``--target URL`` gets a SimulatedServer started here on
+# Every command in README.md's ```bash blocks, and every `python -m workloads ...` in its
+# text that names no placeholder, runs here, in process (``main(argv)``), in a temporary
+# directory, against the embedded simulated server, and must exit 0. The two setup commands
+# at the top (venv, pip install, then the first run or the test suite) are CI's own steps
+# and are not repeated. A command naming ``--target URL`` gets a SimulatedServer started here on
 # 127.0.0.1 at a free port, serving the model the command names (``--model``), its URL in
 # place of the README's. Commands with ``--launch llama.cpp`` need the llamacpp extra (CI
 # has it). Each README command is a key of SHORTENED or RUNS_AS_WRITTEN: a new command in
