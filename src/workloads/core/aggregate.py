@@ -59,8 +59,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
-from operator import truediv
 
 from workloads.core import goodput, stats
 from workloads.core.gate import rejudged
@@ -186,11 +184,10 @@ def e2e_s(r: TurnRecord) -> float | None:
 
 
 def itl_gaps_s(records: Iterable[TurnRecord]) -> Iterator[float]:
-    """Every chunk gap of ``records``, s: the values of the pooled ITL distribution (a
-    value a streamed token: C loops only)."""
-    return chain.from_iterable(
-        map(truediv, r.chunk_gaps_us, repeat(1e6)) for r in records if r.chunk_gaps_us
-    )
+    """Every chunk gap of ``records``, s: the values of the pooled ITL distribution."""
+    for r in records:
+        for gap in r.chunk_gaps_us or ():
+            yield gap / 1e6
 
 
 def _request_rate(records: Sequence[TurnRecord]) -> float | None:
