@@ -54,6 +54,9 @@ whole host), so the server's stamps and the client's records compare directly.
     python benchmarks/client_overhead.py --json out.json --profile c64.prof
     python benchmarks/client_overhead.py --nice -19 --modes paced --users 64 256 --turns 2
     python benchmarks/client_overhead.py --python venv-a/bin/python venv-b/bin/python
+    python benchmarks/client_overhead.py --fixed --runs 7 --python venv-a/bin/python
+    python benchmarks/client_overhead.py --nice -19 --modes paced --users 1000 --turns 2 \
+        --workers auto                                      # C1000 over worker processes
 
 The client runs on the loop the library itself starts (``workloads.wire.loop.run_loop``:
 uvloop where the ``fast`` extra is installed; ``asyncio.run`` for a version without it);
@@ -73,6 +76,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import io
 import itertools
 import json
@@ -350,13 +354,17 @@ def prioritize(pid: int, nice: int) -> None:
         group.write_text(str(nice))
 
 
+def bytecode_env() -> dict[str, str]:
+    """This environment without PYTHONDONTWRITEBYTECODE (see :func:`spawn`)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def spawn(command: list[str], setup: Setup, **options: Any) -> subprocess.Popen[str]:
     """Start ``command``. Without PYTHONDONTWRITEBYTECODE: a checkout's modules are then
     imported from bytecode after the first run, as an installed package's are (with it, an
     editable install compiles every module of the library in every run: ~0.8 s of CPU)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     proc = subprocess.Popen(
-        command, text=True, start_new_session=bool(setup.nice), env=env, **options
+        command, text=True, start_new_session=bool(setup.nice), env=bytecode_env(), **options
     )
     prioritize(proc.pid, setup.nice)
     return proc
@@ -687,11 +695,49 @@ def summarize(client: str, mode: str, users: int, long: list[Run], short: list[R
     return row
 
 
+FIXED_TOKENS = 64
+# The fixed cost's parts, each a process of its own (python -c): what the whole run pays once.
+FIXED_PARTS = (
+    ("interpreter", "pass"),
+    ("import aiohttp", "import aiohttp"),
+    ("import pydantic", "import pydantic"),
+    ("import the run's modules", "import workloads.runner.run, workloads.wire.loop"),
+    ("tiktoken's tables", "from workloads.core import tokens; tokens.encoding()"),
+)
+
+
+def fixed_cost(pythons: list[str], setup: Setup, runs: int, names: dict[str, str]) -> None:
+    """Issue 20's fixed cost: the whole client process of a C1 run of 2 requests, median of
+    ``runs``, the clients alternated; then the parts (each includes the interpreter)."""
+    totals: dict[str, list[float]] = {py: [] for py in pythons}
+    with tempfile.TemporaryDirectory(prefix="client-fixed-") as tmp:
+        for _ in range(runs):
+            for py in pythons:
+                run = run_client("zero", 1, FIXED_TOKENS, 1, Path(tmp), setup, python=py)
+                if run.error or run.valid < run.requests or run.requests != 2:
+                    print(f"  {names[py]}: {run.error or f'{run.valid}/{run.requests} valid'}")
+                    continue
+                totals[py].append(run.total_cpu_s)
+    print(f"\nfixed cost: a whole C1 run of 2 requests, process CPU s, median of {runs}:")
+    for py in pythons:
+        values = totals[py]
+        spread = " ".join(f"{v:.2f}" for v in values)
+        print(f"  {names[py]:<21} {fmt(median_of(list(values)), '.3f')}  [{spread}]")
+    for py in pythons:
+        if py == BARE:
+            continue
+        interpreter = py.partition(":")[0]
+        parts = ", ".join(
+            f"{name} {startup_cpu(code, interpreter):.3f}" for name, code in FIXED_PARTS
+        )
+        print(f"  parts ({names[py]}; each a process of its own, median of 5): {parts}")
+
+
 def startup_cpu(code: str, python: str = sys.executable, times: int = 5) -> float:
     """Median user + system CPU seconds of ``python -c code``, a fresh process each time."""
     values = []
     for _ in range(times):
-        proc = subprocess.Popen([python, "-c", code])
+        proc = subprocess.Popen([python, "-c", code], env=bytecode_env())
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
@@ -895,6 +941,14 @@ def main(argv: list[str] | None = None) -> int:
         "an autogroup of its own (-20..19; negative needs root): on cores "
         "shared with other work, -19 keeps them from waiting behind it",
     )
+    parser.add_argument(
+        "--fixed",
+        action="store_true",
+        help="measure the fixed cost instead: a whole C1 run of 2 requests (2 turns of "
+        f"{FIXED_TOKENS} tokens, free pacing, the library's defaults: gate, likelihood and "
+        "tokenizer probes, result files), the client process's CPU beside the bare loop's "
+        "for the same 2 requests, and its parts as processes of their own",
+    )
     parser.add_argument("--json", type=Path, help="write every run's raw figures here")
     parser.add_argument(
         "--profile",
@@ -974,6 +1028,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"yardstick: json.loads of one chunk {yardstick_us:.2f} µs on the client core", flush=True
     )
+    if args.fixed:
+        fixed_cost(args.python, dataclasses.replace(setup, turns=2), runs, names)
+        return 0
     rows: list[Row] = []
     raw: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="client-overhead-") as tmp:
