@@ -158,7 +158,10 @@ def client_main(config: dict[str, Any]) -> None:
     target = workloads.Target(config["url"], MODEL)
     options: dict[str, Any] = {}
     if config.get("workers", "1") != "1":  # worker processes, on the client's cores
-        from workloads.runner.workers import auto_workers
+        try:
+            from workloads.runner.workers.pool import auto_workers
+        except ImportError:  # a version from before runner/workers/ was a folder
+            from workloads.runner.workers import auto_workers  # type: ignore[no-redef]
 
         workers = config["workers"]
         options["workers"] = (
