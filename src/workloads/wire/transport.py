@@ -194,7 +194,7 @@ class Transport:
             if proxy.authorization is not None:
                 kwargs["proxy_headers"] = {"Proxy-Authorization": proxy.authorization}
         # An http origin with the default TLS options needs no context of ours (making one
-        # reads the system's CA store: ~50 ms a run); aiohttp's own verified one serves a
+        # reads the system's CA store: ~50 ms each); aiohttp's own verified one serves a
         # redirect to https, with the same system store.
         default_tls = URL(url).scheme != "https" and self.ca_bundle is None and not self.insecure
         return aiohttp.ClientSession(
