@@ -54,6 +54,9 @@ whole host), so the server's stamps and the client's records compare directly.
     python benchmarks/client_overhead.py --json out.json --profile c64.prof
     python benchmarks/client_overhead.py --nice -19 --modes paced --users 64 256 --turns 2
     python benchmarks/client_overhead.py --python venv-a/bin/python venv-b/bin/python
+    python benchmarks/client_overhead.py --fixed --runs 7 --python venv-a/bin/python
+    python benchmarks/client_overhead.py --nice -19 --modes paced --users 1000 --turns 2 \
+        --workers auto                                      # C1000 over worker processes
 
 The client runs on the loop the library itself starts (``workloads.wire.loop.run_loop``:
 uvloop where the ``fast`` extra is installed; ``asyncio.run`` for a version without it);
@@ -73,6 +76,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import io
 import itertools
 import json
@@ -142,7 +146,8 @@ seed = 0
 
 def client_main(config: dict[str, Any]) -> None:
     """Run one scenario with the library; print one JSON line of what it cost."""
-    os.sched_setaffinity(0, {config["cpu"]})
+    cores = set(config.get("cpus") or [config["cpu"]])  # --workers: the client's cores
+    os.sched_setaffinity(0, cores)
     cpu_start = time.process_time()
     import asyncio
 
@@ -151,7 +156,18 @@ def client_main(config: dict[str, Any]) -> None:
     cpu_imported = time.process_time()
     scenario = workloads.load_scenario(Path(config["scenario"]))
     target = workloads.Target(config["url"], MODEL)
-    run = workloads.run_async(scenario, target=target, out_dir=config["out"])
+    options: dict[str, Any] = {}
+    if config.get("workers", "1") != "1":  # worker processes, on the client's cores
+        try:
+            from workloads.runner.workers.pool import auto_workers
+        except ImportError:  # a version from before runner/workers/ was a folder
+            from workloads.runner.workers import auto_workers  # type: ignore[no-redef]
+
+        workers = config["workers"]
+        options["workers"] = (
+            auto_workers(config["users"], cpus=len(cores)) if workers == "auto" else int(workers)
+        )
+    run = workloads.run_async(scenario, target=target, out_dir=config["out"], **options)
     cpu_before = time.process_time()
     try:  # the loop the library itself starts (uvloop when installed), where it has one
         from workloads.wire.loop import run_loop
@@ -319,6 +335,10 @@ class Setup:
     burst: int = 1  # zero delay: content chunks per server write
     nice: int = 0  # 0: leave the scheduler alone
     turns: int = 1  # per session; more than one: free pacing (turn ends overlap streams)
+    workers: str = "1"  # the library's --workers (N or auto)
+    cores: tuple[
+        int, ...
+    ] = ()  # the harness's cores at the start (--workers: all but the server's)
 
     @property
     def pacing(self) -> str:
@@ -337,8 +357,18 @@ def prioritize(pid: int, nice: int) -> None:
         group.write_text(str(nice))
 
 
+def bytecode_env() -> dict[str, str]:
+    """This environment without PYTHONDONTWRITEBYTECODE (see :func:`spawn`)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def spawn(command: list[str], setup: Setup, **options: Any) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(command, text=True, start_new_session=bool(setup.nice), **options)
+    """Start ``command``. Without PYTHONDONTWRITEBYTECODE: a checkout's modules are then
+    imported from bytecode after the first run, as an installed package's are (with it, an
+    editable install compiles every module of the library in every run: ~0.8 s of CPU)."""
+    proc = subprocess.Popen(
+        command, text=True, start_new_session=bool(setup.nice), env=bytecode_env(), **options
+    )
     prioritize(proc.pid, setup.nice)
     return proc
 
@@ -371,6 +401,14 @@ class Run:
     lag_p99_ms: float | None = None  # the library's own event-loop lag (its result's client)
     lag_max_ms: float | None = None
     error: str | None = None
+
+
+def client_cores(setup: Setup) -> set[int]:
+    """The library client's cores: its one core, or with --workers every core of this
+    process's but the server's (the worker processes inherit the set)."""
+    if setup.workers == "1":
+        return {setup.client_cpu}
+    return (set(setup.cores) | {setup.client_cpu}) - {setup.server_cpu}
 
 
 def children_cpu() -> float:
@@ -471,6 +509,8 @@ def run_client(
         interpreter, _, loop = python.partition(":")
         config = {
             "cpu": setup.client_cpu,
+            "cpus": sorted(client_cores(setup)),
+            "workers": setup.workers,
             "scenario": str(scenario),
             "url": url,
             "out": str(out / "run"),
@@ -658,11 +698,49 @@ def summarize(client: str, mode: str, users: int, long: list[Run], short: list[R
     return row
 
 
+FIXED_TOKENS = 64
+# The fixed cost's parts, each a process of its own (python -c): what the whole run pays once.
+FIXED_PARTS = (
+    ("interpreter", "pass"),
+    ("import aiohttp", "import aiohttp"),
+    ("import pydantic", "import pydantic"),
+    ("import the run's modules", "import workloads.runner.run, workloads.wire.loop"),
+    ("tiktoken's tables", "from workloads.core import tokens; tokens.encoding()"),
+)
+
+
+def fixed_cost(pythons: list[str], setup: Setup, runs: int, names: dict[str, str]) -> None:
+    """Issue 20's fixed cost: the whole client process of a C1 run of 2 requests, median of
+    ``runs``, the clients alternated; then the parts (each includes the interpreter)."""
+    totals: dict[str, list[float]] = {py: [] for py in pythons}
+    with tempfile.TemporaryDirectory(prefix="client-fixed-") as tmp:
+        for _ in range(runs):
+            for py in pythons:
+                run = run_client("zero", 1, FIXED_TOKENS, 1, Path(tmp), setup, python=py)
+                if run.error or run.valid < run.requests or run.requests != 2:
+                    print(f"  {names[py]}: {run.error or f'{run.valid}/{run.requests} valid'}")
+                    continue
+                totals[py].append(run.total_cpu_s)
+    print(f"\nfixed cost: a whole C1 run of 2 requests, process CPU s, median of {runs}:")
+    for py in pythons:
+        values = totals[py]
+        spread = " ".join(f"{v:.2f}" for v in values)
+        print(f"  {names[py]:<21} {fmt(median_of(list(values)), '.3f')}  [{spread}]")
+    for py in pythons:
+        if py == BARE:
+            continue
+        interpreter = py.partition(":")[0]
+        parts = ", ".join(
+            f"{name} {startup_cpu(code, interpreter):.3f}" for name, code in FIXED_PARTS
+        )
+        print(f"  parts ({names[py]}; each a process of its own, median of 5): {parts}")
+
+
 def startup_cpu(code: str, python: str = sys.executable, times: int = 5) -> float:
     """Median user + system CPU seconds of ``python -c code``, a fresh process each time."""
     values = []
     for _ in range(times):
-        proc = subprocess.Popen([python, "-c", code])
+        proc = subprocess.Popen([python, "-c", code], env=bytecode_env())
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
@@ -842,6 +920,15 @@ def main(argv: list[str] | None = None) -> int:
         "(records, sizing, transcripts) overlap other streams' first tokens",
     )
     parser.add_argument(
+        "--workers",
+        default="1",
+        metavar="N|auto",
+        help="the library's worker processes (run_async's workers; auto: the library's "
+        "rule, one per 64 sessions, at most one per client core); past 1 the client and "
+        "its workers run on every core but the server's, and the streaming-window CPU "
+        "columns count the parent process only",
+    )
+    parser.add_argument(
         "--no-bare",
         dest="bare",
         action="store_false",
@@ -856,6 +943,14 @@ def main(argv: list[str] | None = None) -> int:
         help="run the harness, server and client at this nice value, each in "
         "an autogroup of its own (-20..19; negative needs root): on cores "
         "shared with other work, -19 keeps them from waiting behind it",
+    )
+    parser.add_argument(
+        "--fixed",
+        action="store_true",
+        help="measure the fixed cost instead: a whole C1 run of 2 requests (2 turns of "
+        f"{FIXED_TOKENS} tokens, free pacing, the library's defaults: gate, likelihood and "
+        "tokenizer probes, result files), the client process's CPU beside the bare loop's "
+        "for the same 2 requests, and its parts as processes of their own",
     )
     parser.add_argument("--json", type=Path, help="write every run's raw figures here")
     parser.add_argument(
@@ -888,7 +983,17 @@ def main(argv: list[str] | None = None) -> int:
     os.sched_setaffinity(0, {args.cpus[0]})
     if args.turns < 1:
         parser.error("--turns must be at least 1")
-    setup = Setup(args.cpus[0], args.cpus[1], args.burst, args.nice, args.turns)
+    if args.workers != "auto" and (not args.workers.isdigit() or int(args.workers) < 1):
+        parser.error("--workers must be a number of processes (1 or more) or auto")
+    setup = Setup(
+        args.cpus[0],
+        args.cpus[1],
+        args.burst,
+        args.nice,
+        args.turns,
+        args.workers,
+        tuple(sorted(available)),
+    )
     if args.bare:
         args.python = [*args.python, BARE]
     prioritize(os.getpid(), args.nice)  # the harness samples on time too
@@ -926,6 +1031,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"yardstick: json.loads of one chunk {yardstick_us:.2f} µs on the client core", flush=True
     )
+    if args.fixed:
+        fixed_cost(args.python, dataclasses.replace(setup, turns=2), runs, names)
+        return 0
     rows: list[Row] = []
     raw: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="client-overhead-") as tmp:

@@ -38,7 +38,10 @@ delta = st.one_of(
 )
 choice = st.fixed_dictionaries(
     {"index": st.just(0), "delta": delta},
-    optional={"finish_reason": st.sampled_from([None, "length", "stop"])},
+    optional={
+        "finish_reason": st.sampled_from([None, "length", "stop", 1]),
+        "logprobs": st.none(),
+    },
 )
 chunk = st.fixed_dictionaries(
     {"id": st.just("c1"), "choices": st.lists(choice, min_size=0, max_size=1)},
@@ -48,7 +51,10 @@ chunk = st.fixed_dictionaries(
             st.fixed_dictionaries(
                 {"prompt_tokens": st.integers(0, 10**6), "completion_tokens": st.integers(0, 10**6)}
             ),
-        )
+        ),
+        "timings": st.one_of(st.none(), st.fixed_dictionaries({"predicted_n": st.integers(0, 9)})),
+        "model": text,
+        "object": st.just("chat.completion.chunk"),
     },
 )
 
@@ -62,7 +68,9 @@ def said(chunk: dict) -> tuple[str, bool, str | None, Usage | None]:
     usage = None
     if raw is not None:
         usage = Usage(raw["prompt_tokens"], raw["completion_tokens"], cached_tokens=None)
-    return content, bool(content or reasoning or calls), choice.get("finish_reason"), usage
+    reason = choice.get("finish_reason")
+    reason = reason if isinstance(reason, str) else None  # a number is no finish_reason
+    return content, bool(content or reasoning or calls), reason, usage
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -88,6 +96,19 @@ def test_the_stream_says_what_each_chunk_says(chunks, ascii_only, cuts):
             break
     assert done and stream.saw_done
     parsed = [said(c) for c in chunks]
+    # Each content chunk is stamped with the read that brought its blank line, the end of
+    # its event: chunk by chunk, whichever path read it.
+    ends, at = [], 0
+    for _ in chunks:
+        at = wire.index(b"\n\n", at) + 2
+        ends.append(at)
+    stamp = [sum(start < end for start in [0, *points]) for end in ends]  # reads begun
+    stamps = [s for s, p in zip(stamp, parsed, strict=True) if p[1]]
+    assert list(stream.content_ns) == stamps
+    texts = [s for s, p in zip(stamp, parsed, strict=True) if p[0]]
+    assert stream.first_text_ns == (texts[0] if texts else None)
+    assert stream.first_content_ns == (stamps[0] if stamps else None)
+    assert stream.last_content_ns == (stamps[-1] if stamps else None)
     assert stream.text == "".join(p[0] for p in parsed)
     assert stream.content_events == sum(p[1] for p in parsed)
     deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
@@ -115,6 +136,30 @@ def test_the_stream_says_what_each_chunk_says(chunks, ascii_only, cuts):
 def test_what_is_not_a_chunk_raises_its_kind(data, kind):
     with pytest.raises(RequestError) as caught:
         ChatStream().feed(data, 1)
+    assert caught.value.kind == kind
+
+
+@pytest.mark.parametrize(
+    ("data", "kind"),
+    [
+        (b'data: {"choices": [{"delta": {"content": "a"}}], "error": null}\n\n', "error_event"),
+        (b'data: {"choices": [{"delta": {"content": "a"}}], "x": "\xff"}\n\n', None),
+        (b'data: {"choices": [{"delta": {"content": "\xff"}}]}\n\n', "malformed"),
+        (b'data: {"choices": [{"delta": {"content": "a"}}]} {}\n\n', "malformed"),
+    ],
+)
+def test_a_chunk_after_the_first_is_judged_as_the_first(data, kind):
+    """Past the first chunk (the common shape's typed path): an ``error`` member, even null,
+    is an error event; bad JSON or bad UTF-8 in what is read is malformed. A field the
+    client does not read is skipped unchecked for UTF-8 (None: no error)."""
+    stream = ChatStream()
+    stream.feed(b'data: {"id": "c1", "choices": []}\n\n', 1)
+    if kind is None:
+        stream.feed(data, 2)
+        assert stream.text == "a"
+        return
+    with pytest.raises(RequestError) as caught:
+        stream.feed(data, 2)
     assert caught.value.kind == kind
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import workloads
@@ -78,6 +79,33 @@ def test_a_stall_with_nothing_in_flight_is_not_counted():
     health = asyncio.run(main())
     assert health.loop_lag_samples == 0
     assert health.loop_lag_max_ms is None  # not measured: not zero
+
+
+def test_the_cpu_share_leaves_out_other_threads():
+    """Another thread of the process (the embedded simulated server's, a writer's) burns CPU
+    while the loop waits for it: the process's CPU grows, the loop's share does not."""
+
+    def burn(loop: asyncio.AbstractEventLoop, done: asyncio.Event) -> None:
+        sum(i * i for i in range(2_000_000))  # a fixed amount of work, however fast the core
+        loop.call_soon_threadsafe(done.set)
+
+    async def main() -> tuple[ClientHealth, float, float]:
+        monitor = ClientMonitor()
+        done = asyncio.Event()
+        async with monitor:
+            wall, process = time.perf_counter(), time.process_time()
+            with monitor.watching():
+                thread = threading.Thread(target=burn, args=(asyncio.get_running_loop(), done))
+                thread.start()
+                await done.wait()
+                thread.join()
+            wall, process = time.perf_counter() - wall, time.process_time() - process
+        return monitor.health([]), wall, process
+
+    health, wall, process_cpu = asyncio.run(main())
+    assert health.cpu_share is not None and process_cpu > 0
+    # the share × a wall time at least the watched one: at least the CPU the share counted
+    assert health.cpu_share * wall < process_cpu / 2
 
 
 def test_lag_counts_while_a_request_is_in_flight():

@@ -5,8 +5,11 @@ Tool calls arrive as ``delta.tool_calls`` pieces (OpenAI's and vLLM's shape): th
 of a call has its ``index``, ``id`` and ``function.name``, later pieces of the same ``index``
 carry more of ``function.arguments``, which are joined in order.
 
-This is the client's hot path, run once per read of the socket, so it keeps no per-event
-objects beyond what :class:`~workloads.core.sse.SSEDecoder` returns and parses each event once.
+This is the client's hot path, run once per read of the socket. The common event (a content
+delta or a finish: ``_CommonChunk``) is decoded by msgspec into a typed struct and folded
+with no dict of ours and one stamp call per read; an event of any other shape fails that
+decode and is parsed again by orjson and read by the general rules (:func:`generated`), which
+also read the first chunk (the completion's ``id`` and ``model``).
 Failures the stream itself shows (a malformed event, an error object) raise
 :class:`~workloads.model.errors.RequestError` with the partial state kept on the instance.
 """
@@ -22,6 +25,9 @@ try:  # orjson parses a chunk ~4x faster than json (benchmarks in the commit); s
     from orjson import loads
 except ImportError:  # a platform without an orjson wheel: the standard library
     from json import loads  # type: ignore[assignment]
+
+from msgspec import UNSET, Struct, UnsetType
+from msgspec.json import Decoder
 
 from workloads.core.sse import SSEDecoder
 from workloads.model.errors import RequestError
@@ -116,6 +122,37 @@ def generated(delta: dict[str, Any]) -> tuple[str, str, list[Any] | None]:
     return content, reasoning, calls if calls and type(calls) is list else None
 
 
+class _CommonDelta(Struct, gc=False):
+    """The common delta: content text, and reasoning and tool calls null or absent."""
+
+    content: str = ""
+    reasoning_content: None = None
+    reasoning: None = None
+    tool_calls: None = None
+
+
+class _CommonChoice(Struct, gc=False):
+    delta: _CommonDelta
+    finish_reason: str | None = None
+
+
+class _CommonChunk(Struct, gc=False):
+    """The common ``chat.completion.chunk``, as a type: what most events of a stream are (a
+    content delta, or a finish). A chunk of any other shape (content parts, reasoning, tool
+    calls, usage, timings, an ``error`` member, even null) fails to decode as this and goes
+    through the general path, which reads it as before. Fields the client does not read
+    (``id``, ``model``, ``logprobs``, ...) are checked for JSON syntax and skipped."""
+
+    choices: list[_CommonChoice]
+    usage: None = None
+    timings: None = None
+    error: UnsetType = UNSET  # present at all: the general path (an error event)
+
+
+# msgspec's typed decoding: ~0.6 µs a chunk against ~1.0 µs for orjson's dict, and no dict
+# look-ups after it (issue 20: the per-token path).
+_decode_common = Decoder(_CommonChunk).decode
+
 _PARTS_KEPT = 256  # content parts held apart before they are joined (per read)
 
 
@@ -202,44 +239,51 @@ class ChatStream:
         for data, name, _, _ in fields:
             if self._event(data, name, now):
                 return True
+        # The common event, a content delta, here: one typed decode, no dict of ours, no
+        # call per event; its stamps are taken once per read. Every other shape (and the
+        # first chunk, which names the completion) goes through _event.
+        named = self.request_id is not None
         add_part = self._parts.append
-        add_stamp = self.content_ns.append
+        stamps = 0  # content events of this read not stamped yet (all arrived at ``now``)
         for data in plain:
-            # The common event, a content delta, here: one parse, a few look-ups, one call
-            # (the content-chunk rule). Every other shape (and every check) goes through
-            # _event.
-            try:
-                obj = loads(data)
-                choice = obj["choices"][0]  # indexing succeeds only on a dict and a list
-                content, reasoning, calls = generated(choice["delta"])
-                fast = (
-                    content
-                    and calls is None
-                    and self.request_id is not None
-                    and "error" not in obj
-                    and obj.get("usage") is None
-                    and obj.get("timings") is None
-                )
-            except (ValueError, RecursionError, LookupError, TypeError, AttributeError):
-                fast = False
-            if fast:
-                if self.first_text_ns is None:
-                    self.first_text_ns = now
-                    if self.first_content_ns is None:
-                        self.first_content_ns = now
-                self.last_content_ns = now
-                add_stamp(now)
-                self.content_events += 1
-                add_part(content)
-                if reasoning:
-                    self._reasoning.append(reasoning)
-                if (reason := choice.get("finish_reason")) is not None and type(reason) is str:
-                    self.finish_reason = reason
-            elif self._event(data, None, now):
+            if named:
+                try:
+                    chunk = _decode_common(data)
+                except (ValueError, RecursionError):  # not the common shape: _event decides
+                    pass
+                else:
+                    if chunk.choices:
+                        choice = chunk.choices[0]
+                        if content := choice.delta.content:
+                            add_part(content)
+                            stamps += 1
+                        if choice.finish_reason is not None:
+                            self.finish_reason = choice.finish_reason
+                    continue
+            if stamps:
+                self._stamp(now, stamps)
+                stamps = 0
+            if self._event(data, None, now):
                 return True
+            named = self.request_id is not None
+        if stamps:
+            self._stamp(now, stamps)
         if len(self._parts) > _PARTS_KEPT:  # a string a token is ~60 bytes: join them
             self._parts[:] = ["".join(self._parts)]  # in place, as ``text`` does
         return False
+
+    def _stamp(self, now: int, events: int) -> None:
+        """``events`` content chunks with content text arrived at ``now``."""
+        if self.first_text_ns is None:
+            self.first_text_ns = now
+            if self.first_content_ns is None:
+                self.first_content_ns = now
+        self.last_content_ns = now
+        if events == 1:
+            self.content_ns.append(now)
+        else:
+            self.content_ns.extend([now] * events)
+        self.content_events += events
 
     def close(self, now: int) -> bool:
         """The body ended at ``now``: fold an event left without its blank line."""

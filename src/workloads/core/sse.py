@@ -93,6 +93,21 @@ class SSEDecoder:
         name, id and retry as before them), as bytes, without a Python step per event."""
         if self._head is not None:
             chunk = self._strip_bom(chunk)
+        # The usual read: whole "data: " events, nothing pending. The pieces between the
+        # "\n\ndata: " separators are the events exactly when the read holds no other LF
+        # (counted in C) and no CR.
+        if (
+            chunk[:6] == b"data: "
+            and chunk[-2:] == b"\n\n"
+            and not self._pending
+            and not self._data
+            and self._event is None
+            and not self._pending_cr
+            and b"\r" not in chunk
+        ):
+            plain = chunk[6:-2].split(b"\n\ndata: ")
+            if chunk.count(b"\n") == 2 * len(plain):
+                return [], plain
         events, chunk = self._open_event(chunk)
         if not chunk:
             return events, []

@@ -22,6 +22,7 @@ pyperf also computes its own), so SciPy is not a dependency.
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -246,13 +247,15 @@ def percentiles(values: Iterable[float | None]) -> Percentiles | None:
     return Percentiles(p50=p50, p90=p90, p99=p99, max=data[-1], n=len(data), bounds=bounds)
 
 
-def chunk_gaps_us(arrivals_ns: Sequence[int] | None) -> list[int] | None:
+def chunk_gaps_us(arrivals_ns: Sequence[int] | None) -> array[int] | None:
     """Content-chunk arrival times (perf_counter_ns, in order) as the gaps between them in
-    whole microseconds: what a TurnRecord keeps of them. Microseconds: inter-token gaps are
-    milliseconds, and six digits a gap keep records.jsonl small. None when not recorded."""
+    whole microseconds: what a TurnRecord keeps of them, a machine integer each (as an
+    array, the record keeps it without checking every value again). Microseconds:
+    inter-token gaps are milliseconds, and six digits a gap keep records.jsonl small. None
+    when not recorded."""
     if arrivals_ns is None:
         return None
-    return [round((b - a) / 1000) for a, b in pairwise(arrivals_ns)]
+    return array("q", [round((b - a) / 1000) for a, b in pairwise(arrivals_ns)])
 
 
 # --- Percentile bounds from order statistics, and SLO checks ----------------------------

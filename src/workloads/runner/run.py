@@ -48,8 +48,8 @@ from workloads.wire.client import AiohttpChatClient, ChatClient
 from workloads.wire.identify import identify
 from workloads.wire.likelihood import measure_likelihood
 from workloads.wire.loop import run_loop
-from workloads.wire.tokenize import probe_tokenizer
-from workloads.wire.transport import transport_for
+from workloads.wire.tokenize import LlamaCppTokenizer, VllmTokenizer, probe_tokenizer
+from workloads.wire.transport import Transport, transport_for
 
 __all__ = ["run", "run_async"]
 
@@ -151,8 +151,10 @@ async def run_async(
         recording = load_recording(replay)
         recording.check(scenario)
     # tiktoken's tables take 0.3 s to load (seconds on a busy machine): load them off the event
-    # loop now, not on it in the middle of the first sessions' sizing.
-    await asyncio.to_thread(tokens.encoding)
+    # loop now, not on it in the middle of the first sessions' sizing; not at all where worker
+    # processes size the prompts (each loads its own).
+    if not sharded:
+        await asyncio.to_thread(tokens.encoding)
     out = Path(out_dir) if out_dir is not None else None
     async with AsyncExitStack() as stack:
         if out is not None:  # removed again if the run fails to start (runner/outdir.py)
@@ -174,6 +176,7 @@ async def run_async(
         energy_note: str | None = None  # why energy is off, when this run decides so
         setup_warnings: list[str] = []  # for the result: what the setup changed, and why
         gate: ChatClient | None = None  # the gate's client; None: the run's own
+        likelihood = None
         if client is None:
             model, identity = await identify(chosen, scenario.timeouts.connect_s + 20, transport)
             client = await stack.enter_async_context(
@@ -188,15 +191,23 @@ async def run_async(
                 gate = await stack.enter_async_context(
                     gate_client(chosen, scenario.timeouts, transport)
                 )
-            if scenario.tokenizer == "auto":
-                found = await probe_tokenizer(
-                    target.root_url,
-                    model,
-                    transport=transport,
-                    template_kwargs=scenario.extra_body.get("chat_template_kwargs"),
+            # The tokenizer probe and the likelihood probe (one request, before any window
+            # opens: the server's counters never see it) go out together.
+            async with asyncio.TaskGroup() as probes:
+                probed = probes.create_task(
+                    _probe_tokenizer(scenario, target.root_url, model, transport)
                 )
-                if found is not None:
-                    tokenizer = await stack.enter_async_context(found)
+                measured = probes.create_task(
+                    measure_likelihood(
+                        chosen.base_url,
+                        model,
+                        transport=transport,
+                        timeout_s=scenario.timeouts.turn_s,
+                    )
+                )
+            if (found := probed.result()) is not None:
+                tokenizer = await stack.enter_async_context(found)
+            likelihood = measured.result()
         else:
             model, identity = chosen.model or "fake", ServerIdentity()
             # Nothing is asked of the target: the result says what that turned off.
@@ -216,15 +227,13 @@ async def run_async(
             replaced = "client= replaced the HTTP client: " + "; ".join(off)
             log.warning("%s", replaced)
             setup_warnings.append(replaced)
-        likelihood = None
-        if isinstance(client, AiohttpChatClient):  # a real target (not a test's fake client)
-            # One request, before any window opens: the server's counters never see it.
-            likelihood = await measure_likelihood(
-                chosen.base_url,
-                model,
-                transport=transport,
-                timeout_s=scenario.timeouts.turn_s,
-            )
+            if isinstance(client, AiohttpChatClient):  # a real target (not a test's fake client)
+                likelihood = await measure_likelihood(
+                    chosen.base_url,
+                    model,
+                    transport=transport,
+                    timeout_s=scenario.timeouts.turn_s,
+                )
         window_telemetry = await stack.enter_async_context(
             _window_telemetry(chosen, telemetry, simulated, energy_note)
         )
@@ -416,6 +425,20 @@ def _worker_players(
     pool: WorkerPool, run: Run, *, target: Target, transcripts: bool
 ) -> WorkerPlayers:
     return WorkerPlayers(pool, run, target=target, transcripts=transcripts)
+
+
+async def _probe_tokenizer(
+    scenario: Scenario, root_url: str, model: str, transport: Transport
+) -> VllmTokenizer | LlamaCppTokenizer | None:
+    """The target's own tokenizer where the scenario asks for it (``tokenizer = "auto"``)."""
+    if scenario.tokenizer != "auto":
+        return None
+    return await probe_tokenizer(
+        root_url,
+        model,
+        transport=transport,
+        template_kwargs=scenario.extra_body.get("chat_template_kwargs"),
+    )
 
 
 def _trace_players(trace: MooncakeTrace, tokenizer: TargetTokenizer, run: Run) -> TracePlayers:

@@ -14,11 +14,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client.openmetrics.parser import (
-    text_string_to_metric_families as openmetrics_families,
-)
-from prometheus_client.parser import text_string_to_metric_families
-
 __all__ = ["LabelFilter", "Snapshot", "parse_metrics"]
 
 # label → allowed values; a sample is kept when every named label has one of them.
@@ -97,6 +92,13 @@ def parse_metrics(
     """Parse exposition text. ``only`` keeps just these sample names (the periodic gauge
     samples need three names out of vLLM's ~100 KB of histograms). Raises ValueError on text
     that is not Prometheus exposition format."""
+    # Imported here, at the first /metrics read: a run whose target serves none (and every
+    # process that only imports the library) does not pay for prometheus_client's imports.
+    from prometheus_client.openmetrics.parser import (
+        text_string_to_metric_families as openmetrics_families,
+    )
+    from prometheus_client.parser import text_string_to_metric_families
+
     if only is not None:
         text = _keep_families(text, only)
     parse = openmetrics_families if openmetrics else text_string_to_metric_families

@@ -193,10 +193,16 @@ class Transport:
             kwargs["proxy"] = str(proxy.url)
             if proxy.authorization is not None:
                 kwargs["proxy_headers"] = {"Proxy-Authorization": proxy.authorization}
+        # An http origin with the default TLS options needs no context of ours (making one
+        # reads the system's CA store: ~50 ms each); aiohttp's own verified one serves a
+        # redirect to https, with the same system store.
+        default_tls = URL(url).scheme != "https" and self.ca_bundle is None and not self.insecure
         return aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=timeout_s),
             headers={**self.headers, **(headers or {})},
-            connector=aiohttp.TCPConnector(limit=limit, ssl=self.ssl_context()),
+            connector=aiohttp.TCPConnector(
+                limit=limit, ssl=True if default_tls else self.ssl_context()
+            ),
             trust_env=False,
             **kwargs,
         )
