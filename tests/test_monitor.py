@@ -156,8 +156,8 @@ def test_with_the_embedded_simulator_the_lag_warning_names_it_and_worker_process
     assert "--workers N, or --workers auto" in alone
     (embedded,) = health_warnings(lagging, embedded=True)
     assert (
-        "; the embedded simulated server shares this process, and its engine delays the "
-        "client's stamps: --workers 2 sends from processes of their own"
+        "; the embedded simulated server shares this process and may hold its "
+        "interpreter: --workers 2 sends from processes of their own"
     ) in embedded
     sharded = lagging.model_copy(update={"processes": 2})  # the server is not in theirs
     assert health_warnings(sharded, embedded=True) == health_warnings(sharded)
