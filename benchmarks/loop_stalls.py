@@ -1,0 +1,184 @@
+"""Where the client's event loop stalls, and whether a stream was open then.
+
+One process runs ``workloads.run_async`` (pinned to CPU 1) against benchmarks/stream_server.py
+(pinned to CPU 0; TTFT 100 ms, 10 ms between tokens, one token per chunk), USERS sessions of
+TURNS turns, free pacing, 512-token streams: the multi-turn shape of issue 20. A 1 ms
+heartbeat on the loop and a watchdog thread that wakes every 0.5 ms: whenever the heartbeat
+is more than 5 ms late, the watchdog samples the loop thread's stack (``sys._current_frames``).
+The garbage collector's pauses over 2 ms are logged through ``gc.callbacks``. At the end, the
+records' send and done stamps say how many streams were open during each stall.
+
+    python benchmarks/loop_stalls.py 256 2         # C256, 2 turns: ~20 s
+    python benchmarks/loop_stalls.py 1000 2 auto   # with --workers auto (the parent only)
+
+Prints every stall over 5 ms with streams open (start, length, open streams), the GC pauses,
+and the stacks of the longest stalls. Loopback only; Linux only (sched_setaffinity).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+LATE_S = 0.005  # a heartbeat this late is a stall
+BEAT_S = 0.001
+WATCH_S = 0.0005
+MAX_RUN_S = 600.0
+
+SCENARIO = """description = "loop stalls"
+users = {users}
+turns = {turns}
+opening_tokens = 0
+turn_tokens = 32
+output_tokens = 512
+exact_output = true
+nonce = "session"
+[repetitions]
+warmup = 0
+measured = 1
+[pacing]
+mode = "free"
+[content]
+corpus = "synthetic"
+style = "chat"
+seed = 0
+"""
+
+
+def main() -> None:
+    users, turns = int(sys.argv[1]), int(sys.argv[2])
+    workers = sys.argv[3] if len(sys.argv) > 3 else "1"
+    tmp = Path(tempfile.mkdtemp())
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            str(HERE / "stream_server.py"),
+            *("--cpu", "0", "--ttft-ms", "100", "--itl-ms", "10"),
+            *("--truth", str(tmp / "truth.jsonl")),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip().removeprefix("listening on ")
+        (tmp / "s.toml").write_text(SCENARIO.format(users=users, turns=turns))
+        report(*watch_run(tmp, url, users, workers))
+    finally:
+        server.terminate()
+
+
+def watch_run(
+    tmp: Path, url: str, users: int, workers: str
+) -> tuple[Any, float, list[Any], list[Any]]:
+    os.sched_setaffinity(0, {1})
+    sys.setswitchinterval(WATCH_S)  # the watchdog gets the interpreter during a stall
+    import workloads
+    from workloads.runner.workers.pool import auto_workers
+    from workloads.wire.loop import run_loop
+
+    loop_thread = threading.get_ident()
+    last = [time.perf_counter()]
+    done = threading.Event()
+    stalls: list[list[Any]] = []  # [start, length, Counter of stacks]
+
+    def watch() -> None:
+        current: list[Any] | None = None
+        deadline = time.perf_counter() + MAX_RUN_S
+        while not done.is_set() and time.perf_counter() < deadline:
+            time.sleep(WATCH_S)
+            late = time.perf_counter() - last[0]
+            if late <= LATE_S:
+                continue
+            frame = sys._current_frames().get(loop_thread)
+            stack = traceback.extract_stack(frame) if frame is not None else []
+            key = tuple(f"{Path(f.filename).name}:{f.lineno}:{f.name}" for f in stack[-14:])
+            if current is None or current[0] != last[0]:
+                current = [last[0], late, collections.Counter()]
+                stalls.append(current)
+            current[1] = late
+            current[2][key] += 1
+
+    pauses: list[tuple[float, float, int]] = []
+    began = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+        elif (length := time.perf_counter() - began[0]) > 0.002:
+            pauses.append((began[0], length, info["generation"]))
+
+    async def run() -> Any:
+        loop = asyncio.get_running_loop()
+
+        def beat() -> None:
+            last[0] = time.perf_counter()
+            loop.call_later(BEAT_S, beat)
+
+        beat()
+        return await workloads.run_async(
+            workloads.load_scenario(tmp / "s.toml"),
+            target=workloads.Target(url, "bench-model"),
+            out_dir=tmp / "out",
+            workers=auto_workers(users) if workers == "auto" else int(workers),
+        )
+
+    threading.Thread(target=watch, daemon=True).start()
+    gc.callbacks.append(on_gc)
+    start = time.perf_counter()
+    try:
+        result = run_loop(run())
+    finally:
+        done.set()
+        gc.callbacks.remove(on_gc)
+    spans = []
+    for line in (tmp / "out" / "records.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record.get("sent_ns") and record.get("done_ns"):
+            spans.append((record["sent_ns"] / 1e9, record["done_ns"] / 1e9))
+    return result, start, stalls, [spans, pauses]
+
+
+def report(result: Any, start: float, stalls: list[Any], extra: list[Any]) -> None:
+    spans, pauses = extra
+
+    def open_streams(a: float, b: float) -> int:
+        return sum(1 for sent, done in spans if sent < b and done > a)
+
+    print(f"complete {result.complete}; client health {result.client}")
+    print(f"{len(spans)} requests; first sent at +{min(s for s, _ in spans) - start:.3f} s")
+    print("GC pauses over 2 ms (start s, ms, generation, open streams):")
+    print(
+        [(round(a - start, 3), round(d * 1e3, 1), g, open_streams(a, a + d)) for a, d, g in pauses]
+    )
+    busy = [s for s in stalls if open_streams(s[0], s[0] + s[1])]
+    print(f"stalls over {LATE_S * 1e3:g} ms: {len(stalls)}; with streams open: {len(busy)}")
+    print(
+        [
+            (round(s[0] - start, 3), round(s[1] * 1e3, 1), open_streams(s[0], s[0] + s[1]))
+            for s in busy
+        ]
+    )
+    for stall in sorted(busy, key=lambda s: -s[1])[:8]:
+        print(f"\n== +{stall[0] - start:.3f} s, {stall[1] * 1e3:.1f} ms")
+        for stack, samples in stall[2].most_common(2):
+            print(f"  [{samples} samples]")
+            for frame in stack:
+                print("     ", frame)
+
+
+if __name__ == "__main__":
+    main()
