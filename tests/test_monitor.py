@@ -12,6 +12,18 @@ from workloads.model.results import ClientHealth
 from workloads.runner.monitor import ClientMonitor, health_warnings
 
 
+class _WrittenAtOnce(FakeChatClient):
+    """FakeChatClient whose request is written as the call begins, so what the handler does
+    (blocking the loop on purpose) happens while its stream is open, as a stall between two
+    chunks would."""
+
+    async def stream_chat(self, body):
+        written = time.perf_counter_ns()
+        response = await super().stream_chat(body)
+        response.started_ns = response.sent_ns = written
+        return response
+
+
 def _scenario() -> workloads.Scenario:
     return workloads.Scenario.model_validate(
         {
@@ -31,7 +43,7 @@ def test_a_loop_blocked_on_purpose_is_reported_as_a_client_bottleneck():
         time.sleep(0.08)  # blocks the event loop: no chunk could be stamped meanwhile
         return 50, "ok " * 8
 
-    client = FakeChatClient(handler, delay=lambda body: 0.05)
+    client = _WrittenAtOnce(handler, delay=lambda body: 0.05)
     result = workloads.run(_scenario(), client=client)
     health = result.client
     assert health is not None and health.loop_lag_samples > 0
@@ -108,21 +120,33 @@ def test_the_cpu_share_leaves_out_other_threads():
     assert health.cpu_share * wall < process_cpu / 2
 
 
-def test_lag_counts_while_a_request_is_in_flight():
+def _lags_around_a_blocked_loop(client_kind):
     def handler(body):
-        time.sleep(0.02)  # the loop blocked while this request is in flight
+        time.sleep(0.03)  # the loop blocked during the call
         return 5, "ok"
 
     async def main() -> ClientHealth:
         monitor = ClientMonitor(interval_s=0.001)
-        client = monitor.counting(FakeChatClient(handler, delay=lambda body: 0.01))
+        client = monitor.counting(client_kind(handler, delay=lambda body: 0.01))
         async with monitor:
             with monitor.watching():
                 await client.stream_chat({"messages": [], "max_tokens": 4})
+                await asyncio.sleep(0.01)  # the sampler wakes: it sees how late it is
         return monitor.health([])
 
-    health = asyncio.run(main())
-    assert health.loop_lag_samples > 0
+    return asyncio.run(main())
+
+
+def test_lag_counts_while_a_stream_is_open():
+    health = _lags_around_a_blocked_loop(_WrittenAtOnce)
+    assert health.loop_lag_max_ms is not None and health.loop_lag_max_ms >= 20
+
+
+def test_a_stall_before_the_request_is_written_is_not_counted():
+    """The call began (the request waits to be written: a C256 run opening its sessions) but
+    no stream is open: the stall delays the send, which the send delay shows, not a stamp."""
+    health = _lags_around_a_blocked_loop(FakeChatClient)  # written after the handler
+    assert health.loop_lag_max_ms is None or health.loop_lag_max_ms < 20
 
 
 def test_stamps_that_waited_over_a_millisecond_at_p99_are_reported_with_the_figure():

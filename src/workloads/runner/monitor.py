@@ -5,9 +5,12 @@ may be the bottleneck.
 
 * event-loop lag — a task wakes every ``interval_s`` on absolute deadlines; how late each wake
   is (past the timers' own millisecond, :data:`TIMER_SLACK_S`), is time every chunk arriving
-  then waited before it was stamped. A wake counts only when
-  a request was in flight at some time since it was due: a stall with nothing in flight (a
-  lock-step turn's prompts sized between barriers) delays no stamp and is not a bottleneck;
+  then waited before it was stamped. A wake counts only when a stream was open as the stall
+  began (a request of this process written, its response not yet ended): a stall with none
+  open delays no stamp and is not a bottleneck — a lock-step turn's prompts sized between
+  barriers, or a C256 run opening its sessions while the first requests wait to be written
+  (benchmarks/RESULTS.md: 45.7 ms counted before, ~10 ms the worst with a stream open);
+  such a stall delays a send, which the send delay shows;
 * CPU share — the event loop thread's CPU seconds over wall seconds: near 1.0 means its core
   is saturated. Other threads are left out: the embedded simulated server's (it runs on its
   own loop in a thread of this process, and its work is the server's, not the client's), the
@@ -19,6 +22,7 @@ may be the bottleneck.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import time
 from array import array
@@ -47,7 +51,7 @@ CPU_SHARE_LIMIT = 0.9  # of one core
 # up to one): a wake up to 1 ms late is the timer's, on an idle loop too, and a chunk (woken
 # by its socket, not a timer) does not wait it. Lag is counted past it.
 TIMER_SLACK_S = 0.001
-MAX_SAMPLES = 1_000_000  # at 10 ms: 2.7 hours of samples, 8 MB; later wakes are not kept
+MAX_SAMPLES = 1_000_000  # at 10 ms: 2.7 hours of samples, 16 MB; later wakes are not kept
 
 
 class ClientMonitor:
@@ -63,6 +67,9 @@ class ClientMonitor:
     def __init__(self, interval_s: float = 0.01) -> None:
         self.interval_s = interval_s
         self._lags_ms: array[float] = array("d")
+        self._dues: array[float] = array("d")  # when each of those wakes was due
+        self._written: array[float] = array("d")  # each request's first byte written,
+        self._ended: array[float] = array("d")  # and its end (16 bytes a request)
         self._task: asyncio.Task[None] | None = None
         self._watching = 0  # nested watching() blocks open now
         self._since = (0.0, 0.0)  # (wall, CPU) when the outermost watching() opened
@@ -118,13 +125,33 @@ class ClientMonitor:
             # a stall begun before: not ours; one with nothing in flight delayed no stamp
             if self._watching and due >= self._since[0] and self._in_flight_since(due):
                 self._lags_ms.append(max(0.0, now - due - TIMER_SLACK_S) * 1000)
+                self._dues.append(due)
             # The next wake is on the grid, skipping wakes a stall swallowed: a 200 ms stall
             # is one sample of 200 ms, not twenty that each look late.
             due += self.interval_s * (1 + int((now - due) // self.interval_s))
 
+    def _stream_lags(self) -> list[float]:
+        """The lags of the wakes whose stall began with a stream open (a request written and
+        not yet ended): the others delayed no stamp. A request written during the stall (its
+        stamp taken as the loop ran again) does not count it: its chunks did not wait."""
+        starts: list[float] = []  # the union of the streams' spans, in order
+        ends: list[float] = []
+        for written, ended in sorted(zip(self._written, self._ended, strict=True)):
+            if ends and written <= ends[-1]:
+                ends[-1] = max(ends[-1], ended)
+            else:
+                starts.append(written)
+                ends.append(ended)
+        lags = []
+        for due, lag_ms in zip(self._dues, self._lags_ms, strict=True):
+            i = bisect.bisect_right(starts, due) - 1  # the last span begun by then
+            if i >= 0 and ends[i] >= due:
+                lags.append(lag_ms)
+        return lags
+
     def health(self, records: Sequence[TurnRecord]) -> ClientHealth:
         """What the monitor saw, with the send delays of ``records``."""
-        lags = list(self._lags_ms)
+        lags = self._stream_lags()
         delays = [
             (r.sent_ns - r.started_ns) / 1e6
             for r in records
@@ -151,11 +178,20 @@ class _Counted:
     async def stream_chat(self, body: dict[str, Any]) -> ChatResponse:
         monitor = self.monitor
         monitor._open += 1
+        began = time.perf_counter()
+        response: ChatResponse | None = None
         try:
-            return await self.client.stream_chat(body)
+            response = await self.client.stream_chat(body)
+            return response
         finally:
             monitor._open -= 1
-            monitor._last_end = time.perf_counter()
+            ended = monitor._last_end = time.perf_counter()
+            if response is None:  # raised (cancelled): when it was written is not known
+                monitor._written.append(began)
+                monitor._ended.append(ended)
+            elif response.sent_ns is not None:  # never written: no stream was open
+                monitor._written.append(response.sent_ns / 1e9)
+                monitor._ended.append(ended)
 
 
 def merged_health(here: ClientHealth, workers: Sequence[ClientHealth]) -> ClientHealth:
