@@ -12,7 +12,7 @@ from workloads.cli import EXIT_INVALID_RUN, main
 from workloads.core.aggregate import repetitions, summarize, turn_repetitions
 from workloads.report.compare import compare, comparison_lines, comparison_table
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 def load(name: str) -> workloads.RunResult:

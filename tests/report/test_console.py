@@ -96,7 +96,7 @@ def test_the_turn_table_shows_configured_next_to_actual_prompt_tokens():
     assert "404" in row.split()[1]  # 300 + 2 × 50 + 4, next to the server's count
 
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 def small(**changes: dict[str, object]) -> workloads.RunResult:

@@ -14,7 +14,7 @@ from workloads.core.agent import child_session, draw_plan
 from workloads.core.corpus import load_corpus
 from workloads.model.transcripts import read_transcripts
 
-TRACE = Path(__file__).resolve().parents[1] / "traces" / "agent-sample.jsonl"
+TRACE = Path(__file__).resolve().parents[2] / "traces" / "agent-sample.jsonl"
 
 # Small enough for ~15 s on two shared cores: short replies and summaries, pauses 2,000 times
 # faster, a quicker simulated step; the sizes stay distributions.

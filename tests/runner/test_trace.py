@@ -11,7 +11,7 @@ import pytest
 from workloads.cli import main
 from workloads.core.traces import ideal_hit_rate, load_mooncake
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "traces" / "mooncake-sample.jsonl"
 
 
