@@ -205,8 +205,9 @@ async def raw_server(
 ) -> AsyncIterator[tuple[str, list[int]]]:
     """Answer request i of a connection with ``pieces_for(i)``, each piece a write of its
     own with a pause before the next (so each is a read of its own); ``close`` closes the
-    connection after every response. Yields the base URL and a list of connections per request; keeps
-    the request heads in ``heads`` and each piece's write time in ``written``."""
+    connection after every response. Yields the base URL and a list of connections per
+    request; keeps the request heads in ``heads`` and each piece's write time in
+    ``written``."""
     served: list[int] = []
     connections = 0
     handlers: set[asyncio.Task[None]] = set()
