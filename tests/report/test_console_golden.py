@@ -1,6 +1,7 @@
 """Golden text of the console report at 80, 120 and 200 columns: every column of every table
 present, no value cut, no line past the width. Regenerate after a deliberate change with
-``WORKLOADS_UPDATE_GOLDEN=1 python -m pytest tests/report/test_console_golden.py`` and read the diff."""
+``WORKLOADS_UPDATE_GOLDEN=1 python -m pytest -n0 tests/report/test_console_golden.py`` and
+read the diff."""
 
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ import pytest
 import workloads
 from workloads.servers.simulated import SimulatedServer
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs this module: its Ray cluster, a module-scoped fixture, made once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("runner/test_ray_workers")]
 
 # Ray binds its own services to 127.0.0.1 only when told that this machine is not a cluster
 # (its switch for laptops); read at import, so before Ray is imported anywhere in this process.
