@@ -5,6 +5,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 import workloads
@@ -21,6 +22,7 @@ def rendered(result: workloads.RunResult) -> str:
     return console.export_text()
 
 
+@pytest.mark.slow
 def test_a_depth_sweep_prints_seed_000_shaped_rows(tmp_path, capsys):
     out = tmp_path / "sweep"
     code = main(

@@ -450,6 +450,7 @@ def test_stopped_before_any_measured_turn_has_one_line_not_empty_tables():
     assert report.stopped_early(built(healthy_records())) is None
 
 
+@pytest.mark.slow
 def test_ctrl_c_before_any_measured_turn_prints_one_line(tmp_path):
     """The CLI, interrupted in its warm-up (a slow server: 12 s or more of warm-up)."""
     out = tmp_path / "early"

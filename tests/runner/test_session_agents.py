@@ -140,6 +140,7 @@ def test_subagents_are_sessions_of_their_own_with_a_parent(agents_run):
     assert {(r["repetition"], r["parent_session"]) for r in kids} <= parents
 
 
+@pytest.mark.slow
 def test_lockstep_sessions_play_their_drawn_plans(tmp_path):
     scenario = workloads.load_scenario("coding-agents").with_overrides(
         [
@@ -195,6 +196,7 @@ def trace_steps() -> dict[int, list[dict]]:
     return steps
 
 
+@pytest.mark.slow
 def test_run_trace_plays_an_agent_trace_step_by_step(tmp_path, capsys):
     out = tmp_path / "trace"
     code = main(

@@ -241,6 +241,7 @@ async def test_a_server_without_metrics_completes_with_not_reported_and_a_warnin
     assert "acceptance 0.5000 (" in text and "from per-response timings" in text
 
 
+@pytest.mark.slow
 def test_cli_metrics_off_and_energy_off_read_nothing(simulated_server, tmp_path, capsys):
     out = tmp_path / "off"
     code = main(
@@ -277,6 +278,7 @@ def test_cli_metrics_off_and_energy_off_read_nothing(simulated_server, tmp_path,
     assert "metrics not read" in printed and "energy reading is off" in printed
 
 
+@pytest.mark.slow
 def test_cli_metrics_url_points_at_the_metrics_elsewhere(simulated_server, tmp_path):
     out = tmp_path / "url"
     root = simulated_server.base_url.removesuffix("/v1")
