@@ -1,6 +1,7 @@
 """The streamed response's HTTP/1.1 framing (wire/http1.py under wire/stream.py): raw
 loopback servers write every byte, split where the test says, and the client must read the
-same stream whatever the split; plus the pure parser at every split of every shape."""
+same stream whatever the split; plus the pure parser at every split of every shape (of the
+40-round bulk responses: every offset class of a round, see ``cuts``)."""
 
 from __future__ import annotations
 
