@@ -18,16 +18,27 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 _STARTED = time.perf_counter()
 
+# pytest-xdist's workers start with COLUMNS=80 in their environment where the pytest that
+# started them had none, and the CLI takes COLUMNS as the user's width (cli/common.py): a
+# worker gets the starting pytest's COLUMNS back (its environment is inherited), or none.
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    os.environ["WORKLOADS_TESTS_COLUMNS"] = os.environ.get("COLUMNS", "")
+elif columns := os.environ.get("WORKLOADS_TESTS_COLUMNS"):
+    os.environ["COLUMNS"] = columns
+else:
+    os.environ.pop("COLUMNS", None)
+
 
 def pytest_terminal_summary(terminalreporter, config) -> None:
     """The wall time of this pytest run, with what it ran: `.ci/run` runs the light tier
     and the llama.cpp tier as two runs, and this line is each one's figure."""
-    tier = config.getoption("markexpr") or "every test"
-    workers = getattr(config.option, "numprocesses", None) or 0
+    markexpr = config.getoption("markexpr")
+    tier = f"-m {markexpr!r}" if markexpr else "every tier"
+    workers = getattr(config.option, "numprocesses", None) or "no"
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     terminalreporter.write_line(
-        f"wall time: {time.perf_counter() - _STARTED:.1f} s for -m {tier!r} "
-        f"({workers or 'no'} xdist workers, {os.cpu_count()} CPUs, load average {load} at the end)"
+        f"wall time: {time.perf_counter() - _STARTED:.1f} s, {tier} ({workers} xdist "
+        f"workers, {os.cpu_count()} CPUs, load average {load} at the end)"
     )
 
 
