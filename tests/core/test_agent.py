@@ -16,9 +16,6 @@ import workloads
 from workloads.core.agent import MAX_CHILDREN, child_session, draw_plan, plan_steps, scaled
 from workloads.core.draws import draw_seconds, draw_tokens
 
-# One xdist worker runs this module: its drawn plans, a module-scoped fixture, made once.
-pytestmark = pytest.mark.xdist_group("core/test_agent")
-
 TOLERANCE = 0.05  # every published figure is checked to within 5% (relative)
 
 

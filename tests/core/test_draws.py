@@ -13,9 +13,6 @@ from workloads.core.agent import draw_plan
 from workloads.core.draws import draw_seconds, draw_tokens, quantile
 from workloads.model.scenario import Distribution, Sizes
 
-# One xdist worker runs this module: its drawn plans, a module-scoped fixture, made once.
-pytestmark = pytest.mark.xdist_group("core/test_draws")
-
 TABLE = [(0.0, 1.0), (0.5, 2.0), (0.75, 5.0), (0.9, 21.0), (0.99, 87.0), (1.0, 200.0)]
 
 

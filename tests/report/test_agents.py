@@ -13,9 +13,6 @@ from workloads.cli import main
 from workloads.report import agents
 from workloads.report.export import csv_text, plain_text
 
-# One xdist worker runs this module: its agents' run, a module-scoped fixture, made once.
-pytestmark = pytest.mark.xdist_group("report/test_agents")
-
 
 @pytest.fixture(scope="module")
 def agents_run(tmp_path_factory):

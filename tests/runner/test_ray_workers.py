@@ -17,8 +17,7 @@ import pytest
 import workloads
 from workloads.servers.simulated import SimulatedServer
 
-# One xdist worker runs this module: its Ray cluster, a module-scoped fixture, made once.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("runner/test_ray_workers")]
+pytestmark = pytest.mark.slow
 
 # Ray binds its own services to 127.0.0.1 only when told that this machine is not a cluster
 # (its switch for laptops); read at import, so before Ray is imported anywhere in this process.

@@ -14,9 +14,6 @@ from workloads.core.agent import child_session, draw_plan
 from workloads.core.corpus import load_corpus
 from workloads.model.transcripts import read_transcripts
 
-# One xdist worker runs this module: its agents' run, a module-scoped fixture, made once.
-pytestmark = pytest.mark.xdist_group("runner/test_session_agents")
-
 TRACE = Path(__file__).resolve().parents[2] / "traces" / "agent-sample.jsonl"
 
 # Small enough for ~15 s on two shared cores: short replies and summaries, pauses 2,000 times

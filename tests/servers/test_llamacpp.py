@@ -17,13 +17,7 @@ import workloads
 from workloads.cli import main
 from workloads.servers.llamacpp import LlamaCppServer, context_per_slot
 
-# One xdist worker runs the llama.cpp tier (this module and the llamacpp tests elsewhere):
-# its llama-server, a module-scoped fixture, made once, and one server at a time on the CPUs.
-pytestmark = [
-    pytest.mark.llamacpp,
-    pytest.mark.slow,
-    pytest.mark.xdist_group("llamacpp"),
-]
+pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
 
 # five-user-coding cut down to what two CPU cores serve in about a minute.
 SMALL = [

@@ -23,9 +23,6 @@ from workloads.wire.client import HttpChatClient
 from workloads.wire.identify import identify
 from workloads.wire.transport import Transport, transport_for
 
-# One xdist worker runs this module: its servers, a module-scoped fixture, made once.
-pytestmark = pytest.mark.xdist_group("wire/test_transport")
-
 BODY = {
     "model": "sim-fast",
     "messages": [{"role": "user", "content": "hello"}],
