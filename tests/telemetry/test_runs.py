@@ -14,7 +14,6 @@ from rich.console import Console
 import workloads
 from workloads.cli import main
 from workloads.report import console as report
-from workloads.servers.simulated.profiles import Profile
 
 NO_ENERGY = workloads.TelemetryOptions(energy="off")
 
@@ -58,19 +57,8 @@ def test_sim_window_deltas_equal_the_measured_usage_exactly(run_scenario, tiny_s
 
 
 def test_sim_acceptance_matches_its_configured_truth(tiny_scenario):
-    fields = Profile.model_fields
-    if "spec_tokens" not in fields:
-        pytest.skip(
-            "the simulator has no speculative decoding yet (no spec_tokens field in "
-            "its Profile); this checks window acceptance against it once it lands"
-        )
-    accept = [name for name in fields if "accept" in name]
-    if not accept:
-        pytest.skip(
-            "the simulator's Profile has spec_tokens but no acceptance field to compare with"
-        )
     k, p = 3, 0.6
-    with workloads.SimulatedServer("fast", sim={"spec_tokens": k, accept[0]: p}) as server:
+    with workloads.SimulatedServer("fast", sim={"spec_tokens": k, "spec_acceptance": p}) as server:
         result = workloads.run(
             tiny_scenario.with_overrides(["output_tokens=200", "users=3"]),
             server.target,
