@@ -13,7 +13,7 @@
   one compaction (session 1, step 6), and one sub-agent (session 3, spawned for session 0's
   step 4).
 
-tests/test_traces.py checks the shipped files equal what this script writes.
+tests/core/test_traces.py checks the shipped files equal what this script writes.
 """
 
 from __future__ import annotations

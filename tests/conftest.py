@@ -1,12 +1,46 @@
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 from hypothesis import HealthCheck, settings
 
 # A test must not fail because a machine is slow: no per-example deadline, and no health
 # check on how long generating examples takes (CI builds llama.cpp beside the tests).
-settings.register_profile("workloads", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("workloads")
+# HYPOTHESIS_PROFILE picks how many examples a property gets where its test sets none:
+# "ci" (the default) sized for the suite's time; "nightly" ten times more, to run seldom.
+# A test's own @settings(max_examples=...) holds in both.
+_RELAXED = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("ci", max_examples=50, **_RELAXED)
+settings.register_profile("nightly", max_examples=500, **_RELAXED)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+_STARTED = time.perf_counter()
+
+# pytest-xdist's workers start with COLUMNS=80 in their environment where the pytest that
+# started them had none, and the CLI takes COLUMNS as the user's width (cli/common.py): a
+# worker gets the starting pytest's COLUMNS back (its environment is inherited), or none.
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    os.environ["WORKLOADS_TESTS_COLUMNS"] = os.environ.get("COLUMNS", "")
+elif columns := os.environ.get("WORKLOADS_TESTS_COLUMNS"):
+    os.environ["COLUMNS"] = columns
+else:
+    os.environ.pop("COLUMNS", None)
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    """The wall time of this pytest run, with what it ran: `.ci/run` runs the light tier
+    and the llama.cpp tier as two runs, and this line is each one's figure."""
+    markexpr = config.getoption("markexpr")
+    tier = f"-m {markexpr!r}" if markexpr else "every tier"
+    workers = getattr(config.option, "numprocesses", None) or "no"
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    terminalreporter.write_line(
+        f"wall time: {time.perf_counter() - _STARTED:.1f} s, {tier} ({workers} xdist "
+        f"workers, {os.cpu_count()} CPUs, load average {load} at the end)"
+    )
+
 
 # The simulated_server fixture and run_scenario come from workloads' own pytest plugin
 # (entry point "workloads"), exactly as users get them.

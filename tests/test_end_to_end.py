@@ -33,6 +33,7 @@ def read_records(out: Path) -> list[dict]:
     return [line for line in lines if "kind" not in line]
 
 
+@pytest.mark.slow
 def test_cli_run_against_a_simulated_target_matches_its_ground_truth(
     simulated_server, tmp_path, capsys
 ):
@@ -77,6 +78,7 @@ def test_cli_run_against_a_simulated_target_matches_its_ground_truth(
     assert len(set(all_nonces)) == len(all_nonces) == 9
 
 
+@pytest.mark.slow
 def test_cli_default_target_is_the_embedded_simulator(tmp_path, capsys):
     out = tmp_path / "default"
     code = main(
@@ -160,6 +162,7 @@ def test_show_recomputes_the_report_from_saved_files(run_scenario, tmp_path, cap
     assert result.summary.run.valid == 2
 
 
+@pytest.mark.slow
 def test_the_api_key_is_sent_but_never_written(simulated_server, tmp_path, monkeypatch):
     secret = "sk-test-do-not-write-me"
     monkeypatch.setenv("WORKLOADS_API_KEY", secret)

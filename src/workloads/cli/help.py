@@ -1,7 +1,7 @@
 """What ``--help`` says beyond the flags: a paragraph per command, and for ``run`` and
 ``capacity`` the exit codes they return and the files ``--out`` receives.
 
-tests/test_cli_help.py runs the commands and holds this text to what they do: every file a
+tests/cli/test_help.py runs the commands and holds this text to what they do: every file a
 run writes is named here, every file named here is written by some run, and every exit code
 listed is one the command returns.
 """

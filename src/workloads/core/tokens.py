@@ -243,7 +243,7 @@ class TargetTokenizer(Protocol):
 # reaches past a newline into a visible character; ``\s*[\r\n]+`` stops at the last newline
 # of a run, so a line whose indent (spaces, tabs) is followed by a visible character starts a
 # new piece. BPE never merges across pieces, so the ids of a text are the ids of its
-# segments, joined, exactly (tests/test_tokens.py checks it on real text).
+# segments, joined, exactly (tests/core/test_tokens.py checks it on real text).
 _BOUNDARY = re.compile(r"\n(?=[ \t]*\S)")
 
 

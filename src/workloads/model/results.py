@@ -69,7 +69,7 @@ __all__ = [
 ]
 
 # The format of result.json and records.jsonl together, as major.minor (the rules and the
-# history are above _LOADERS); tests/test_results_format.py fails when a saved model's
+# history are above _LOADERS); tests/model/test_results.py fails when a saved model's
 # fields change and these do not.
 FORMAT_VERSION = 6
 FORMAT_MINOR = 0
@@ -499,7 +499,7 @@ def _upgrade_6(data: dict[str, Any]) -> dict[str, Any]:
 
 # The format of result.json and records.jsonl is FORMAT_VERSION.FORMAT_MINOR, saved as
 # format_version and format_minor (in result.json and in records.jsonl's header). Every change
-# to a saved model's fields bumps one of them (tests/test_results_format.py fails otherwise):
+# to a saved model's fields bumps one of them (tests/model/test_results.py fails otherwise):
 #   - the minor for a field added with a default that reads as "not known" or as what older
 #     runs did: a reader of the same format_version drops the fields it does not know (a
 #     newer minor's) with one ResultFormatWarning naming them, and loads the rest;

@@ -883,16 +883,25 @@ _FIGURES: list[tuple[str, Any]] = [
 ]
 
 
+# The last result drawn and its figures: a run writes its PNGs and then its HTML report of
+# the same RunResult object, which draws them once (drawing is most of a small run's time).
+_last_drawn: tuple[RunResult, list[tuple[str, bytes]]] | None = None
+
+
 def figures(result: RunResult) -> list[tuple[str, bytes]]:
     """Every plot of ``result`` as (file name, PNG bytes), in report order: what the HTML
     report embeds. A plot with nothing to draw is left out."""
+    global _last_drawn
+    if _last_drawn is not None and _last_drawn[0] is result:
+        return list(_last_drawn[1])
     out = []
     for name, draw in _FIGURES:
         buffer = io.BytesIO()
         draw(result, buffer)
         if buffer.getvalue():
             out.append((name, buffer.getvalue()))
-    return out
+    _last_drawn = (result, out)
+    return list(out)
 
 
 def write_plots(result: RunResult, directory: str | Path) -> list[Path]:

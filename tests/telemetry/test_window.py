@@ -30,18 +30,35 @@ def spec_text(drafts, draft_tokens, accepted, kv=0.0, generated=0):
 
 
 class MetricsText:
-    """An app whose /metrics answers with ``self.text`` (or ``self.status``)."""
+    """An app whose /metrics answers with ``self.text`` (or ``self.status``); after its
+    n-th answer the text becomes ``after_hit[n]`` where given. ``await hits_reach(n)`` waits
+    for the n-th request (the test's loop serves it: no sleep, no timing)."""
 
-    def __init__(self, text: str = "", status: int = 200) -> None:
+    def __init__(
+        self, text: str = "", status: int = 200, after_hit: dict[int, str] | None = None
+    ) -> None:
         self.text, self.status, self.hits = text, status, 0
+        self.after_hit = after_hit or {}
+        self.hit = asyncio.Event()
         self.app = web.Application()
         self.app.router.add_get("/metrics", self.metrics)
 
     async def metrics(self, request: web.Request) -> web.Response:
         self.hits += 1
+        self.hit.set()
         if self.status != 200:
             return web.Response(status=self.status, text="no metrics here")
-        return web.Response(text=self.text, content_type="text/plain")
+        text = self.text
+        self.text = self.after_hit.get(self.hits, self.text)
+        return web.Response(text=text, content_type="text/plain")
+
+    async def hits_reach(self, n: int) -> None:
+        async def wait() -> None:
+            while self.hits < n:  # each pass waits for one more request
+                self.hit.clear()
+                await self.hit.wait()
+
+        await asyncio.wait_for(wait(), timeout=120)  # a bound, not a timing: hangs fail
 
 
 def record(completion: int) -> TurnRecord:
@@ -71,7 +88,9 @@ async def test_acceptance_over_the_window_from_a_real_metrics_endpoint(serve_app
     ):
         await window.start()
         server.text = spec_text(50 + 201, 200 + 804, 100 + 437, kv=0.8)
-        await asyncio.sleep(0.1)
+        # Three periodic samples of it: one scrape at a time, so the first two were read
+        # whole (the third may be cut short by finish()).
+        await server.hits_reach(server.hits + 3)
         server.text = spec_text(50 + 201, 200 + 804, 100 + 437, kv=0.1)
         telemetry, energy = await window.finish([])
     assert telemetry is not None and telemetry.server == "vLLM"
@@ -85,21 +104,19 @@ async def test_acceptance_over_the_window_from_a_real_metrics_endpoint(serve_app
 
 
 async def test_a_counter_that_lags_the_last_response_reconciles_on_the_settle_read(serve_app):
-    server = MetricsText(spec_text(0, 0, 0, generated=1000))
-
-    async def count_late() -> None:
-        await asyncio.sleep(0.02)  # the server counts the last request a moment after its end
-        server.text = spec_text(0, 0, 0, generated=1064)
-
+    # The server counts the last request a moment after its end: the window-end scrape
+    # (the 2nd request; no gauge samples in this window) still reads 1032, the re-read 1064.
+    late = {2: spec_text(0, 0, 0, generated=1064)}
+    server = MetricsText(spec_text(0, 0, 0, generated=1000), after_hit=late)
+    no_samples = TelemetryOptions(energy="off", gauge_interval_s=3600, settle_s=0.05)
     async with (
         serve_app(server.app) as root,
-        WindowTelemetry(QUICK, metrics_url=root + "/metrics") as window,
+        WindowTelemetry(no_samples, metrics_url=root + "/metrics") as window,
     ):
         await window.start()
         server.text = spec_text(0, 0, 0, generated=1032)
-        late = asyncio.create_task(count_late())
         telemetry, _ = await window.finish([record(32), record(32)])
-        await late
+    assert server.hits == 3
     row = next(r for r in telemetry.reconciliation if r.figure == "generation_tokens")
     assert row.verdict == "reconciles" and row.server == 64
     assert "re-read 0.05 s after the window" in row.causes[-1]
@@ -135,12 +152,9 @@ async def test_a_failing_window_end_scrape_leaves_counters_unknown(serve_app):
     ):
         await window.start()
         server.status = 500
-        # some gauge samples fail too: wait for one (bounded), not a fixed 60 ms, which a
-        # loaded machine can spend without the sampler running at all
-        for _ in range(200):
-            if window._sample_errors:
-                break
-            await asyncio.sleep(0.02)
+        # some gauge samples fail too: wait for one (a sample answered 500 is a sample
+        # error once the next request shows the sampler went on)
+        await server.hits_reach(server.hits + 2)
         telemetry, _ = await window.finish([])
     assert telemetry.server == "vLLM" and telemetry.spec_acceptance_rate is None
     assert telemetry.failed_scrapes >= 2

@@ -136,6 +136,7 @@ def miss(r: TurnRecord) -> float:
     return abs(r.prompt_tokens - r.configured_prompt_tokens) / r.configured_prompt_tokens
 
 
+@pytest.mark.slow
 def test_free_pacing_calls_no_tokenize_during_measured_streams_unless_asked():
     # Decode steps of 10 ms: a 32-token stream lasts about 0.35 s, long beside a /tokenize.
     sim = {"step_fixed_s": 0.01}
@@ -180,6 +181,7 @@ def test_free_pacing_calls_no_tokenize_during_measured_streams_unless_asked():
     ]
 
 
+@pytest.mark.slow
 def test_worker_processes_size_quietly_too():
     """Each worker process decides from its own sessions' warm-up flag: no signal from the
     run's process is needed."""

@@ -57,6 +57,7 @@ def test_requests_not_in_the_observed_rate_are_replayed_but_not_counted():
     assert rows[0].hit_tokens == 64  # the uncounted request still warmed the cache
 
 
+@pytest.mark.slow
 def test_with_nonce_run_the_first_session_to_send_turn_1_has_nothing_shareable():
     scenario = workloads.load_scenario("shared-repo-team").with_overrides(
         [

@@ -12,7 +12,7 @@ from workloads.cli import EXIT_INVALID_RUN, main
 from workloads.core.aggregate import repetitions, summarize, turn_repetitions
 from workloads.report.compare import compare, comparison_lines, comparison_table
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 def load(name: str) -> workloads.RunResult:
@@ -267,6 +267,7 @@ def test_stored_sweep_cells_are_summarized_apart():
     assert c1.n == c2.n == 2
 
 
+@pytest.mark.slow
 def test_two_same_configuration_simulator_runs_are_not_significant_on_every_row(
     tmp_path, capsys, monkeypatch
 ):
@@ -516,6 +517,7 @@ def test_an_invalid_arm_is_named_first_and_gets_no_speed_verdict_unless_forced(t
     assert "no verdict" not in forced
 
 
+@pytest.mark.slow
 def test_users_and_opening_tokens_can_be_the_variable_under_test(tmp_path, capsys):
     for arm, extra in (
         ("a", []),

@@ -38,6 +38,10 @@ def agents_run(tmp_path_factory):
             "pacing.time_scale=0.001",
             "--set",
             "agent.compaction.at_tokens=26000",
+            # A quicker simulated step (as tests/runner/test_session_agents.py's): the report's
+            # tables and plots are of the same drawn plans, in a fraction of the time.
+            "--sim",
+            "step_fixed_s=0.0005",
         ]
     )
     assert code == 0

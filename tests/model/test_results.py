@@ -22,7 +22,7 @@ from workloads.core.aggregate import summarized
 from workloads.model import records, results, summary
 from workloads.model.results import FORMAT_MINOR, FORMAT_VERSION, read_records_file
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 STORED = sorted(p.name for p in DATA.iterdir() if (p / "result.json").exists())
 
 
@@ -229,7 +229,7 @@ def test_the_saved_models_fields_are_those_recorded_for_the_format_version():
     recorded = json.loads(SCHEMAS.read_text())
     version = f"{FORMAT_VERSION}.{FORMAT_MINOR}"
     record = (
-        f"record it: python tests/{Path(__file__).name} adds its entry to "
+        f"record it: python tests/model/{Path(__file__).name} adds its entry to "
         f"{SCHEMAS.relative_to(DATA.parent.parent)}"
     )
     assert version in recorded, f"format {version} has no recorded schema; {record}"

@@ -21,7 +21,7 @@ from workloads.core.traces import (
 from workloads.model.errors import ScenarioError, TraceError
 from workloads.model.records import TurnRecord
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write(tmp_path: Path, rows: list[object], name: str = "t.jsonl") -> Path:

@@ -1,5 +1,5 @@
 """The degeneration detector on texts (pure), and on the simulator's corrupt 32-token replies
-(faults.rate_corrupt; a longer looping stream is flagged in tests/test_gate.py)."""
+(faults.rate_corrupt; a longer looping stream is flagged in tests/core/test_gate.py)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from workloads.core.agent import child_session, draw_plan
 from workloads.core.corpus import load_corpus
 from workloads.model.transcripts import read_transcripts
 
-TRACE = Path(__file__).resolve().parents[1] / "traces" / "agent-sample.jsonl"
+TRACE = Path(__file__).resolve().parents[2] / "traces" / "agent-sample.jsonl"
 
 # Small enough for ~15 s on two shared cores: short replies and summaries, pauses 2,000 times
 # faster, a quicker simulated step; the sizes stay distributions.
@@ -137,6 +137,7 @@ def test_subagents_are_sessions_of_their_own_with_a_parent(agents_run):
     assert {(r["repetition"], r["parent_session"]) for r in kids} <= parents
 
 
+@pytest.mark.slow
 def test_lockstep_sessions_play_their_drawn_plans(tmp_path):
     scenario = workloads.load_scenario("coding-agents").with_overrides(
         [
@@ -192,6 +193,7 @@ def trace_steps() -> dict[int, list[dict]]:
     return steps
 
 
+@pytest.mark.slow
 def test_run_trace_plays_an_agent_trace_step_by_step(tmp_path, capsys):
     out = tmp_path / "trace"
     code = main(

@@ -399,7 +399,7 @@ def test_serve_runs_the_simulator_standalone():
 def _turn2_effectiveness(users: int, tmp_path) -> float:
     # Five sessions of about 10K tokens do not fit in the seed card's 46,202 tokens of KV.
     # Lock-step turns reach the server in session order every turn, the order in which each
-    # admission evicts the next session's prefix (tests/test_engine.py shows other orders).
+    # admission evicts the next session's prefix (tests/servers/test_engine.py shows other orders).
     scenario = workloads.load_scenario("five-user-coding").with_overrides(
         [
             f"users={users}",

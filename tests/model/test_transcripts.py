@@ -249,6 +249,7 @@ SWEEP = [
 ]
 
 
+@pytest.mark.slow
 def test_a_replayed_sweep_sends_every_cells_recorded_prompts_cell_by_cell(tmp_path, capsys):
     """A sweep (C1, C3, C2: not in order, so a pairing by sorted load would show) replayed:
     every cell's turns carry the byte-identical prompts its recorded cell sent (its

@@ -14,7 +14,6 @@ from rich.console import Console
 import workloads
 from workloads.cli import main
 from workloads.report import console as report
-from workloads.servers.simulated.profiles import Profile
 
 NO_ENERGY = workloads.TelemetryOptions(energy="off")
 
@@ -58,19 +57,8 @@ def test_sim_window_deltas_equal_the_measured_usage_exactly(run_scenario, tiny_s
 
 
 def test_sim_acceptance_matches_its_configured_truth(tiny_scenario):
-    fields = Profile.model_fields
-    if "spec_tokens" not in fields:
-        pytest.skip(
-            "the simulator has no speculative decoding yet (no spec_tokens field in "
-            "its Profile); this checks window acceptance against it once it lands"
-        )
-    accept = [name for name in fields if "accept" in name]
-    if not accept:
-        pytest.skip(
-            "the simulator's Profile has spec_tokens but no acceptance field to compare with"
-        )
     k, p = 3, 0.6
-    with workloads.SimulatedServer("fast", sim={"spec_tokens": k, accept[0]: p}) as server:
+    with workloads.SimulatedServer("fast", sim={"spec_tokens": k, "spec_acceptance": p}) as server:
         result = workloads.run(
             tiny_scenario.with_overrides(["output_tokens=200", "users=3"]),
             server.target,
@@ -241,6 +229,7 @@ async def test_a_server_without_metrics_completes_with_not_reported_and_a_warnin
     assert "acceptance 0.5000 (" in text and "from per-response timings" in text
 
 
+@pytest.mark.slow
 def test_cli_metrics_off_and_energy_off_read_nothing(simulated_server, tmp_path, capsys):
     out = tmp_path / "off"
     code = main(
@@ -277,6 +266,7 @@ def test_cli_metrics_off_and_energy_off_read_nothing(simulated_server, tmp_path,
     assert "metrics not read" in printed and "energy reading is off" in printed
 
 
+@pytest.mark.slow
 def test_cli_metrics_url_points_at_the_metrics_elsewhere(simulated_server, tmp_path):
     out = tmp_path / "url"
     root = simulated_server.base_url.removesuffix("/v1")

@@ -18,7 +18,7 @@ from workloads.report import console as report
 from workloads.report.html import html_report, write_html
 from workloads.report.table import ReportTable
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 def chromium() -> str | None:

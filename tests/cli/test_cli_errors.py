@@ -11,7 +11,7 @@ import pytest
 
 from workloads.cli import main
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 TINY = [
     "--set",
     "users=2",

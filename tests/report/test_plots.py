@@ -7,7 +7,7 @@ import workloads
 from workloads.core.aggregate import summarized
 from workloads.report.plots import _Axis, _compact, _jitter, figures, timeline_bars, write_plots
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 def png_size(data: bytes) -> tuple[int, int]:

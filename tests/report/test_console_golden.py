@@ -1,6 +1,7 @@
 """Golden text of the console report at 80, 120 and 200 columns: every column of every table
 present, no value cut, no line past the width. Regenerate after a deliberate change with
-``WORKLOADS_UPDATE_GOLDEN=1 python -m pytest tests/test_report_golden.py`` and read the diff."""
+``WORKLOADS_UPDATE_GOLDEN=1 python -m pytest -n0 tests/report/test_console_golden.py`` and
+read the diff."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from workloads.core.aggregate import summarized
 from workloads.report import console as report
 from workloads.report.table import ReportTable
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 GOLDEN = DATA / "golden"
 WIDTHS = [80, 120, 200]
 RESULTS = ["v1-small-a", "v1-sweep", "v1-small-a+gaps", "v4-agents", "v6-stopped"]

@@ -45,6 +45,7 @@ def coding_agents(overrides: list[str]) -> workloads.Scenario:
     return s.model_copy(update={"agent": s.agent.model_copy(update={"steps_per_session": None})})
 
 
+@pytest.mark.slow
 def test_steps_per_session_median_15_p90_135():
     s = workloads.load_scenario("coding-agents").with_overrides(["turns=1000"])
     lengths = [len(draw_plan(s, *rngs("length", i))) for i in range(10_000)]

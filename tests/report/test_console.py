@@ -5,6 +5,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 import workloads
@@ -21,6 +22,7 @@ def rendered(result: workloads.RunResult) -> str:
     return console.export_text()
 
 
+@pytest.mark.slow
 def test_a_depth_sweep_prints_seed_000_shaped_rows(tmp_path, capsys):
     out = tmp_path / "sweep"
     code = main(
@@ -96,7 +98,7 @@ def test_the_turn_table_shows_configured_next_to_actual_prompt_tokens():
     assert "404" in row.split()[1]  # 300 + 2 × 50 + 4, next to the server's count
 
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 def small(**changes: dict[str, object]) -> workloads.RunResult:

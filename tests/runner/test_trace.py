@@ -11,10 +11,11 @@ import pytest
 from workloads.cli import main
 from workloads.core.traces import ideal_hit_rate, load_mooncake
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "traces" / "mooncake-sample.jsonl"
 
 
+@pytest.mark.slow
 def test_the_sample_trace_replays_with_observed_beside_ideal_hit_rate(tmp_path, capsys):
     out = tmp_path / "run"
     # time_scale 0.05: the sample's 44 s of trace time in about 2 s

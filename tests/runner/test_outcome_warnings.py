@@ -43,7 +43,7 @@ BASE = [
 ]
 
 # The client's own health depends on the machine the test runs on (a busy CI host stalls
-# the event loop), not on the run's configuration: tests/test_monitor.py causes and silences
+# the event loop), not on the run's configuration: tests/runner/test_monitor.py causes and silences
 # those warnings with a loop blocked on purpose and with healthy figures.
 CLIENT = ("the client may be the bottleneck", "the client stalled", "stamps waited up to")
 
@@ -450,6 +450,7 @@ def test_stopped_before_any_measured_turn_has_one_line_not_empty_tables():
     assert report.stopped_early(built(healthy_records())) is None
 
 
+@pytest.mark.slow
 def test_ctrl_c_before_any_measured_turn_prints_one_line(tmp_path):
     """The CLI, interrupted in its warm-up (a slow server: 12 s or more of warm-up)."""
     out = tmp_path / "early"

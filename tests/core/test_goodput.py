@@ -227,7 +227,7 @@ def test_the_report_leads_its_goodput_block_with_the_slo_and_both_shares():
     import workloads
     from workloads.report.export import plain_text
 
-    result = workloads.load_result(Path(__file__).parent / "data" / "v5-goodput")
+    result = workloads.load_result(Path(__file__).parents[1] / "data" / "v5-goodput")
     g = result.goodput
     assert g is not None and result.scenario.slo is not None
     text = plain_text(result, width=200)
