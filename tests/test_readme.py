@@ -62,8 +62,9 @@ def test_docs_link_only_to_files_in_the_repository():
 
 # The runs are shortened by flags appended after the README's own (a later --set wins, as
 # a later --workers does): 2 users, 2 turns of a 300-token opening + 50 new, 8 generated,
-# one measured repetition and no warm-up, no plots (tests/test_plots.py draws them). The
-# full five-user-coding takes about 40 s here; shortened, each run takes about a second.
+# one measured repetition and no warm-up, no plots (tests/report/test_plots.py draws
+# them). The full five-user-coding takes about 40 s here; shortened, each run takes about a
+# second.
 SMALL = [
     "--set",
     "users=2",
@@ -108,8 +109,8 @@ SHORTENED: dict[str, list[str]] = {
     "opening_tokens=1000 --set turn_tokens=200 --set output_tokens=32 --set "
     "repetitions.measured=1": [
         # 2 turns (the second reads the first from the cache), no warm-up and no gate
-        # (tests/test_llamacpp.py runs the gate on llama.cpp): about 5 minutes on 2 busy
-        # cores otherwise. Deadlines no loaded machine reaches: the command's path is
+        # (tests/servers/test_llamacpp.py runs the gate on llama.cpp): about 5 minutes on 2
+        # busy cores otherwise. Deadlines no loaded machine reaches: the command's path is
         # tested, not the machine's speed.
         "--set",
         "turns=2",

@@ -1,5 +1,6 @@
 """The hot path folded by hand against the plain reading of every chunk: whatever the chunk
-shapes, escapes and read boundaries, ChatStream says what parse_chunk says, chunk by chunk."""
+shapes, escapes and read boundaries, ChatStream says what ``said`` (the plain reading, by
+``generated``) says, chunk by chunk."""
 
 from __future__ import annotations
 
