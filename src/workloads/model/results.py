@@ -166,7 +166,8 @@ class ClientHealth(Frozen):
     that say whether the numbers could be the client's, not the server's. None: not known."""
 
     loop_lag_samples: int
-    # how late the event loop woke, sampled every 10 ms while requests were in flight
+    # how late the event loop woke, sampled every 10 ms; a wake counts when a stream was open
+    # as its stall began (a request written, its response not yet ended)
     loop_lag_p50_ms: float | None
     loop_lag_p99_ms: float | None
     loop_lag_max_ms: float | None
