@@ -34,12 +34,11 @@ def layout() -> tuple[int, int]:
 
 def found(path: str, base: Path) -> bool:
     """Whether ``path`` (as the doc writes it) names a file or folder: under ``base``, or
-    the repository's own folders; a test file wherever the tests are kept."""
+    the repository's own folders (tests/ included: a test file by its path in the folders
+    that mirror the package)."""
     path = path.rstrip("/")
     top = path.split("/", 1)[0]
     if top in REPO_DIRS:
-        if top == "tests" and path != "tests":  # the tests move into folders mirroring the package
-            return any((ROOT / "tests").rglob(Path(path).name))
         return (ROOT / path).exists()
     return (base / path).exists()
 

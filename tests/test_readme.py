@@ -9,6 +9,7 @@ import importlib.util
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -233,15 +234,20 @@ def test_every_readme_command_is_known():
     assert gone == set(), "README.md no longer has these commands"
 
 
-def cases() -> list[list[str]]:
+def cases() -> list[Any]:
     """The commands to run together: a block's, in order, except that a --launch command
-    is a case of its own (skipped without the llamacpp extra)."""
-    out: list[list[str]] = []
+    is a case of its own, in the llama.cpp tier (marked ``llamacpp``: it runs with that
+    tier, alone, and is skipped without the llamacpp extra)."""
+    out: list[Any] = []
     for block in readme_commands():
         rest = [c for c in block if "--launch" not in c]
-        out += [[c] for c in block if "--launch" in c]
+        out += [
+            pytest.param([c], marks=pytest.mark.llamacpp, id=c.removeprefix("python -m "))
+            for c in block
+            if "--launch" in c
+        ]
         if rest:
-            out.append(rest)
+            out.append(pytest.param(rest, id=rest[0].removeprefix("python -m ")))
     return out
 
 
@@ -258,7 +264,7 @@ def llamacpp_installed() -> bool:
     return True
 
 
-@pytest.mark.parametrize("commands", cases(), ids=lambda c: c[0].removeprefix("python -m "))
+@pytest.mark.parametrize("commands", cases())
 def test_readme_commands_run_and_exit_0(commands, tmp_path, monkeypatch, capsys):
     import shlex
     import shutil

@@ -15,8 +15,10 @@ CHECKED = ["src", "tests", "benchmarks"]
 
 
 def _ruff() -> str:
-    exe = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
-    if not Path(exe).exists():
+    # the test extra's pinned ruff first (beside this interpreter), not another on PATH
+    pinned = Path(sys.executable).parent / "ruff"
+    exe = str(pinned) if pinned.exists() else shutil.which("ruff")
+    if exe is None:
         pytest.fail("ruff is missing: install the test extra")
     return exe
 

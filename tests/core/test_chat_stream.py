@@ -144,20 +144,22 @@ def test_what_is_not_a_chunk_raises_its_kind(data, kind):
     ("data", "kind"),
     [
         (b'data: {"choices": [{"delta": {"content": "a"}}], "error": null}\n\n', "error_event"),
-        (b'data: {"choices": [{"delta": {"content": "a"}}], "x": "\xff"}\n\n', None),
+        (b'data: {"choices": [{"delta": {"content": "a"}}], "x": "\xff"}\n\n', "malformed"),
+        (b'data: {"choices": [{"delta": {"content": "a"}}], "x": "\xed\xa0\x80"}\n\n', "malformed"),
+        (b'data: {"choices": [{"delta": {"content": "\xc3\xa9"}}]}\n\n', None),
         (b'data: {"choices": [{"delta": {"content": "\xff"}}]}\n\n', "malformed"),
         (b'data: {"choices": [{"delta": {"content": "a"}}]} {}\n\n', "malformed"),
     ],
 )
 def test_a_chunk_after_the_first_is_judged_as_the_first(data, kind):
     """Past the first chunk (the common shape's typed path): an ``error`` member, even null,
-    is an error event; bad JSON or bad UTF-8 in what is read is malformed. A field the
-    client does not read is skipped unchecked for UTF-8 (None: no error)."""
+    is an error event; bad JSON or bad UTF-8 anywhere in the chunk, a field the client does
+    not read included, is malformed, as in the first chunk; good UTF-8 is read (None)."""
     stream = ChatStream()
     stream.feed(b'data: {"id": "c1", "choices": []}\n\n', 1)
     if kind is None:
         stream.feed(data, 2)
-        assert stream.text == "a"
+        assert stream.text == "é"
         return
     with pytest.raises(RequestError) as caught:
         stream.feed(data, 2)

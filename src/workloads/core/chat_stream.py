@@ -140,8 +140,11 @@ class _CommonChunk(Struct, gc=False):
     """The common ``chat.completion.chunk``, as a type: what most events of a stream are (a
     content delta, or a finish). A chunk of any other shape (content parts, reasoning, tool
     calls, usage, timings, an ``error`` member, even null) fails to decode as this and goes
-    through the general path, which reads it as before. Fields the client does not read
-    (``id``, ``model``, ``logprobs``, ...) are checked for JSON syntax and skipped."""
+    through the general path, which reads it as before. Only an all-ASCII chunk is decoded
+    as this (non-ASCII text takes the general path), so bad UTF-8 is malformed in every field,
+    as orjson judges the first chunk; fields the client does not read (``id``, ``model``,
+    ``logprobs``, ...) are checked for JSON syntax and skipped, so an out-of-range number
+    there (``1e999``) is accepted where the general path would call it malformed."""
 
     choices: list[_CommonChoice]
     usage: None = None
@@ -246,7 +249,7 @@ class ChatStream:
         add_part = self._parts.append
         stamps = 0  # content events of this read not stamped yet (all arrived at ``now``)
         for data in plain:
-            if named:
+            if named and data.isascii():  # UTF-8 is orjson's to check (the general path)
                 try:
                     chunk = _decode_common(data)
                 except (ValueError, RecursionError):  # not the common shape: _event decides

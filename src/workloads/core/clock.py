@@ -19,6 +19,9 @@ __all__ = ["SLICE_S", "pace", "sleep_until", "sleep_until_or"]
 # Turn-end work run between two looks at the sockets, at most (plus one piece of work: the
 # pieces between two pace() calls are each well under a millisecond at C256).
 SLICE_S = 0.0005
+# Rounds of sleeping the rest of a wait, at most: uvloop rounds a sleep under 1 ms to none, so
+# the last millisecond can take many (each yields to the loop); past this the wait ends.
+MAX_ROUNDS = 10_000
 
 
 async def sleep_until(deadline: float) -> float:
@@ -27,27 +30,31 @@ async def sleep_until(deadline: float) -> float:
     Never early: uvloop's timers run on libuv's millisecond clock, cached at the start of a
     loop iteration, and fire up to ~1.2 ms before ``perf_counter`` reaches the deadline (71
     of 200 timeouts of 0.5-6.4 ms did on this project's machines; asyncio's own loop: none),
-    so the rest is slept again. Bounded by the deadline itself: every round starts before it.
+    so the rest is slept again: bounded by the deadline, and by :data:`MAX_ROUNDS` rounds.
     """
-    while (delay := deadline - time.perf_counter()) > 0:
+    for _ in range(MAX_ROUNDS):
+        if (delay := deadline - time.perf_counter()) <= 0:
+            break
         await asyncio.sleep(delay)
-    return time.perf_counter() - deadline
+    return max(0.0, time.perf_counter() - deadline)
 
 
 async def sleep_until_or(deadline: float, event: asyncio.Event) -> float | None:
     """:func:`sleep_until`, cut short by ``event``: how late we woke (seconds), or None when
     ``event`` was set first (or already). A stopped run starts no turn it was waiting on.
     Never early, as :func:`sleep_until`."""
-    while not event.is_set():
+    for _ in range(MAX_ROUNDS):
+        if event.is_set():
+            return None
         delay = deadline - time.perf_counter()
         if delay <= 0:
-            return time.perf_counter() - deadline
+            break
         try:
             async with asyncio.timeout(delay):
                 await event.wait()
         except TimeoutError:
             continue
-    return None
+    return None if event.is_set() else max(0.0, time.perf_counter() - deadline)
 
 
 class _Slices:

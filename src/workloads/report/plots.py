@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import collections
 import io
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -884,15 +885,16 @@ _FIGURES: list[tuple[str, Any]] = [
 
 
 # The last result drawn and its figures: a run writes its PNGs and then its HTML report of
-# the same RunResult object, which draws them once (drawing is most of a small run's time).
-_last_drawn: tuple[RunResult, list[tuple[str, bytes]]] | None = None
+# the same RunResult object (frozen), which draws them once (drawing is most of a small run's
+# time). Held by a weak reference: a caller's result is not kept alive by this module.
+_last_drawn: tuple[weakref.ref[RunResult], list[tuple[str, bytes]]] | None = None
 
 
 def figures(result: RunResult) -> list[tuple[str, bytes]]:
     """Every plot of ``result`` as (file name, PNG bytes), in report order: what the HTML
     report embeds. A plot with nothing to draw is left out."""
     global _last_drawn
-    if _last_drawn is not None and _last_drawn[0] is result:
+    if _last_drawn is not None and _last_drawn[0]() is result:
         return list(_last_drawn[1])
     out = []
     for name, draw in _FIGURES:
@@ -900,7 +902,7 @@ def figures(result: RunResult) -> list[tuple[str, bytes]]:
         draw(result, buffer)
         if buffer.getvalue():
             out.append((name, buffer.getvalue()))
-    _last_drawn = (result, out)
+    _last_drawn = (weakref.ref(result), out)
     return list(out)
 
 

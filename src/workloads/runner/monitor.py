@@ -130,6 +130,11 @@ class ClientMonitor:
             # is one sample of 200 ms, not twenty that each look late.
             due += self.interval_s * (1 + int((now - due) // self.interval_s))
 
+    def _stream(self, written: float, ended: float) -> None:
+        if len(self._written) < MAX_SAMPLES:  # bounded as the lags are (16 MB)
+            self._written.append(written)
+            self._ended.append(ended)
+
     def _stream_lags(self) -> list[float]:
         """The lags of the wakes whose stall began with a stream open (a request written and
         not yet ended): the others delayed no stamp. A request written during the stall (its
@@ -186,12 +191,14 @@ class _Counted:
         finally:
             monitor._open -= 1
             ended = monitor._last_end = time.perf_counter()
-            if response is None:  # raised (cancelled): when it was written is not known
-                monitor._written.append(began)
-                monitor._ended.append(ended)
-            elif response.sent_ns is not None:  # never written: no stream was open
-                monitor._written.append(response.sent_ns / 1e9)
-                monitor._ended.append(ended)
+            if response is None:  # raised (cancelled): counted from the call, as when it
+                monitor._stream(began, ended)  # was written is not known (a little more)
+            else:
+                for attempt in response.attempts:  # earlier attempts' streams (retries)
+                    if attempt.sent_ns is not None:
+                        monitor._stream(attempt.sent_ns / 1e9, attempt.error_ns / 1e9)
+                if response.sent_ns is not None:  # never written: no stream was open
+                    monitor._stream(response.sent_ns / 1e9, ended)
 
 
 def merged_health(here: ClientHealth, workers: Sequence[ClientHealth]) -> ClientHealth:

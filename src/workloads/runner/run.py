@@ -193,21 +193,19 @@ async def run_async(
                 )
             # The tokenizer probe and the likelihood probe (one request, before any window
             # opens: the server's counters never see it) go out together.
-            async with asyncio.TaskGroup() as probes:
-                probed = probes.create_task(
-                    _probe_tokenizer(scenario, target.root_url, model, transport)
-                )
-                measured = probes.create_task(
-                    measure_likelihood(
-                        chosen.base_url,
-                        model,
-                        transport=transport,
-                        timeout_s=scenario.timeouts.turn_s,
-                    )
-                )
-            if (found := probed.result()) is not None:
+            # gather, not a TaskGroup: an error reaches the caller as itself (a TargetError
+            # is one line and exit 4 at the CLI), not wrapped in an ExceptionGroup.
+            found, likelihood = await asyncio.gather(
+                _probe_tokenizer(scenario, target.root_url, model, transport),
+                measure_likelihood(
+                    chosen.base_url,
+                    model,
+                    transport=transport,
+                    timeout_s=scenario.timeouts.turn_s,
+                ),
+            )
+            if found is not None:
                 tokenizer = await stack.enter_async_context(found)
-            likelihood = measured.result()
         else:
             model, identity = chosen.model or "fake", ServerIdentity()
             # Nothing is asked of the target: the result says what that turned off.
