@@ -107,9 +107,14 @@ def shrunk(scenario: workloads.Scenario) -> workloads.Scenario:
 
 def about_the_preset(result: workloads.RunResult) -> list[str]:
     """The warnings but those about this machine: the client's health, and turns sent late
-    when the client's own event loop stalled past the lateness threshold (the warning then
-    names the stall)."""
-    return [w for w in about_the_run(result) if "the client's event loop stalled" not in w]
+    (sizing a turn on a busy machine can outlast its think and tool time, with no stall of
+    the loop to name: CI's light tier on 2 shared cores sent one agent-fleet turn 0.10 s
+    late). Both are true of the machine, not of the preset."""
+    return [
+        w
+        for w in about_the_run(result)
+        if "were sent more than 100 ms after they were due" not in w
+    ]
 
 
 @pytest.mark.slow
