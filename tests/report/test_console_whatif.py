@@ -69,6 +69,10 @@ def test_with_nonce_run_the_first_session_to_send_turn_1_has_nothing_shareable()
             "turns=1",
             "repetitions.measured=2",
             "gate=off",
+            # Pauses a tenth of the preset's: the sessions still send turn 1 hundreds of
+            # milliseconds apart (the shared prefix computes in milliseconds), and who sent
+            # first is counted, not timed.
+            "pacing.time_scale=0.1",
         ]
     )
     result = workloads.run(scenario, telemetry=workloads.TelemetryOptions(energy="off"))
