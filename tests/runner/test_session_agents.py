@@ -208,6 +208,10 @@ def test_run_trace_plays_an_agent_trace_step_by_step(tmp_path, capsys):
             "--out",
             str(out),
             "--quiet",
+            # the file's quicker simulated step, and no plots: the test reads the records
+            "--sim",
+            f"step_fixed_s={SIM['step_fixed_s']}",
+            "--no-plots",
         ]
     )
     capsys.readouterr()
