@@ -42,6 +42,27 @@ def pytest_terminal_summary(terminalreporter, config) -> None:
     )
 
 
+# Files whose tests the xdist workers share test by test, where pyproject's --dist loadfile
+# keeps every other file on one worker: long tests, each independent of the others, and no
+# module-scoped fixture (a worker would run it again). One such file on one worker held it
+# for minutes while the other worker idled.
+SPREAD = {"tests/runner/test_outcome_warnings.py", "tests/test_readme.py"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, but the tests of the SPREAD files are work units of their own."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SpreadScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return nodeid if path in SPREAD else path
+
+    return SpreadScheduling(config, log)
+
+
 # The simulated_server fixture and run_scenario come from workloads' own pytest plugin
 # (entry point "workloads"), exactly as users get them.
 

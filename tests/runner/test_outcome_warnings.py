@@ -118,8 +118,8 @@ def about_the_preset(result: workloads.RunResult) -> list[str]:
 
 
 # The simulated engine five times quicker per step than the fast profile (0.5 ms a step and
-# 0.06 ms a sequence): no rule reads how long a decode step takes, only what the server
-# reported and when the client sent; a preset then runs in seconds where it took 15-20.
+# 0.06 ms a sequence): no rule about the preset reads how long a decode step takes, only
+# what the server reported and what the client sent; a preset runs in 1-13 s, not 15-22.
 QUICK_ENGINE = {"step_fixed_s": 0.0005, "decode_s_per_seq": 0.00006}
 
 
