@@ -31,30 +31,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from client_overhead import SCENARIO  # the benchmark's scenario: one shape for both
+
 HERE = Path(__file__).resolve().parent
 LATE_S = 0.005  # a heartbeat this late is a stall
 BEAT_S = 0.001
 WATCH_S = 0.0005
 MAX_RUN_S = 600.0
-
-SCENARIO = """description = "loop stalls"
-users = {users}
-turns = {turns}
-opening_tokens = 0
-turn_tokens = 32
-output_tokens = 512
-exact_output = true
-nonce = "session"
-[repetitions]
-warmup = 0
-measured = 1
-[pacing]
-mode = "free"
-[content]
-corpus = "synthetic"
-style = "chat"
-seed = 0
-"""
 
 
 def main() -> None:
@@ -75,7 +58,8 @@ def main() -> None:
     try:
         assert server.stdout is not None
         url = server.stdout.readline().strip().removeprefix("listening on ")
-        (tmp / "s.toml").write_text(SCENARIO.format(users=users, turns=turns))
+        scenario = SCENARIO.format(users=users, turns=turns, tokens=512, reps=1, pacing="free")
+        (tmp / "s.toml").write_text(scenario)
         report(*watch_run(tmp, url, users, workers))
     finally:
         server.terminate()

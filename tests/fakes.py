@@ -24,6 +24,27 @@ from aiohttp import web
 from workloads.core import tokens
 from workloads.wire.client import ChatResponse, Usage
 
+# The CLI arguments that shrink a run to about a second: 2 users, 2 turns, short prompts and
+# replies, one measured repetition and no warm-up, no plots.
+TINY_RUN = [
+    "--set",
+    "users=2",
+    "--set",
+    "turns=2",
+    "--set",
+    "opening_tokens=300",
+    "--set",
+    "turn_tokens=50",
+    "--set",
+    "output_tokens=8",
+    "--set",
+    "repetitions.warmup=0",
+    "--set",
+    "repetitions.measured=1",
+    "--no-plots",
+]
+
+
 # --- a function-backed ChatClient ------------------------------------------------------------
 
 

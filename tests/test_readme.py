@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from fakes import TINY_RUN
+
 ROOT = Path(__file__).parent.parent
 
 
@@ -66,23 +68,7 @@ def test_docs_link_only_to_files_in_the_repository():
 # one measured repetition and no warm-up, no plots (tests/report/test_plots.py draws
 # them). The full five-user-coding takes about 40 s here; shortened, each run takes about a
 # second.
-SMALL = [
-    "--set",
-    "users=2",
-    "--set",
-    "turns=2",
-    "--set",
-    "opening_tokens=300",
-    "--set",
-    "turn_tokens=50",
-    "--set",
-    "output_tokens=8",
-    "--set",
-    "repetitions.warmup=0",
-    "--set",
-    "repetitions.measured=1",
-    "--no-plots",
-]
+SMALL = TINY_RUN
 
 # coding-agents draws its sizes and pauses: replies capped at 32 tokens, pauses at 1/10,000
 # of a real agent's (the scenario's own is 1/100), one measured repetition, no warm-up.

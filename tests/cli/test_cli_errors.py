@@ -9,27 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from fakes import TINY_RUN
 from workloads.cli import main
 
 DATA = Path(__file__).parents[1] / "data"
-TINY = [
-    "--set",
-    "users=2",
-    "--set",
-    "turns=2",
-    "--set",
-    "opening_tokens=300",
-    "--set",
-    "turn_tokens=50",
-    "--set",
-    "output_tokens=8",
-    "--set",
-    "repetitions.warmup=0",
-    "--set",
-    "repetitions.measured=1",
-    "--quiet",
-    "--no-plots",
-]
+TINY = [*TINY_RUN, "--quiet"]
 
 
 def one_line(capsys: pytest.CaptureFixture[str]) -> str:

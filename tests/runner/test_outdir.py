@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import workloads
-from fakes import FakeChatClient
+from fakes import TINY_RUN, FakeChatClient
 from workloads.cli import main
 from workloads.core.load import load_result
 from workloads.model.errors import (
@@ -31,24 +31,7 @@ from workloads.model.records import RecordWriter
 from workloads.runner.outdir import claim_out_dir, new_run_dir
 
 SRC = Path(workloads.__file__).parents[1]
-TINY = [
-    "--set",
-    "users=2",
-    "--set",
-    "turns=2",
-    "--set",
-    "opening_tokens=300",
-    "--set",
-    "turn_tokens=50",
-    "--set",
-    "output_tokens=8",
-    "--set",
-    "repetitions.warmup=0",
-    "--set",
-    "repetitions.measured=1",
-    "--quiet",
-    "--no-plots",
-]
+TINY = [*TINY_RUN, "--quiet"]
 needs_dev_full = pytest.mark.skipif(
     not os.path.exists("/dev/full"), reason="no /dev/full (it fails every write: ENOSPC)"
 )

@@ -75,15 +75,10 @@ class ClientMonitor:
         self._since = (0.0, 0.0)  # (wall, CPU) when the outermost watching() opened
         self._wall = 0.0  # wall and CPU seconds inside watching() blocks, summed
         self._cpu = 0.0
-        self._open = 0  # requests in flight now (through counting())
-        self._last_end = float("-inf")  # when the last one ended (perf_counter)
 
     def counting(self, client: ChatClient) -> ChatClient:
-        """``client``, with its requests in flight counted: lag counts only while one is."""
+        """``client``, with its streams noted: lag counts only while one is open."""
         return _Counted(client, self)
-
-    def _in_flight_since(self, t: float) -> bool:
-        return self._open > 0 or self._last_end >= t
 
     async def __aenter__(self) -> ClientMonitor:
         self._task = asyncio.create_task(self._sample())
@@ -122,8 +117,8 @@ class ClientMonitor:
                 # and a shorter sleep rounds to none (a spin): one more, within the slack
                 await asyncio.sleep(TIMER_SLACK_S)
                 now = time.perf_counter()
-            # a stall begun before: not ours; one with nothing in flight delayed no stamp
-            if self._watching and due >= self._since[0] and self._in_flight_since(due):
+            # a stall begun before: not ours (one with no stream open: dropped by health())
+            if self._watching and due >= self._since[0]:
                 self._lags_ms.append(max(0.0, now - due - TIMER_SLACK_S) * 1000)
                 self._dues.append(due)
             # The next wake is on the grid, skipping wakes a stall swallowed: a 200 ms stall
@@ -174,7 +169,7 @@ class ClientMonitor:
 
 
 class _Counted:
-    """A chat client whose requests in flight the monitor counts."""
+    """A chat client whose streams (request written → response ended) the monitor notes."""
 
     def __init__(self, client: ChatClient, monitor: ClientMonitor) -> None:
         self.client = client
@@ -182,15 +177,13 @@ class _Counted:
 
     async def stream_chat(self, body: dict[str, Any]) -> ChatResponse:
         monitor = self.monitor
-        monitor._open += 1
         began = time.perf_counter()
         response: ChatResponse | None = None
         try:
             response = await self.client.stream_chat(body)
             return response
         finally:
-            monitor._open -= 1
-            ended = monitor._last_end = time.perf_counter()
+            ended = time.perf_counter()
             if response is None:  # raised (cancelled): counted from the call, as when it
                 monitor._stream(began, ended)  # was written is not known (a little more)
             else:
