@@ -96,7 +96,9 @@ def test_an_error_of_the_run_reaches_the_caller_inside_a_loop():
 
 
 @pytest.mark.parametrize("caller", ["asyncio.run", "run_until_complete"])
-def test_ctrl_c_while_run_waits_inside_a_loop_cancels_the_run_and_saves_it(tmp_path, caller):
+def test_ctrl_c_while_run_waits_inside_a_loop_cancels_the_run_and_saves_it(
+    tmp_path, caller, request
+):
     """asyncio.run's SIGINT handler cancels the caller's task (which is blocked in run());
     a loop without one (Jupyter's kernel) raises KeyboardInterrupt in it. Either way the
     run is cancelled, saves its partial result, and the interruption propagates."""
@@ -104,6 +106,11 @@ def test_ctrl_c_while_run_waits_inside_a_loop_cancels_the_run_and_saves_it(tmp_p
     main_thread = threading.main_thread().ident
     assert main_thread is not None
     sent = []
+    # A user's Python starts with SIGINT's default handler, and asyncio.run installs its own
+    # only over that one; a pytest-xdist worker starts with SIGINT ignored (until some CLI
+    # run in it restores the default), so the test sets what a user's process has.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
 
     def on_record(record: workloads.TurnRecord) -> None:
         if not sent:  # the first turn is in: Ctrl-C, as a user would press it
