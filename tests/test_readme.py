@@ -71,8 +71,12 @@ def test_docs_link_only_to_files_in_the_repository():
 SMALL = TINY_RUN
 
 # coding-agents draws its sizes and pauses: replies capped at 32 tokens, pauses at 1/10,000
-# of a real agent's (the scenario's own is 1/100), one measured repetition, no warm-up.
+# of a real agent's (the scenario's own is 1/100), one measured repetition, no warm-up, and
+# the simulated engine five times quicker per step (QUICK_ENGINE: an agent's turn is many
+# requests, and the test reads that the command runs, not how fast).
+QUICK_ENGINE = ["--sim", "step_fixed_s=0.0005", "--sim", "decode_s_per_seq=0.00006"]
 AGENTS = [
+    *QUICK_ENGINE,
     "--set",
     "output_tokens.max=32",
     "--set",
@@ -145,6 +149,7 @@ SHORTENED: dict[str, list[str]] = {
     "python -m workloads run --trace agent-sample --set pacing.time_scale=0.05": [
         "--set",
         "pacing.time_scale=0.005",
+        *QUICK_ENGINE,
         "--no-plots",
     ],
     "python -m workloads run coding-agents": [*AGENTS, "--set", "users=2", "--set", "turns=3"],
