@@ -89,14 +89,14 @@ def test_a_healthy_run_warns_about_nothing(pacing):
 
 def shrunk(scenario: workloads.Scenario) -> workloads.Scenario:
     """A preset at its shape (pacing, warm-up, nonce, depths, tools, agent) but smaller: at
-    most 4 users and 4 turns, one measured repetition, pauses a tenth as long, the first two
-    cells of a sweep. The full presets were run too (the warnings they gave did not depend on
+    most 4 users and 4 turns, one measured repetition, pauses a hundredth as long, the first
+    two cells of a sweep. The full presets were run too (the warnings they gave did not depend on
     this shrink: see the Warnings section of docs/architecture.md)."""
     overrides = [
         f"users={min(scenario.users, 4)}",
         f"turns={min(scenario.turns, 4)}",
         "repetitions.measured=1",
-        f"pacing.time_scale={scenario.pacing.time_scale / 10}",
+        f"pacing.time_scale={scenario.pacing.time_scale / 100}",
     ]
     if scenario.concurrency is not None:
         overrides.append(f"concurrency={scenario.concurrency[:2]}")
