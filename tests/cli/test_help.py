@@ -95,7 +95,7 @@ def test_run_help_names_every_file_a_run_writes_and_only_those(tmp_path, capsys)
         # one run draws every plot: a sweep adds cache.png, drawn sizes add context.png and
         # sizes.png (outputs capped, pauses compressed); --no-transcripts leaves
         # transcripts.jsonl out
-        "agents sweep": [
+        "agents-sweep": [
             "coding-agents",
             *sets(
                 "users=2",
@@ -124,8 +124,8 @@ def test_run_help_names_every_file_a_run_writes_and_only_those(tmp_path, capsys)
         assert all(n.endswith(".png") for n in in_plots)
     capsys.readouterr()
     assert set().union(*written.values()) == named  # every file named is written by some run
-    assert "transcripts.jsonl" not in written["agents sweep"]
-    assert {"cache.png", "context.png", "sizes.png"} <= written["agents sweep"]
+    assert "transcripts.jsonl" not in written["agents-sweep"]
+    assert {"cache.png", "context.png", "sizes.png"} <= written["agents-sweep"]
     assert written["lockstep"] == {
         "records.jsonl",
         "transcripts.jsonl",
