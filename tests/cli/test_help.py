@@ -90,29 +90,27 @@ def test_run_help_names_every_file_a_run_writes_and_only_those(tmp_path, capsys)
     text = flat(help_of(capsys, "run"))
     named = files_named(text)
     runs = {
-        # every default: records, transcripts, result, report.html and a lock-step run's plots
-        "lockstep": ["five-user-coding", *sets(*SMALL)],
-        # a sweep adds cache.png; --no-transcripts leaves transcripts.jsonl out
-        "sweep": [
-            "concurrency-sweep",
-            *sets(*SMALL, "concurrency=[1,2]", "gate=off"),
-            "--no-transcripts",
-        ],
-        # drawn sizes add context.png and sizes.png (outputs capped, pauses compressed)
-        "agents": [
+        # every default but --no-plots: records, transcripts, result and report.html, no plots/
+        "lockstep": ["five-user-coding", *sets(*SMALL), "--no-plots"],
+        # one run draws every plot: a sweep adds cache.png, drawn sizes add context.png and
+        # sizes.png (outputs capped, pauses compressed); --no-transcripts leaves
+        # transcripts.jsonl out
+        "agents-sweep": [
             "coding-agents",
             *sets(
                 "users=2",
                 "turns=3",
+                "opening_tokens=300",
+                "shared_prefix_tokens=100",
                 "output_tokens.max=32",
                 "pacing.time_scale=0.0001",
                 "repetitions.warmup=0",
                 "repetitions.measured=1",
+                "concurrency=[1,2]",
                 "gate=off",
             ),
+            "--no-transcripts",
         ],
-        # --no-plots: no plots/
-        "bare": ["five-user-coding", *sets(*SMALL, "gate=off"), "--no-plots", "--no-transcripts"],
     }
     written: dict[str, set[str]] = {}
     for name, args in runs.items():
@@ -126,9 +124,14 @@ def test_run_help_names_every_file_a_run_writes_and_only_those(tmp_path, capsys)
         assert all(n.endswith(".png") for n in in_plots)
     capsys.readouterr()
     assert set().union(*written.values()) == named  # every file named is written by some run
-    assert "transcripts.jsonl" not in written["sweep"] and "cache.png" in written["sweep"]
-    assert {"context.png", "sizes.png"} <= written["agents"]
-    assert written["bare"] == {"records.jsonl", "result.json", "report.html"}
+    assert "transcripts.jsonl" not in written["agents-sweep"]
+    assert {"cache.png", "context.png", "sizes.png"} <= written["agents-sweep"]
+    assert written["lockstep"] == {
+        "records.jsonl",
+        "transcripts.jsonl",
+        "result.json",
+        "report.html",
+    }
     assert "plots/" in text and "--no-transcripts" in text and "--no-plots" in text
     # what the help says of records.jsonl's lines holds: a header, nonces and window lines
     kinds = [
@@ -180,8 +183,12 @@ LONG = ["turns=3", "output_tokens=400", "gate=off"]
 
 
 def small_run(out: Path, *extra: str, scenario: str = "five-user-coding") -> int:
-    """``run`` of a small five-user-coding into ``out``, with ``extra`` flags: its exit code."""
-    return main(["run", scenario, "--out", str(out), *sets(*SMALL), "--quiet", *extra])
+    """``run`` of a small five-user-coding into ``out``, with ``extra`` flags and no plots
+    (drawing them is most of a small run's time; no exit code depends on them): its exit
+    code."""
+    return main(
+        ["run", scenario, "--out", str(out), *sets(*SMALL), "--quiet", "--no-plots", *extra]
+    )
 
 
 def test_each_exit_code_run_help_lists_is_one_run_returns(tmp_path, capsys, simulated_server):
@@ -196,11 +203,11 @@ def test_each_exit_code_run_help_lists_is_one_run_returns(tmp_path, capsys, simu
         small_run(tmp_path / "invalid", "--gate", "required", "--sim", "faults.rate_corrupt=1"),
     }
     (tmp_path / "unwritable" / "report.html").mkdir(parents=True)  # it cannot be written
-    returned.add(small_run(tmp_path / "unwritable", "--gate", "off", "--no-plots"))
+    returned.add(small_run(tmp_path / "unwritable", "--gate", "off"))
     for signum in (signal.SIGINT, signal.SIGTERM):
         where = tmp_path / f"signalled-{signum}"
         watcher = signal_once_recording(where, signum)
-        returned.add(small_run(where, *sets(*LONG), "--no-plots", "--grace", "0"))
+        returned.add(small_run(where, *sets(*LONG), "--grace", "0"))
         watcher.join()
     capsys.readouterr()
     # 1 is Python's own status for an uncaught exception: listed for what it means, never

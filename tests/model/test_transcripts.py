@@ -246,6 +246,8 @@ SWEEP = [
     "repetitions.measured=1",
     "--set",
     "sampling.temperature=0",
+    "--set",
+    "gate=off",  # what is replayed is the measured turns (and their warm-ups)
 ]
 
 

@@ -464,6 +464,8 @@ def test_differing_server_fingerprints_and_simulator_profiles_are_listed():
     assert compare(a, a).targets == []
 
 
+# Three measured repetitions a side (what a verdict needs), no warm-up and short replies:
+# what these tests compare is the runs' configurations and gates, not their speed.
 SHORT_RUN = [
     "--set",
     "users=2",
@@ -474,7 +476,9 @@ SHORT_RUN = [
     "--set",
     "turn_tokens=50",
     "--set",
-    "output_tokens=32",
+    "output_tokens=8",
+    "--set",
+    "repetitions.warmup=0",
     "--set",
     "repetitions.measured=3",
     "--quiet",

@@ -32,6 +32,7 @@ def test_a_depth_sweep_prints_seed_000_shaped_rows(tmp_path, capsys):
             "--out",
             str(out),
             "--quiet",
+            "--no-plots",
             "--set",
             "prior_tokens=[512, 1024]",
             "--set",
