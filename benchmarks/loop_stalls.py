@@ -75,11 +75,15 @@ def watch_run(
     from workloads.wire.loop import run_loop
 
     loop_thread = threading.get_ident()
+    loop_native = threading.get_native_id()
     last = [time.perf_counter()]
     done = threading.Event()
     stalls: list[list[Any]] = []  # [start, length, Counter of stacks]
 
+    watcher = [0]
+
     def watch() -> None:
+        watcher[0] = threading.get_native_id()
         current: list[Any] | None = None
         deadline = time.perf_counter() + MAX_RUN_S
         while not done.is_set() and time.perf_counter() < deadline:
@@ -87,22 +91,42 @@ def watch_run(
             late = time.perf_counter() - last[0]
             if late <= LATE_S:
                 continue
-            frame = sys._current_frames().get(loop_thread)
+            frames = sys._current_frames()
+            frame = frames.get(loop_thread)
             stack = traceback.extract_stack(frame) if frame is not None else []
             key = tuple(f"{Path(f.filename).name}:{f.lineno}:{f.name}" for f in stack[-14:])
+            others = tuple(  # what the other threads (but this one) were doing
+                f"{names.get(ident, ident)}: {where(other)}"
+                for ident, other in frames.items()
+                if ident not in (loop_thread, threading.get_ident())
+            )
             if current is None or current[0] != last[0]:
-                current = [last[0], late, collections.Counter()]
+                current = [last[0], late, collections.Counter(), thread_cpu(), None, others]
                 stalls.append(current)
             current[1] = late
             current[2][key] += 1
+            current[4] = thread_cpu()
+
+    names: dict[int, str] = {}
+
+    def where(frame: Any) -> str:
+        top = traceback.extract_stack(frame)[-3:]
+        return " < ".join(f"{Path(f.filename).name}:{f.lineno}:{f.name}" for f in reversed(top))
 
     pauses: list[tuple[float, float, int]] = []
     began = [0.0]
+    collections_by_gen = [[0, 0.0, 0] for _ in range(3)]  # per generation: count, s, freed
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             began[0] = time.perf_counter()
-        elif (length := time.perf_counter() - began[0]) > 0.002:
+            return
+        length = time.perf_counter() - began[0]
+        tally = collections_by_gen[info["generation"]]
+        tally[0] += 1
+        tally[1] += length
+        tally[2] += info["collected"]
+        if length > 0.002:
             pauses.append((began[0], length, info["generation"]))
 
     async def run() -> Any:
@@ -113,6 +137,7 @@ def watch_run(
             loop.call_later(BEAT_S, beat)
 
         beat()
+        names.update((t.ident or 0, t.name) for t in threading.enumerate())
         return await workloads.run_async(
             workloads.load_scenario(tmp / "s.toml"),
             target=workloads.Target(url, "bench-model"),
@@ -133,11 +158,23 @@ def watch_run(
         record = json.loads(line)
         if record.get("sent_ns") and record.get("done_ns"):
             spans.append((record["sent_ns"] / 1e9, record["done_ns"] / 1e9))
-    return result, start, stalls, [spans, pauses]
+    names.update((t.ident or 0, t.name) for t in threading.enumerate())
+    return result, start, stalls, [spans, pauses, collections_by_gen, loop_native]
+
+
+def thread_cpu() -> dict[int, int]:
+    """Each thread of this process: ns on a CPU so far (/proc/self/task/*/schedstat)."""
+    out = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            out[int(task.name)] = int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
 
 
 def report(result: Any, start: float, stalls: list[Any], extra: list[Any]) -> None:
-    spans, pauses = extra
+    spans, pauses, by_gen, loop_native = extra
 
     def open_streams(a: float, b: float) -> int:
         return sum(1 for sent, done in spans if sent < b and done > a)
@@ -147,6 +184,10 @@ def report(result: Any, start: float, stalls: list[Any], extra: list[Any]) -> No
     print("GC pauses over 2 ms (start s, ms, generation, open streams):")
     print(
         [(round(a - start, 3), round(d * 1e3, 1), g, open_streams(a, a + d)) for a, d, g in pauses]
+    )
+    print(
+        "collections in the run (generation: count, ms in all, objects freed):",
+        {g: (n, round(t * 1e3, 1), freed) for g, (n, t, freed) in enumerate(by_gen)},
     )
     busy = [s for s in stalls if open_streams(s[0], s[0] + s[1])]
     print(f"stalls over {LATE_S * 1e3:g} ms: {len(stalls)}; with streams open: {len(busy)}")
@@ -158,6 +199,14 @@ def report(result: Any, start: float, stalls: list[Any], extra: list[Any]) -> No
     )
     for stall in sorted(busy, key=lambda s: -s[1])[:8]:
         print(f"\n== +{stall[0] - start:.3f} s, {stall[1] * 1e3:.1f} ms")
+        before, after = stall[3], stall[4] or stall[3]
+        ran = {t: (after.get(t, 0) - ns) / 1e6 for t, ns in before.items()}
+        print(  # which threads had the CPU meanwhile (from the stall's first sample on)
+            "  on CPU meanwhile, ms:",
+            {("loop" if t == loop_native else t): round(ms, 1) for t, ms in ran.items() if ms},
+        )
+        for other in stall[5]:
+            print("  other thread:", other)
         for stack, samples in stall[2].most_common(2):
             print(f"  [{samples} samples]")
             for frame in stack:
