@@ -10,6 +10,7 @@ at the end (the process's peak, from rusage; tracemalloc's own bookkeeping infla
 the imports hold by file, and the peak snapshot less the after-import one, by file and by line.
 
     python benchmarks/memory_peak.py 256 2
+    python benchmarks/memory_peak.py 256 2 --rss   # RSS over time only, no tracing
 
 Native memory (tiktoken's Rust tables, uvloop's and the kernel's buffers) is not traced: the
 RSS lines show it. Loopback only; Linux only (sched_setaffinity).
@@ -17,14 +18,17 @@ RSS lines show it. Loopback only; Linux only (sched_setaffinity).
 
 from __future__ import annotations
 
+import sys
 import tracemalloc
 
-tracemalloc.start(1)
+TRACE = "--rss" not in sys.argv  # --rss: no tracing (its bookkeeping and snapshots hold RSS)
+if TRACE:
+    tracemalloc.start(1)
 
+import json  # noqa: E402
 import os  # noqa: E402
 import resource  # noqa: E402
 import subprocess  # noqa: E402
-import sys  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -59,7 +63,7 @@ def main() -> None:
     from workloads.core import tokens
     from workloads.wire.loop import run_loop
 
-    imported = tracemalloc.take_snapshot()
+    imported = tracemalloc.take_snapshot() if TRACE else None
     print(f"RSS after the imports: {rss_mb():.1f} MB")
     tokens.encoding()
     print(f"RSS after tiktoken's tables: {rss_mb():.1f} MB")
@@ -75,14 +79,17 @@ def main() -> None:
         text=True,
     )
     done = threading.Event()
-    peak: list[tracemalloc.Snapshot | float] = [imported, 0.0, 0.0]  # snapshot, traced, RSS
+    peak: list[tracemalloc.Snapshot | float | None] = [imported, 0.0, 0.0]  # snapshot, traced, RSS
+    high = [0.0, 0.0]  # the highest RSS polled, MB, and when (perf_counter s)
 
     def watch() -> None:
         deadline = time.monotonic() + MAX_RUN_S
         while not done.is_set() and time.monotonic() < deadline:
             time.sleep(POLL_S)
+            if (rss := rss_mb()) > high[0]:
+                high[:] = [rss, time.perf_counter()]
             traced = tracemalloc.get_traced_memory()[0]
-            if traced > float(peak[1]) * GROWTH:
+            if TRACE and traced > float(peak[1]) * GROWTH:
                 peak[:] = [tracemalloc.take_snapshot(), traced, rss_mb()]
 
     try:
@@ -92,20 +99,32 @@ def main() -> None:
             SCENARIO.format(users=users, turns=turns, tokens=512, reps=1, pacing="free")
         )
         scenario = workloads.load_scenario(tmp / "s.toml")
+        start = time.perf_counter()
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
         result = run_loop(
             workloads.run_async(scenario, target=workloads.Target(url, MODEL), out_dir=tmp / "out")
         )
+        ended = time.perf_counter()
         done.set()
         watcher.join()
     finally:
         server.terminate()
     print(f"complete {result.complete}")
+    lines = map(json.loads, (tmp / "out" / "records.jsonl").open())
+    ends = [r["done_ns"] / 1e9 for r in lines if r.get("done_ns")]
+    print(
+        f"highest RSS polled {high[0]:.1f} MB at +{high[1] - start:.2f} s; the streams ended "
+        f"+{min(ends) - start:.2f} … +{max(ends) - start:.2f} s; the run returned at "
+        f"+{ended - start:.2f} s"
+    )
     print(
         f"traced peak {float(peak[1]) / 2**20:.1f} MB (RSS then {float(peak[2]):.1f} MB); "
         f"process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} MB"
     )
+    if not TRACE:
+        return
+    assert imported is not None
     print("\nwhat the imports hold, by file (top 15):")
     top(imported.statistics("filename"), 15)
     snapshot = peak[0]
