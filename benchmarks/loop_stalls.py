@@ -5,8 +5,12 @@ One process runs ``workloads.run_async`` (pinned to CPU 1) against benchmarks/st
 TURNS turns, free pacing, 512-token streams: the multi-turn shape of issue 20. A 1 ms
 heartbeat on the loop and a watchdog thread that wakes every 0.5 ms: whenever the heartbeat
 is more than 5 ms late, the watchdog samples the loop thread's stack (``sys._current_frames``).
-The garbage collector's pauses over 2 ms are logged through ``gc.callbacks``. At the end, the
-records' send and done stamps say how many streams were open during each stall.
+The garbage collector's pauses over 2 ms are logged through ``gc.callbacks``, and every
+collection is tallied by generation (count, time, objects freed). At the end, the records'
+send and done stamps say how many streams were open during each stall. For each of the
+longest stalls: which threads of the process ran on a CPU from its first sample to its last
+(/proc/self/task/*/schedstat; the watchdog's own sampling is one of them: every thread here
+shares CPU 1) and where the other threads were.
 
     python benchmarks/loop_stalls.py 256 2         # C256, 2 turns: ~20 s
     python benchmarks/loop_stalls.py 1000 2 auto   # with --workers auto (the parent only)
@@ -159,7 +163,7 @@ def watch_run(
         if record.get("sent_ns") and record.get("done_ns"):
             spans.append((record["sent_ns"] / 1e9, record["done_ns"] / 1e9))
     names.update((t.ident or 0, t.name) for t in threading.enumerate())
-    return result, start, stalls, [spans, pauses, collections_by_gen, loop_native]
+    return result, start, stalls, [spans, pauses, collections_by_gen, loop_native, watcher[0]]
 
 
 def thread_cpu() -> dict[int, int]:
@@ -174,7 +178,7 @@ def thread_cpu() -> dict[int, int]:
 
 
 def report(result: Any, start: float, stalls: list[Any], extra: list[Any]) -> None:
-    spans, pauses, by_gen, loop_native = extra
+    spans, pauses, by_gen, loop_native, watcher = extra
 
     def open_streams(a: float, b: float) -> int:
         return sum(1 for sent, done in spans if sent < b and done > a)
@@ -200,10 +204,11 @@ def report(result: Any, start: float, stalls: list[Any], extra: list[Any]) -> No
     for stall in sorted(busy, key=lambda s: -s[1])[:8]:
         print(f"\n== +{stall[0] - start:.3f} s, {stall[1] * 1e3:.1f} ms")
         before, after = stall[3], stall[4] or stall[3]
+        label = {loop_native: "loop", watcher: "watchdog (this script)"}
         ran = {t: (after.get(t, 0) - ns) / 1e6 for t, ns in before.items()}
         print(  # which threads had the CPU meanwhile (from the stall's first sample on)
             "  on CPU meanwhile, ms:",
-            {("loop" if t == loop_native else t): round(ms, 1) for t, ms in ran.items() if ms},
+            {label.get(t, t): round(ms, 1) for t, ms in ran.items() if ms},
         )
         for other in stall[5]:
             print("  other thread:", other)
