@@ -167,13 +167,22 @@ def watch_run(
 
 
 def thread_cpu() -> dict[int, int]:
-    """Each thread of this process: ns on a CPU so far (/proc/self/task/*/schedstat)."""
+    """Each thread of this process: ns on a CPU so far, and (keyed by the thread's id
+    negated) ns runnable but waiting for a CPU (/proc/self/task/*/schedstat); key 0: CPU 1's
+    jiffies so far in irq and softirq (/proc/stat)."""
     out = {}
     for task in Path("/proc/self/task").iterdir():
         try:
-            out[int(task.name)] = int((task / "schedstat").read_text().split()[0])
+            run_ns, wait_ns = (task / "schedstat").read_text().split()[:2]
+            out[int(task.name)] = int(run_ns)
+            out[-int(task.name)] = int(wait_ns)  # runnable, waiting for a CPU
         except (OSError, ValueError, IndexError):
             continue
+    with open("/proc/stat") as stat:
+        for line in stat:
+            if line.startswith("cpu1 "):
+                fields = line.split()
+                out[0] = int(fields[6]) + int(fields[7])
     return out
 
 
@@ -201,14 +210,29 @@ def report(result: Any, start: float, stalls: list[Any], extra: list[Any]) -> No
             for s in busy
         ]
     )
+    sampled = [(s[1], s[3], s[4] or s[3]) for s in busy]
+    window = sum(max(0.0, length - LATE_S) for length, _, _ in sampled) * 1e3
+    loop_ms = sum(b.get(loop_native, 0) - a.get(loop_native, 0) for _, a, b in sampled) / 1e6
+    wait_ms = sum(b.get(-loop_native, 0) - a.get(-loop_native, 0) for _, a, b in sampled) / 1e6
+    rest_ms = sum(
+        b.get(t, 0) - ns for _, a, b in sampled for t, ns in a.items() if t > 0 and t != loop_native
+    )
+    print(
+        f"in those stalls, from their first sample on (~{window:.0f} ms in all): the loop on "
+        f"CPU {loop_ms:.1f} ms, runnable but waiting for CPU 1 {wait_ms:.1f} ms; this "
+        f"process's other threads (the watchdog among them) on CPU {rest_ms / 1e6:.1f} ms"
+    )
     for stall in sorted(busy, key=lambda s: -s[1])[:8]:
         print(f"\n== +{stall[0] - start:.3f} s, {stall[1] * 1e3:.1f} ms")
         before, after = stall[3], stall[4] or stall[3]
         label = {loop_native: "loop", watcher: "watchdog (this script)"}
-        ran = {t: (after.get(t, 0) - ns) / 1e6 for t, ns in before.items()}
+        ran = {t: (after.get(t, 0) - ns) / 1e6 for t, ns in before.items() if t > 0}
         print(  # which threads had the CPU meanwhile (from the stall's first sample on)
             "  on CPU meanwhile, ms:",
             {label.get(t, t): round(ms, 1) for t, ms in ran.items() if ms},
+            f"(the loop runnable, waiting for CPU 1: "
+            f"{(after.get(-loop_native, 0) - before.get(-loop_native, 0)) / 1e6:.1f} ms; CPU 1 "
+            f"in irq and softirq: {(after.get(0, 0) - before.get(0, 0)) * 10} ms, in jiffies)",
         )
         for other in stall[5]:
             print("  other thread:", other)
