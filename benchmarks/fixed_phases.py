@@ -5,8 +5,8 @@ the defaults otherwise) in one process pinned to CPU 1, against benchmarks/strea
 pinned to CPU 0. The CPU before the first import (the interpreter's start) and each import
 are read with ``resource.getrusage``; during ``workloads.run_async`` a sampler thread reads
 every other thread's CPU clock (``time.pthread_getcpuclockid``) each millisecond and charges
-what a thread used since the last sample to the phase its stack shows then (the innermost
-frame named in PHASES; an import in progress counts as imports). The sampler's own CPU is
+what a thread used since the last sample to the phase its stack shows then (the outermost
+frame that PHASES names; an import in progress counts as imports). The sampler's own CPU is
 left out of the phases and printed apart; what no phase names is "the rest of the run".
 
     python benchmarks/fixed_phases.py            # median of 5 runs, a fresh process each
@@ -37,18 +37,23 @@ HERE = Path(__file__).resolve().parent
 SAMPLE_S = 0.001
 MAX_RUN_S = 120.0
 
-# (phase, file name, function): the innermost frame of a sampled stack that matches names the
-# phase; file name "" matches any file.
+# (phase, file name, function): the outermost frame of a sampled stack that one of these
+# matches names the phase (rules in this order; "" matches any): a task's stack begins at its
+# own coroutine (a session's turns, a gate case), not at the code that started it.
 PHASES = (
     ("tokenizer tables", "tokens.py", "encoding"),
-    ("target check (models)", "identify.py", "identify"),
-    ("tokenizer probe", "run.py", "_probe_tokenizer"),
-    ("likelihood probe", "", "measure_likelihood"),
-    ("gate", "gate.py", "send_gate"),
+    ("target check (models)", "identify.py", ""),
+    ("tokenizer probe", "tokenize.py", "probe_tokenizer"),
+    ("likelihood probe", "likelihood.py", ""),
+    ("gate", "gate.py", ""),
     ("opening sessions (sizing)", "players.py", "open"),
-    ("measured window", "players.py", "play"),
+    ("opening sessions (sizing)", "repetition.py", "open_sessions"),
+    ("opening sessions (sizing)", "repetition.py", "_spawn_and_prepare"),
+    ("measured window (the sessions' turns)", "players.py", "play"),
+    ("measured window (the sessions' turns)", "repetition.py", ""),
+    ("measured window (the sessions' turns)", "session.py", ""),
     ("traces (after the window)", "players.py", "traces"),
-    ("telemetry", "cells.py", "finish"),
+    ("telemetry", "window.py", ""),
     ("summaries and result.json", "", "build_result"),
     ("summaries and result.json", "cells.py", "_save"),
     ("summaries and result.json", "monitor.py", "health"),
@@ -61,16 +66,19 @@ def cpu_s(usage: resource.struct_rusage) -> float:
 
 
 def phase_of(frame: Any) -> str:
-    """The phase a thread's stack is in (innermost match first)."""
+    """The phase a thread's stack is in: an import anywhere in it, else the outermost frame
+    a rule matches."""
+    frames = []
     while frame is not None:
-        code = frame.f_code
-        if code.co_filename == IMPORTS:
+        if frame.f_code.co_filename == IMPORTS:
             return "imports during the run"
+        frames.append(frame.f_code)
+        frame = frame.f_back
+    for code in reversed(frames):
         name = Path(code.co_filename).name
         for phase, file, function in PHASES:
-            if code.co_name == function and (not file or name == file):
+            if (name == file or not file) and (not function or code.co_name == function):
                 return phase
-        frame = frame.f_back
     return "the rest of the run (loop, client set-up, records)"
 
 
