@@ -58,12 +58,13 @@ def test_only_the_young_generation_is_collected_while_a_repetition_plays_and_it_
     before = gc.get_threshold()
     gc.set_threshold(500, 7, 9)  # an embedding application's own
     try:
+        theirs = gc.get_threshold()  # (500, 7, 9); (500, 7, 0) on 3.14's incremental collector
         workloads.run(small(), client=FakeChatClient(answer))
         after = gc.get_threshold()
     finally:
         gc.set_threshold(*before)
-    assert after == (500, 7, 9)
-    assert len(seen) == 12 and all(t[0] == 500 and min(t[1:]) >= 2**20 for t in seen)
+    assert after == theirs
+    assert len(seen) == 12 and all(t[0] == 500 and t[1] >= 2**20 for t in seen)
 
 
 def test_estimates_are_corrected_from_the_warm_up_to_within_three_percent():

@@ -73,11 +73,12 @@ def _still_heap() -> Iterator[None]:
     arrived meanwhile. So collect before the repetition's first send, then freeze what exists:
     the collector walks only what the repetition makes; thawed when it ends. While it plays,
     only the young generation is collected: a generation-1 collection walks every object the
-    last ~7,000 allocations left alive (turns in flight, their records) and held the loop for
-    8–10 ms at C256 on a quiet core, while it freed ~150 objects (benchmarks/RESULTS.md, "Loop
-    stalls with streams open"). The older generations wait for the repetition's end; the
-    collector's thresholds are process-wide, so they are put back then (the library is
-    embeddable)."""
+    young collections left alive (turns in flight, their records) and held the loop for
+    8–21 ms at C256 on a quiet core, freeing nothing that would not be freed at the end
+    (benchmarks/RESULTS.md, "Loop stalls with streams open"). The older generations wait for
+    the repetition's end (on 3.14's incremental collector the same threshold makes the old
+    generation's scan as slow as it goes); the thresholds are process-wide, so the caller's
+    are put back then (the library is embeddable)."""
     gc.collect()
     gc.freeze()
     young, *older = gc.get_threshold()
