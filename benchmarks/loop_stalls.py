@@ -5,8 +5,12 @@ One process runs ``workloads.run_async`` (pinned to CPU 1) against benchmarks/st
 TURNS turns, free pacing, 512-token streams: the multi-turn shape of issue 20. A 1 ms
 heartbeat on the loop and a watchdog thread that wakes every 0.5 ms: whenever the heartbeat
 is more than 5 ms late, the watchdog samples the loop thread's stack (``sys._current_frames``).
-The garbage collector's pauses over 2 ms are logged through ``gc.callbacks``. At the end, the
-records' send and done stamps say how many streams were open during each stall.
+The garbage collector's pauses over 2 ms are logged through ``gc.callbacks``, and every
+collection is tallied by generation (count, time, objects freed). At the end, the records'
+send and done stamps say how many streams were open during each stall. For each of the
+longest stalls: which threads of the process ran on a CPU from its first sample to its last
+(/proc/self/task/*/schedstat; the watchdog's own sampling is one of them: every thread here
+shares CPU 1) and where the other threads were.
 
     python benchmarks/loop_stalls.py 256 2         # C256, 2 turns: ~20 s
     python benchmarks/loop_stalls.py 1000 2 auto   # with --workers auto (the parent only)
@@ -75,11 +79,15 @@ def watch_run(
     from workloads.wire.loop import run_loop
 
     loop_thread = threading.get_ident()
+    loop_native = threading.get_native_id()
     last = [time.perf_counter()]
     done = threading.Event()
     stalls: list[list[Any]] = []  # [start, length, Counter of stacks]
 
+    watcher = [0]
+
     def watch() -> None:
+        watcher[0] = threading.get_native_id()
         current: list[Any] | None = None
         deadline = time.perf_counter() + MAX_RUN_S
         while not done.is_set() and time.perf_counter() < deadline:
@@ -87,22 +95,42 @@ def watch_run(
             late = time.perf_counter() - last[0]
             if late <= LATE_S:
                 continue
-            frame = sys._current_frames().get(loop_thread)
+            frames = sys._current_frames()
+            frame = frames.get(loop_thread)
             stack = traceback.extract_stack(frame) if frame is not None else []
             key = tuple(f"{Path(f.filename).name}:{f.lineno}:{f.name}" for f in stack[-14:])
+            others = tuple(  # what the other threads (but this one) were doing
+                f"{names.get(ident, ident)}: {where(other)}"
+                for ident, other in frames.items()
+                if ident not in (loop_thread, threading.get_ident())
+            )
             if current is None or current[0] != last[0]:
-                current = [last[0], late, collections.Counter()]
+                current = [last[0], late, collections.Counter(), thread_cpu(), None, others]
                 stalls.append(current)
             current[1] = late
             current[2][key] += 1
+            current[4] = thread_cpu()
+
+    names: dict[int, str] = {}
+
+    def where(frame: Any) -> str:
+        top = traceback.extract_stack(frame)[-3:]
+        return " < ".join(f"{Path(f.filename).name}:{f.lineno}:{f.name}" for f in reversed(top))
 
     pauses: list[tuple[float, float, int]] = []
     began = [0.0]
+    collections_by_gen = [[0, 0.0, 0] for _ in range(3)]  # per generation: count, s, freed
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             began[0] = time.perf_counter()
-        elif (length := time.perf_counter() - began[0]) > 0.002:
+            return
+        length = time.perf_counter() - began[0]
+        tally = collections_by_gen[info["generation"]]
+        tally[0] += 1
+        tally[1] += length
+        tally[2] += info["collected"]
+        if length > 0.002:
             pauses.append((began[0], length, info["generation"]))
 
     async def run() -> Any:
@@ -113,6 +141,7 @@ def watch_run(
             loop.call_later(BEAT_S, beat)
 
         beat()
+        names.update((t.ident or 0, t.name) for t in threading.enumerate())
         return await workloads.run_async(
             workloads.load_scenario(tmp / "s.toml"),
             target=workloads.Target(url, "bench-model"),
@@ -133,11 +162,32 @@ def watch_run(
         record = json.loads(line)
         if record.get("sent_ns") and record.get("done_ns"):
             spans.append((record["sent_ns"] / 1e9, record["done_ns"] / 1e9))
-    return result, start, stalls, [spans, pauses]
+    names.update((t.ident or 0, t.name) for t in threading.enumerate())
+    return result, start, stalls, [spans, pauses, collections_by_gen, loop_native, watcher[0]]
+
+
+def thread_cpu() -> dict[int, int]:
+    """Each thread of this process: ns on a CPU so far, and (keyed by the thread's id
+    negated) ns runnable but waiting for a CPU (/proc/self/task/*/schedstat); key 0: CPU 1's
+    jiffies so far in irq and softirq (/proc/stat)."""
+    out = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            run_ns, wait_ns = (task / "schedstat").read_text().split()[:2]
+            out[int(task.name)] = int(run_ns)
+            out[-int(task.name)] = int(wait_ns)  # runnable, waiting for a CPU
+        except (OSError, ValueError, IndexError):
+            continue
+    with open("/proc/stat") as stat:
+        for line in stat:
+            if line.startswith("cpu1 "):
+                fields = line.split()
+                out[0] = int(fields[6]) + int(fields[7])
+    return out
 
 
 def report(result: Any, start: float, stalls: list[Any], extra: list[Any]) -> None:
-    spans, pauses = extra
+    spans, pauses, by_gen, loop_native, watcher = extra
 
     def open_streams(a: float, b: float) -> int:
         return sum(1 for sent, done in spans if sent < b and done > a)
@@ -148,6 +198,10 @@ def report(result: Any, start: float, stalls: list[Any], extra: list[Any]) -> No
     print(
         [(round(a - start, 3), round(d * 1e3, 1), g, open_streams(a, a + d)) for a, d, g in pauses]
     )
+    print(
+        "collections in the run (generation: count, ms in all, objects freed):",
+        {g: (n, round(t * 1e3, 1), freed) for g, (n, t, freed) in enumerate(by_gen)},
+    )
     busy = [s for s in stalls if open_streams(s[0], s[0] + s[1])]
     print(f"stalls over {LATE_S * 1e3:g} ms: {len(stalls)}; with streams open: {len(busy)}")
     print(
@@ -156,8 +210,32 @@ def report(result: Any, start: float, stalls: list[Any], extra: list[Any]) -> No
             for s in busy
         ]
     )
+    sampled = [(s[1], s[3], s[4] or s[3]) for s in busy]
+    window = sum(max(0.0, length - LATE_S) for length, _, _ in sampled) * 1e3
+    loop_ms = sum(b.get(loop_native, 0) - a.get(loop_native, 0) for _, a, b in sampled) / 1e6
+    wait_ms = sum(b.get(-loop_native, 0) - a.get(-loop_native, 0) for _, a, b in sampled) / 1e6
+    rest_ms = sum(
+        b.get(t, 0) - ns for _, a, b in sampled for t, ns in a.items() if t > 0 and t != loop_native
+    )
+    print(
+        f"in those stalls, from their first sample on (~{window:.0f} ms in all): the loop on "
+        f"CPU {loop_ms:.1f} ms, runnable but waiting for CPU 1 {wait_ms:.1f} ms; this "
+        f"process's other threads (the watchdog among them) on CPU {rest_ms / 1e6:.1f} ms"
+    )
     for stall in sorted(busy, key=lambda s: -s[1])[:8]:
         print(f"\n== +{stall[0] - start:.3f} s, {stall[1] * 1e3:.1f} ms")
+        before, after = stall[3], stall[4] or stall[3]
+        label = {loop_native: "loop", watcher: "watchdog (this script)"}
+        ran = {t: (after.get(t, 0) - ns) / 1e6 for t, ns in before.items() if t > 0}
+        print(  # which threads had the CPU meanwhile (from the stall's first sample on)
+            "  on CPU meanwhile, ms:",
+            {label.get(t, t): round(ms, 1) for t, ms in ran.items() if ms},
+            f"(the loop runnable, waiting for CPU 1: "
+            f"{(after.get(-loop_native, 0) - before.get(-loop_native, 0)) / 1e6:.1f} ms; CPU 1 "
+            f"in irq and softirq: {(after.get(0, 0) - before.get(0, 0)) * 10} ms, in jiffies)",
+        )
+        for other in stall[5]:
+            print("  other thread:", other)
         for stack, samples in stall[2].most_common(2):
             print(f"  [{samples} samples]")
             for frame in stack:

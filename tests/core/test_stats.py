@@ -4,8 +4,11 @@ run, no clock), and the t distribution it rests on."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from workloads.core import stats
 from workloads.core.stats import ratio_test, t_cdf, t_quantile
@@ -150,3 +153,9 @@ def test_a_row_that_is_not_significant_still_prints_its_ratio_interval_and_n():
     )
     assert withheld.outcome == "no verdict" and withheld.significant
     assert withheld.verdict == "1.50x [1.50-1.50], no verdict (B invalid), n = 3/3"
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10**9), max_size=400))
+def test_counted_percentiles_are_the_percentiles_of_the_values_to_the_bit(gaps_us):
+    counted = stats.counted_percentiles(Counter(gaps_us), 1e6)
+    assert counted == stats.percentiles(g / 1e6 for g in gaps_us)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import pickle
 
 import pytest
 from hypothesis import given, settings
@@ -194,3 +195,12 @@ def test_a_bounded_memo_forgets_the_least_recently_used():
     assert memo.ids("delta epsilon\n" * 10) == tokens.encoding().encode_ordinary(
         "delta epsilon\n" * 10
     )
+
+
+def test_the_encoding_keeps_no_python_copy_of_its_ranks_and_still_pickles_by_name():
+    enc = tokens.encoding()
+    assert "_mergeable_ranks" not in vars(enc)  # ~14 MB of RSS, needed only to pickle by value
+    again = pickle.loads(pickle.dumps(enc))
+    text = "Hello, world: the tables still encode and decode."
+    assert again.encode_ordinary(text) == enc.encode_ordinary(text)
+    assert enc.decode(enc.encode_ordinary(text)) == text

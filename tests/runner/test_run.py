@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 import workloads
@@ -44,6 +46,25 @@ def test_a_single_cell_run_keeps_its_summary_and_has_no_cells():
     result = workloads.run(small(), client=FakeChatClient(lambda body: (100, "ok")))
     assert result.cells is None and result.summary.run.records == 8
     assert [t.configured_prompt_tokens for t in result.summary.turns] == [720, 848]
+
+
+def test_only_the_young_generation_is_collected_while_a_repetition_plays_and_it_is_put_back():
+    seen: list[tuple[int, int, int]] = []  # the collector's thresholds at each request
+
+    def answer(body: dict[str, object]) -> tuple[int, str]:
+        seen.append(gc.get_threshold())
+        return 100, "ok"
+
+    before = gc.get_threshold()
+    gc.set_threshold(500, 7, 9)  # an embedding application's own
+    try:
+        theirs = gc.get_threshold()  # (500, 7, 9); (500, 7, 0) on 3.14's incremental collector
+        workloads.run(small(), client=FakeChatClient(answer))
+        after = gc.get_threshold()
+    finally:
+        gc.set_threshold(*before)
+    assert after == theirs
+    assert len(seen) == 12 and all(t[0] == 500 and t[1] >= 2**20 for t in seen)
 
 
 def test_estimates_are_corrected_from_the_warm_up_to_within_three_percent():

@@ -56,7 +56,7 @@ cancelled in flight by a stop (``error_kind`` "cancelled") is counted apart, as
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -70,6 +70,7 @@ from workloads.model.summary import (
     BandSummary,
     CacheCliff,
     KindSummary,
+    Percentiles,
     RunSummary,
     Summary,
     TurnSummary,
@@ -181,6 +182,17 @@ def e2e_s(r: TurnRecord) -> float | None:
     if r.sent_ns is None or end is None or end <= r.sent_ns:
         return None
     return (end - r.sent_ns) / 1e9
+
+
+def _itl_percentiles(records: Iterable[TurnRecord]) -> Percentiles | None:
+    """The pooled ITL distribution's percentiles, s: :func:`itl_gaps_s`'s values counted by
+    their whole µs (the same figures; a float object per streamed token held the summaries'
+    memory peak: benchmarks/RESULTS.md, "Memory at the peak")."""
+    counts: Counter[int] = Counter()
+    for r in records:
+        if r.chunk_gaps_us:
+            counts.update(r.chunk_gaps_us)
+    return stats.counted_percentiles(counts, 1e6)
 
 
 def itl_gaps_s(records: Iterable[TurnRecord]) -> Iterator[float]:
@@ -301,7 +313,7 @@ def _turn_summary(
         partial_repetitions=partial,
         hit_rate=hit_rate,
         ttft_percentiles=stats.percentiles(_ttft_s(r) for r in valid),
-        itl_percentiles=stats.percentiles(itl_gaps_s(valid)),
+        itl_percentiles=_itl_percentiles(valid),
         e2e_percentiles=stats.percentiles(e2e_s(r) for r in valid),
         spec_draft_tokens=drafted,
         spec_accepted_tokens=accepted,
@@ -438,7 +450,7 @@ def summarize(records: Iterable[TurnRecord], *, users: int, lockstep: bool = Tru
         full_turns=sum(t.aggregate_rate is not None for t in by_rep_turn),
         partial_turns=sum(t.aggregate_rate is None for t in by_rep_turn),
         ttft_percentiles=stats.percentiles(_ttft_s(r) for r in valid),
-        itl_percentiles=stats.percentiles(itl_gaps_s(valid)),
+        itl_percentiles=_itl_percentiles(valid),
         e2e_percentiles=stats.percentiles(e2e_s(r) for r in valid),
         request_rate=None
         if pooled

@@ -52,8 +52,14 @@ Message = dict[str, Any]
 
 @functools.cache
 def encoding() -> tiktoken.Encoding:
-    """The shared tiktoken encoding (loaded once, about 0.3 s)."""
-    return tiktoken.get_encoding(ENCODING_NAME)
+    """The shared tiktoken encoding (loaded once, about 0.3 s). tiktoken keeps the Python
+    dict it built its native tables from (``_mergeable_ranks``: ~14 MB of RSS for cl100k)
+    only to pickle an encoding it does not know by name; a registered one, as this is, pickles
+    by name, so the dict is dropped (benchmarks/RESULTS.md, "Memory at the peak")."""
+    enc = tiktoken.get_encoding(ENCODING_NAME)
+    if enc is tiktoken.registry.ENCODINGS.get(enc.name):
+        enc.__dict__.pop("_mergeable_ranks", None)
+    return enc
 
 
 def count(text: str) -> int:

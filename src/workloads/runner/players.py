@@ -62,18 +62,31 @@ class Shard:
         return range(self.index * users // self.count, (self.index + 1) * users // self.count)
 
 
+_NEVER = 2**30  # young collections before an older one: none while a repetition plays
+
+
 @contextlib.contextmanager
 def _still_heap() -> Iterator[None]:
     """No long garbage-collector pause while streams are read: a full collection walks
     every object the sessions hold (histories, tokenizer memos) and stalled the loop for
     45–80 ms at C256 on 2 cores (benchmarks/RESULTS-workers.md), delaying every chunk that
     arrived meanwhile. So collect before the repetition's first send, then freeze what exists:
-    the collector walks only what the repetition makes; thawed when it ends."""
+    the collector walks only what the repetition makes; thawed when it ends. While it plays,
+    only the young generation is collected: a generation-1 collection walks every object the
+    young collections left alive (turns in flight, their records) and held the loop for
+    8–21 ms at C256 on a quiet core, freeing nothing that would not be freed at the end
+    (benchmarks/RESULTS.md, "Loop stalls with streams open"). The older generations wait for
+    the repetition's end (on 3.14's incremental collector the same threshold makes the old
+    generation's scan as slow as it goes); the thresholds are process-wide, so the caller's
+    are put back then (the library is embeddable)."""
     gc.collect()
     gc.freeze()
+    young, *older = gc.get_threshold()
+    gc.set_threshold(young, _NEVER, _NEVER)
     try:
         yield
     finally:
+        gc.set_threshold(young, *older)
         gc.unfreeze()
 
 
