@@ -16,22 +16,31 @@ from workloads.model.transcripts import read_transcripts
 
 TRACE = Path(__file__).resolve().parents[2] / "traces" / "agent-sample.jsonl"
 
-# Small enough for ~15 s on two shared cores: short replies and summaries, pauses 2,000 times
-# faster, a quicker simulated step; the sizes stay distributions.
+# Small enough for a few seconds on two shared cores: a 4K system prefix and 5-8K openings
+# (the shipped 16K and 20-32K cost tokenizing, not coverage), compaction at 9K, short
+# replies and summaries, pauses 20,000 times faster, and a simulated engine with no
+# modelled time to speak of (no test here reads a speed); the sizes stay distributions.
+SHORT = [
+    "shared_prefix_tokens=4096",
+    'opening_tokens={kind="quantiles", points=[[0.0, 5000], [0.5, 6000], [1.0, 8000]]}',
+    "output_tokens.median=60",
+    "agent.subagents.share=0.5",
+    "agent.subagents.steps=2",
+    "pacing.time_scale=0.00005",
+    "gate=off",
+]
+COMPACT_AT = 9000
 SMALL = [
+    *SHORT,
     "users=2",
     "turns=8",
     "repetitions.warmup=1",
     "repetitions.measured=1",
-    "agent.compaction.at_tokens=27000",
-    "agent.subagents.share=0.5",
-    "agent.subagents.steps=2",
-    "pacing.time_scale=0.0005",
-    "gate=off",
+    f"agent.compaction.at_tokens={COMPACT_AT}",
     "output_tokens.max=400",
     "agent.compaction.summary_tokens=500",
 ]
-SIM = {"step_fixed_s": 0.0005}
+SIM = {"step_fixed_s": 0.0001, "prefill_s_per_token": 0.0, "decode_s_per_seq": 0.0}
 
 
 def read_records(out: Path) -> list[dict]:
@@ -105,7 +114,7 @@ def test_a_compaction_leaves_only_the_system_prefix_cached(agents_run):
         if after is None:
             continue  # the session's last step
         checked += 1
-        assert c["cached_tokens"] > 27_000 - 1024  # the whole history was reused for it
+        assert c["cached_tokens"] > COMPACT_AT - 1024  # the whole history was reused for it
         # after it, the history is gone: only the system message (prompt and tools,
         # shared_prefix_tokens of it) and its template can be reused
         assert after["cached_tokens"] < c["cached_tokens"]
@@ -141,15 +150,12 @@ def test_subagents_are_sessions_of_their_own_with_a_parent(agents_run):
 def test_lockstep_sessions_play_their_drawn_plans(tmp_path):
     scenario = workloads.load_scenario("coding-agents").with_overrides(
         [
+            *SHORT,
             "users=2",
             "turns=4",
             "repetitions.warmup=0",
             "repetitions.measured=1",
             'pacing.mode="lockstep"',
-            "agent.subagents.share=0.5",
-            "agent.subagents.steps=2",
-            "pacing.time_scale=0.0005",
-            "gate=off",
             "output_tokens.max=300",
         ]
     )
@@ -196,22 +202,22 @@ def trace_steps() -> dict[int, list[dict]]:
 @pytest.mark.slow
 def test_run_trace_plays_an_agent_trace_step_by_step(tmp_path, capsys):
     out = tmp_path / "trace"
+    SCALE = 0.002  # the trace's 93 s of pauses in 0.19 s
     code = main(
         [
             "run",
             "--trace",
             str(TRACE),
             "--set",
-            "pacing.time_scale=0.02",
+            f"pacing.time_scale={SCALE}",
             "--set",
             'gate="off"',
             "--out",
             str(out),
             "--quiet",
-            # the file's quicker simulated step, and no plots: the test reads the records
-            "--sim",
-            f"step_fixed_s={SIM['step_fixed_s']}",
-            "--no-plots",
+            "--no-plots",  # the test reads the records
+            # the file's quicker simulated engine
+            *[a for field, value in SIM.items() for a in ("--sim", f"{field}={value}")],
         ]
     )
     capsys.readouterr()
@@ -239,7 +245,7 @@ def test_run_trace_plays_an_agent_trace_step_by_step(tmp_path, capsys):
                 assert r["completion_tokens"] == item["output_tokens"]
                 assert r["step_kind"] == item["kind"]
                 assert r["new_tokens"] == item["appended_tokens"]
-                assert r["pause_s"] == pytest.approx(item["pause_s"] * 0.02)
+                assert r["pause_s"] == pytest.approx(item["pause_s"] * SCALE)
                 if "parent" in item:
                     assert r["parent_session"] == number[item["parent"]]
                 else:
