@@ -35,13 +35,19 @@ def agents_run(tmp_path_factory):
             "--set",
             'gate="off"',
             "--set",
-            "pacing.time_scale=0.001",
+            "pacing.time_scale=0.0002",
             "--set",
             "agent.compaction.at_tokens=26000",
-            # A quicker simulated step (as tests/runner/test_session_agents.py's): the report's
-            # tables and plots are of the same drawn plans, in a fraction of the time.
+            # A simulated engine with no modelled time to speak of (as
+            # tests/runner/test_session_agents.py's): the report's tables and plots are of the
+            # same drawn plans, and no test here reads a speed. The plots stay: the HTML
+            # report's are a subject here.
             "--sim",
-            "step_fixed_s=0.0005",
+            "step_fixed_s=0.0001",
+            "--sim",
+            "prefill_s_per_token=0",
+            "--sim",
+            "decode_s_per_seq=0",
         ]
     )
     assert code == 0
@@ -57,7 +63,7 @@ def test_the_report_has_the_per_kind_table_and_the_cache_after_compaction(agents
     assert "human request" in text and "compaction" in text
     assert "cache after" in text and "the first step after each hit" in text
     assert "Drawn sizes" in text and "new tokens: tool result" in text
-    assert "pauses compressed 1,000-fold (pacing.time_scale 0.001)" in text
+    assert "pauses compressed 5,000-fold (pacing.time_scale 0.0002)" in text
     # Sizes are drawn: no one configured prompt per turn, and the coordinates name medians.
     assert "turn configured prompt" not in text
     assert "sizes drawn per step, medians: opening ~24,000" in text
