@@ -122,7 +122,7 @@ def free_scenario(**fields: object) -> workloads.Scenario:
         "output_tokens": 32,
         "repetitions": {"warmup": 1, "measured": 2},
         "gate": "off",
-        "pacing": {"mode": "free", "think_time": {"kind": "exponential", "median": 0.1}},
+        "pacing": {"mode": "free", "think_time": {"kind": "exponential", "median": 0.03}},
     }
     return workloads.Scenario.model_validate({**base, **fields})
 
@@ -138,13 +138,14 @@ def miss(r: TurnRecord) -> float:
 
 @pytest.mark.slow
 def test_free_pacing_calls_no_tokenize_during_measured_streams_unless_asked():
-    # Decode steps of 10 ms: a 32-token stream lasts about 0.35 s, long beside a /tokenize.
-    sim = {"step_fixed_s": 0.01}
-    with CountingSimulator(sim) as server:
+    # The fast profile's decode steps (about 3.7 ms at C4): a 32-token stream lasts about
+    # 0.12 s, long beside a /tokenize (a few ms); the exact run's control finds dozens of
+    # /tokenize calls inside measured streams.
+    with CountingSimulator({}) as server:
         quiet = workloads.run(free_scenario(), server.target)
         assert server.calls_during(quiet.records) == 0
         assert any(p == "/tokenize" for p, _, _ in server.log)  # it has one, and sized with it
-    with CountingSimulator(sim) as server:
+    with CountingSimulator({}) as server:
         exact = workloads.run(free_scenario(sizing_during_window="exact"), server.target)
         assert server.calls_during(exact.records) > 0  # the control: the user asked for them
 
@@ -185,7 +186,7 @@ def test_free_pacing_calls_no_tokenize_during_measured_streams_unless_asked():
 def test_worker_processes_size_quietly_too():
     """Each worker process decides from its own sessions' warm-up flag: no signal from the
     run's process is needed."""
-    with CountingSimulator({"step_fixed_s": 0.01}) as server:
+    with CountingSimulator({}) as server:
         result = workloads.run(free_scenario(), server.target, workers=2)
         assert server.calls_during(result.records) == 0
     estimated = estimate_sized(result)
