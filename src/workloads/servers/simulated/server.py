@@ -20,6 +20,11 @@ from workloads.servers.simulated.profiles import Profile, sim_profile
 
 __all__ = ["SimulatedServer"]
 
+# What stop() gives requests still being answered before it cancels them: a stream held by
+# a stall fault (faults.stall_s) whose client has gone would otherwise hold the server past
+# stop()'s wait for its thread, and leave it running.
+SHUTDOWN_S = 1.0
+
 
 class SimulatedServer:
     """An OpenAI-compatible simulated inference server on 127.0.0.1 (port 0 = any free one).
@@ -87,7 +92,9 @@ class SimulatedServer:
         self.engine = Engine(self.profile)
         self.engine.start()
         self._runner = web.AppRunner(
-            build_app(self.engine, corpus=self._corpus, debug=self._debug), access_log=None
+            build_app(self.engine, corpus=self._corpus, debug=self._debug),
+            access_log=None,
+            shutdown_timeout=SHUTDOWN_S,
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -99,6 +106,12 @@ class SimulatedServer:
             await self._runner.cleanup()
         if self.engine is not None:
             await self.engine.stop()
+        # A handler whose client went away is no longer the runner's: end it here, before
+        # the loop closes under it.
+        left = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in left:
+            task.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
 
     def start(self) -> SimulatedServer:
         """Start the server thread; returns once it accepts connections."""
