@@ -3,8 +3,10 @@ merged into one run with every record's host."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import shutil
 import socket
 import subprocess
@@ -39,7 +41,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = _free_port()
     env = {**os.environ, **LOOPBACK}
     temp = tmp_path_factory.mktemp("ray")
-    started = subprocess.run(
+    # `ray start` leads a session of its own: every process of the cluster (its services,
+    # their agents and the workers) is in its process group, which the end kills at once
+    # (`ray stop` would stop every Ray cluster on the machine, and polls for seconds).
+    start = subprocess.Popen(
         [
             ray_cli,
             "start",
@@ -48,23 +53,26 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             f"--port={port}",
             "--num-cpus=2",
             "--include-dashboard=false",
+            "--include-log-monitor=false",  # the run does not log to its driver
             "--object-store-memory=80000000",
             "--disable-usage-stats",
             f"--temp-dir={temp}",
         ],
         env=env,
-        capture_output=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=180,
-        check=False,
+        start_new_session=True,
     )
-    assert started.returncode == 0, started.stderr[-2000:]
     try:
+        _, err = start.communicate(timeout=180)
+        assert start.returncode == 0, err[-2000:]
         yield f"127.0.0.1:{port}"
     finally:
-        subprocess.run(
-            [ray_cli, "stop", "--force"], env=env, capture_output=True, timeout=120, check=False
-        )
+        start.kill()  # still starting (timed out or interrupted): its group goes below
+        start.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(start.pid, signal.SIGKILL)
 
 
 async def test_a_ray_run_merges_into_one_result(cluster: str, tmp_path: Path) -> None:
