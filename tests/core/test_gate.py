@@ -229,7 +229,7 @@ async def test_a_stalling_server_costs_the_gate_one_deadline_not_a_read_gap_per_
     assert deadline <= took < 3 * deadline
 
 
-@pytest.mark.slow  # ~6 s: two gate passes, a stalled turn, and the server's stalls ending
+@pytest.mark.slow  # ~5 s: two gate passes (1 s), a stalled turn (2 s), the server stopping (1 s)
 def test_a_run_sends_its_gate_through_the_gate_client_bounded_and_together(tiny_scenario):
     scenario = tiny_scenario.with_overrides(
         [
