@@ -20,8 +20,8 @@ def one_turn(scenario: workloads.Scenario) -> workloads.Scenario:
         "output_tokens=8",
         "repetitions.warmup=0",
         "repetitions.measured=1",
-        "pacing.think_time.median=0",
-        "pacing.tool_time.median=0",
+        'pacing.think_time={kind="constant", median=0}',  # a table's draws too
+        'pacing.tool_time={kind="constant", median=0}',
     ]
     if scenario.concurrency is not None:
         overrides.append("concurrency=[1, 2]")
