@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import shutil
+import signal
 import socket
 import subprocess
 import sys
