@@ -45,7 +45,6 @@ def coding_agents(overrides: list[str]) -> workloads.Scenario:
     return s.model_copy(update={"agent": s.agent.model_copy(update={"steps_per_session": None})})
 
 
-@pytest.mark.slow
 def test_steps_per_session_median_15_p90_135():
     # A session's length is the second draw of its sizes generator (after the opening), so
     # fixed step sizes, no pauses and no sub-agents leave every length the preset's own and

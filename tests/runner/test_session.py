@@ -138,7 +138,6 @@ def test_a_turn_cut_off_by_the_end_of_the_run_is_recorded_as_incomplete():
     assert records[0].error_kind == "cancelled" and records[0].configured_prompt_tokens == 480
 
 
-@pytest.mark.slow
 def test_a_cancelled_turn_keeps_what_the_real_client_measured():
     from workloads.servers.simulated import SimulatedServer
     from workloads.wire.client import AiohttpChatClient

@@ -146,7 +146,6 @@ def test_subagents_are_sessions_of_their_own_with_a_parent(agents_run):
     assert {(r["repetition"], r["parent_session"]) for r in kids} <= parents
 
 
-@pytest.mark.slow
 def test_lockstep_sessions_play_their_drawn_plans(tmp_path):
     scenario = workloads.load_scenario("coding-agents").with_overrides(
         [
