@@ -105,3 +105,9 @@ def test_a_fixed_shape_result_has_no_agent_blocks():
     scenario = workloads.load_scenario("five-user-coding")
     result = workloads.RunResult.model_construct(scenario=scenario, records=[], cells=None)
     assert agents.drawn_sizes_table(result) is None and agents.time_scale_line(result) is None
+
+
+def test_a_fold_reads_as_a_number_not_an_exponent():
+    from workloads.report.agents import _fold
+
+    assert [_fold(1 / s) for s in (0.0001, 0.003, 0.4)] == ["10,000", "333", "2.5"]

@@ -201,6 +201,11 @@ def drawn_sizes_table(result: RunResult) -> ReportTable | None:
     return table if table.rows else None
 
 
+def _fold(times: float) -> str:
+    """``times`` as a reader says it: 10,000 (not 1e+04), 333, 2.5."""
+    return f"{times:,.0f}" if times >= 100 else f"{times:.3g}"
+
+
 def time_scale_line(result: RunResult) -> str | None:
     """What compressed (or stretched) pauses change. None at time_scale 1."""
     scale = result.scenario.pacing.time_scale
@@ -208,13 +213,13 @@ def time_scale_line(result: RunResult) -> str | None:
         return None
     if scale < 1:
         return (
-            f"pauses compressed {1 / scale:,.4g}-fold (pacing.time_scale {scale:g}): think "
+            f"pauses compressed {_fold(1 / scale)}-fold (pacing.time_scale {scale:g}): think "
             "and tool times were waited at that fraction of what was drawn, which changes "
             "cache pressure: a prefix that a real 5-minute human pause lets the server evict "
             "stays warm here"
         )
     return (
-        f"pauses stretched {scale:,.4g}-fold (pacing.time_scale {scale:g}): think and tool "
+        f"pauses stretched {_fold(scale)}-fold (pacing.time_scale {scale:g}): think and tool "
         "times were waited that many times what was drawn, which changes cache pressure: "
         "prefixes the server would keep through real pauses may be evicted here"
     )
