@@ -71,7 +71,12 @@ def _still_heap() -> Iterator[None]:
     every object the sessions hold (histories, tokenizer memos) and stalled the loop for
     45–80 ms at C256 on 2 cores (benchmarks/RESULTS-workers.md), delaying every chunk that
     arrived meanwhile. So collect before the repetition's first send, then freeze what exists:
-    the collector walks only what the repetition makes; thawed when it ends. While it plays,
+    the collector walks only what the repetition makes; thawed when it ends. That collection
+    is of the young generations, which hold everything the last repetition made (its own
+    collections never promoted past them): a full one walked every object of the process,
+    60–80 ms each repetition even in a small one (much more in a test process), to free only
+    what the older generations held before, which waits for the next full collection after
+    the repetition as it would have waited without the freeze. While it plays,
     only the young generation is collected: a generation-1 collection walks every object the
     young collections left alive (turns in flight, their records) and held the loop for
     8–21 ms at C256 on a quiet core, freeing nothing that would not be freed at the end
@@ -79,7 +84,7 @@ def _still_heap() -> Iterator[None]:
     the repetition's end (on 3.14's incremental collector the same threshold makes the old
     generation's scan as slow as it goes); the thresholds are process-wide, so the caller's
     are put back then (the library is embeddable)."""
-    gc.collect()
+    gc.collect(1)
     gc.freeze()
     young, *older = gc.get_threshold()
     gc.set_threshold(young, _NEVER, _NEVER)
