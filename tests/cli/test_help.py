@@ -85,6 +85,7 @@ def files_written(out: Path) -> set[str]:
     return {p.name for p in out.rglob("*") if p.is_file()}
 
 
+@pytest.mark.slow
 def test_run_help_names_every_file_a_run_writes_and_only_those(tmp_path, capsys):
     pytest.importorskip("matplotlib")  # the plots extra: without it no plots/ is written
     text = flat(help_of(capsys, "run"))
@@ -191,6 +192,7 @@ def small_run(out: Path, *extra: str, scenario: str = "five-user-coding") -> int
     )
 
 
+@pytest.mark.slow
 def test_each_exit_code_run_help_lists_is_one_run_returns(tmp_path, capsys, simulated_server):
     listed = codes_listed(help_of(capsys, "run"))
     assert listed == exit_codes("run")
@@ -223,6 +225,7 @@ def small_search(out: Path, *extra: str) -> int:
     return main(["capacity", "five-user-coding", *search, *sets(*SMALL), *extra])
 
 
+@pytest.mark.slow
 def test_capacity_help_names_its_files_and_codes_and_they_hold(tmp_path, capsys, simulated_server):
     pytest.importorskip("matplotlib")  # the plots extra: capacity.png
     text = help_of(capsys, "capacity")

@@ -79,6 +79,7 @@ def test_same_configuration_rows_are_not_significant_at_least_95_percent_of_the_
     assert quiet >= 0.95
 
 
+@pytest.mark.slow
 def test_same_configuration_compares_are_quiet_on_every_row_at_least_95_percent_of_the_time():
     # A compare tests ~16 rows; Bonferroni keeps the chance of any verdict at all ≤ 5 %.
     rng = random.Random(7)

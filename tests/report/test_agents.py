@@ -54,6 +54,7 @@ def agents_run(tmp_path_factory):
     return out, workloads.load_result(out)
 
 
+@pytest.mark.slow
 def test_the_report_has_the_per_kind_table_and_the_cache_after_compaction(agents_run):
     _, result = agents_run
     text = plain_text(result, width=80)
@@ -69,6 +70,7 @@ def test_the_report_has_the_per_kind_table_and_the_cache_after_compaction(agents
     assert "sizes drawn per step, medians: opening ~24,000" in text
 
 
+@pytest.mark.slow
 def test_the_summary_shows_the_cache_cliff_after_a_compaction(agents_run):
     _, result = agents_run
     kinds = {k.kind: k for k in result.summary.kinds or []}
@@ -83,6 +85,7 @@ def test_the_summary_shows_the_cache_cliff_after_a_compaction(agents_run):
     assert cliff.other_hit_rate is not None and cliff.after_hit_rate < cliff.other_hit_rate
 
 
+@pytest.mark.slow
 def test_the_html_report_embeds_the_context_and_sizes_plots(agents_run):
     out, _ = agents_run
     page = (out / "report.html").read_text(encoding="utf-8")
@@ -91,6 +94,7 @@ def test_the_html_report_embeds_the_context_and_sizes_plots(agents_run):
     assert (out / "plots" / "context.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_csv_and_json_carry_the_kinds(agents_run):
     _, result = agents_run
     rows = list(csv.DictReader(io.StringIO(csv_text(result))))

@@ -164,6 +164,7 @@ needs_chromium = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_the_report_renders_in_headless_chromium_with_its_figures(tmp_path):
     result = summarized(workloads.load_result(DATA / "v1-sweep"))

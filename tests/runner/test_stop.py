@@ -170,6 +170,7 @@ def wait_for_records(out: Path, n: int, process: subprocess.Popen[bytes]) -> Non
     raise AssertionError(f"records.jsonl never reached {n} records")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_to_the_cli_stops_it_gracefully_with_the_partial_result(tmp_path, signum, code):
     out = tmp_path / "signalled"
@@ -191,6 +192,7 @@ def test_a_signal_to_the_cli_stops_it_gracefully_with_the_partial_result(tmp_pat
     assert len(set(keys)) == len(keys)
 
 
+@pytest.mark.slow
 def test_after_sigkill_show_renders_the_report_from_records_jsonl(tmp_path, capsys):
     out = tmp_path / "killed"
     process = start_cli(out)
