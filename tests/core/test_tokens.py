@@ -204,3 +204,29 @@ def test_the_encoding_keeps_no_python_copy_of_its_ranks_and_still_pickles_by_nam
     text = "Hello, world: the tables still encode and decode."
     assert again.encode_ordinary(text) == enc.encode_ordinary(text)
     assert enc.decode(enc.encode_ordinary(text)) == text
+
+
+# --- encode(): recent texts remembered (corpus pieces, the simulator's re-sent histories) ---
+
+
+@given(st.text(max_size=400))
+def test_encode_is_tiktokens_encoding_first_and_again(text):
+    plain = tokens.encoding().encode_ordinary(text)
+    assert tokens.encode(text) == plain
+    again = tokens.encode(text)
+    assert again == plain
+    again.append(7)  # the caller's list is its own
+    assert tokens.encode(text) == plain
+
+
+def test_what_encode_remembers_stays_within_its_bound(monkeypatch):
+    monkeypatch.setattr(tokens, "_RECENT", tokens._Lru(800))
+    texts = [f"def f{i}(x):\n    return x * {i}\n" * 4 for i in range(60)]
+    for text in texts:
+        tokens.encode(text)
+    held = sum(len(ids) for ids in tokens._RECENT._items.values())
+    assert held == tokens._RECENT._tokens <= 800
+    assert texts[-1] in tokens._RECENT and texts[0] not in tokens._RECENT  # oldest out first
+    assert [tokens.encode(t) for t in texts] == [
+        tokens.encoding().encode_ordinary(t) for t in texts
+    ]

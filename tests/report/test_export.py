@@ -39,11 +39,15 @@ SHRINK = [
 @pytest.fixture(scope="module")
 def fleet() -> workloads.RunResult:
     # Four agents arriving at 40/s: all four start a turn 1 and a turn 2, so every turn has
-    # its Σ over all the users' streams, and the streams do not run in lock-step.
+    # its Σ over all the users' streams, and the streams do not run in lock-step. 64-token
+    # replies (~0.25 s of streaming): a 16-token one could arrive in one read while a loaded
+    # machine held the loop (6 xdist workers on 2 cores), leaving that stream no rate
+    # (first and last content stamped together) and its turn no Σ.
     scenario = workloads.load_scenario("agent-fleet").with_overrides(
         [
             "users=4",
             *SHRINK,
+            "output_tokens=64",
             "pacing.arrivals.rate_per_s=40",
             "pacing.tool_time.median=0.05",
         ]

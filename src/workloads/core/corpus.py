@@ -197,7 +197,7 @@ class TextStream:
         for _ in range(1_000_000):  # bounded: every piece adds at least one token in practice
             if len(self._ids) >= n_tokens:
                 return
-            self._ids += tokens.encoding().encode_ordinary(next(self._pieces))
+            self._ids += tokens.encode(next(self._pieces))
 
     def prefixed(self, head: str) -> TextStream:
         """A stream that starts with ``head`` and goes on with this one's text (use before

@@ -11,9 +11,6 @@ so that holds for them too; the request's ``tools`` close the system block
 
 from __future__ import annotations
 
-import threading
-from array import array
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,33 +20,11 @@ IM_START = 100264
 IM_END = 100265
 _SPECIAL_TEXT = {IM_START: "<|im_start|>", IM_END: "<|im_end|>"}
 
-# Every turn re-sends its session's history, and sizing asks /tokenize for it too: the same
-# message texts are encoded again and again, and encoding was most of the embedded server's
-# CPU (which shares the client's process by default). So recent texts keep their ids, least
-# recently used first out, bounded by the tokens held (4 bytes each: 8 MB at most).
-_MEMO_TOKENS = 2_000_000
-_memo: OrderedDict[str, array[int]] = OrderedDict()
-_memo_held = 0
-_memo_lock = threading.Lock()  # /tokenize renders on other threads than chat requests
-
 
 def encode(text: str) -> list[int]:
-    """The ids of ``text`` (plain text: special tokens are not parsed)."""
-    global _memo_held
-    with _memo_lock:
-        held = _memo.get(text)
-        if held is not None:
-            _memo.move_to_end(text)
-            return list(held)
-    ids = tokens.encoding().encode_ordinary(text)
-    if len(ids) <= _MEMO_TOKENS // 8:
-        with _memo_lock:
-            if text not in _memo:
-                _memo[text] = array("I", ids)
-                _memo_held += len(ids)
-                while _memo_held > _MEMO_TOKENS:
-                    _memo_held -= len(_memo.popitem(last=False)[1])
-    return ids
+    """The ids of ``text`` (plain text; recent texts remembered: every turn re-sends its
+    history)."""
+    return tokens.encode(text)
 
 
 def decode(ids: Sequence[int]) -> str:
