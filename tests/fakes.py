@@ -44,6 +44,17 @@ TINY_RUN = [
     "--no-plots",
 ]
 
+# Simulated engines for tests that read counts, tokens, cache or warnings, not speed:
+# QUICK_ENGINE steps five times quicker than the fast profile, TIMELESS_ENGINE models next
+# to no time. As ``sim=`` for workloads.run, and as CLI arguments through sim_args().
+QUICK_ENGINE = {"step_fixed_s": 0.0005, "decode_s_per_seq": 0.00006}
+TIMELESS_ENGINE = {"step_fixed_s": 0.0001, "prefill_s_per_token": 0.0, "decode_s_per_seq": 0.0}
+
+
+def sim_args(sim: dict[str, float]) -> list[str]:
+    """``--sim field=value`` for each of ``sim``'s fields."""
+    return [arg for field, value in sim.items() for arg in ("--sim", f"{field}={value!r}")]
+
 
 # --- a function-backed ChatClient ------------------------------------------------------------
 

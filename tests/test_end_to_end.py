@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import workloads
+from fakes import QUICK_ENGINE, sim_args
 from workloads.cli import main
 from workloads.model.results import FORMAT_VERSION
 
@@ -204,9 +205,9 @@ def test_five_user_coding_as_shipped_meets_its_promise(tmp_path):
     effectiveness, none of which depends on how long a decode step takes or how many tokens
     it makes. No plots: the test reads none."""
     out = tmp_path / "full"
-    quick = ["step_fixed_s=0.0005", "decode_s_per_seq=0.00006"]
-    quick += ["spec_tokens=4", "spec_acceptance=1", "draft_s_per_token=0"]
-    engine = [arg for field in quick for arg in ("--sim", field)]
+    engine = sim_args(
+        {**QUICK_ENGINE, "spec_tokens": 4, "spec_acceptance": 1, "draft_s_per_token": 0}
+    )
     assert (
         main(["run", "five-user-coding", "--out", str(out), "--quiet", "--no-plots", *engine]) == 0
     )

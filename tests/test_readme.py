@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fakes import TINY_RUN
+from fakes import QUICK_ENGINE, TINY_RUN, sim_args
 
 ROOT = Path(__file__).parent.parent
 
@@ -74,9 +74,8 @@ SMALL = TINY_RUN
 # of a real agent's (the scenario's own is 1/100), one measured repetition, no warm-up, and
 # the simulated engine five times quicker per step (QUICK_ENGINE: an agent's turn is many
 # requests, and the test reads that the command runs, not how fast).
-QUICK_ENGINE = ["--sim", "step_fixed_s=0.0005", "--sim", "decode_s_per_seq=0.00006"]
 AGENTS = [
-    *QUICK_ENGINE,
+    *sim_args(QUICK_ENGINE),
     "--set",
     "output_tokens.max=32",
     "--set",
@@ -149,7 +148,7 @@ SHORTENED: dict[str, list[str]] = {
     "python -m workloads run --trace agent-sample --set pacing.time_scale=0.05": [
         "--set",
         "pacing.time_scale=0.005",
-        *QUICK_ENGINE,
+        *sim_args(QUICK_ENGINE),
         "--no-plots",
     ],
     "python -m workloads run coding-agents": [*AGENTS, "--set", "users=2", "--set", "turns=3"],

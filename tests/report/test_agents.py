@@ -9,6 +9,7 @@ import io
 import pytest
 
 import workloads
+from fakes import TIMELESS_ENGINE, sim_args
 from workloads.cli import main
 from workloads.report import agents
 from workloads.report.export import csv_text, plain_text
@@ -42,12 +43,7 @@ def agents_run(tmp_path_factory):
             # tests/runner/test_session_agents.py's): the report's tables and plots are of the
             # same drawn plans, and no test here reads a speed. The plots stay: the HTML
             # report's are a subject here.
-            "--sim",
-            "step_fixed_s=0.0001",
-            "--sim",
-            "prefill_s_per_token=0",
-            "--sim",
-            "decode_s_per_seq=0",
+            *sim_args(TIMELESS_ENGINE),
         ]
     )
     assert code == 0

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import workloads
+from fakes import TINY_RUN
 from workloads.cli import EXIT_INVALID_RUN, main
 from workloads.core.aggregate import repetitions, summarize, turn_repetitions
 from workloads.report.compare import compare, comparison_lines, comparison_table
@@ -466,24 +467,7 @@ def test_differing_server_fingerprints_and_simulator_profiles_are_listed():
 
 # Three measured repetitions a side (what a verdict needs), no warm-up and short replies:
 # what these tests compare is the runs' configurations and gates, not their speed.
-SHORT_RUN = [
-    "--set",
-    "users=2",
-    "--set",
-    "turns=2",
-    "--set",
-    "opening_tokens=300",
-    "--set",
-    "turn_tokens=50",
-    "--set",
-    "output_tokens=8",
-    "--set",
-    "repetitions.warmup=0",
-    "--set",
-    "repetitions.measured=3",
-    "--quiet",
-    "--no-plots",
-]
+SHORT_RUN = [*TINY_RUN, "--set", "repetitions.measured=3", "--quiet"]  # the later --set wins
 
 
 def test_an_invalid_arm_is_named_first_and_gets_no_speed_verdict_unless_forced(tmp_path, capsys):

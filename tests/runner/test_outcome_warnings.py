@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import workloads
-from fakes import FakeChatClient, LlamaCppLikeServer
+from fakes import QUICK_ENGINE, FakeChatClient, LlamaCppLikeServer
 from workloads.core.corpus import load_corpus
 from workloads.core.tokens import EstimateTokenizer
 from workloads.model.records import TurnRecord
@@ -120,7 +120,6 @@ def about_the_preset(result: workloads.RunResult) -> list[str]:
 # The simulated engine five times quicker per step than the fast profile (0.5 ms a step and
 # 0.06 ms a sequence): no rule about the preset reads how long a decode step takes, only
 # what the server reported and what the client sent; a preset runs in 1-13 s, not 15-22.
-QUICK_ENGINE = {"step_fixed_s": 0.0005, "decode_s_per_seq": 0.00006}
 
 
 @pytest.mark.slow

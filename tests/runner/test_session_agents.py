@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import workloads
+from fakes import TIMELESS_ENGINE, sim_args
 from workloads.cli import main
 from workloads.core.agent import child_session, draw_plan
 from workloads.core.corpus import load_corpus
@@ -40,7 +41,7 @@ SMALL = [
     "output_tokens.max=400",
     "agent.compaction.summary_tokens=500",
 ]
-SIM = {"step_fixed_s": 0.0001, "prefill_s_per_token": 0.0, "decode_s_per_seq": 0.0}
+SIM = TIMELESS_ENGINE
 
 
 def read_records(out: Path) -> list[dict]:
@@ -216,7 +217,7 @@ def test_run_trace_plays_an_agent_trace_step_by_step(tmp_path, capsys):
             "--quiet",
             "--no-plots",  # the test reads the records
             # the file's quicker simulated engine
-            *[a for field, value in SIM.items() for a in ("--sim", f"{field}={value}")],
+            *sim_args(SIM),
         ]
     )
     capsys.readouterr()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fakes import TIMELESS_ENGINE, sim_args
 from workloads.cli import main
 from workloads.core.traces import ideal_hit_rate, load_mooncake
 
@@ -34,12 +35,7 @@ def test_the_sample_trace_replays_with_observed_beside_ideal_hit_rate(tmp_path, 
             str(out),
             "--quiet",
             "--no-plots",
-            "--sim",
-            "step_fixed_s=0.0001",
-            "--sim",
-            "prefill_s_per_token=0",
-            "--sim",
-            "decode_s_per_seq=0",
+            *sim_args(TIMELESS_ENGINE),
         ]
     )
     printed = capsys.readouterr().out
