@@ -117,9 +117,9 @@ def about_the_preset(result: workloads.RunResult) -> list[str]:
     ]
 
 
-# The simulated engine five times quicker per step than the fast profile (0.5 ms a step and
-# 0.06 ms a sequence): no rule about the preset reads how long a decode step takes, only
-# what the server reported and what the client sent; a preset runs in 1-13 s, not 15-22.
+# On QUICK_ENGINE (tests/fakes.py, five times quicker per step than the fast profile): no
+# rule about the preset reads how long a decode step takes, only what the server reported
+# and what the client sent; a preset runs in 1-13 s, not 15-22.
 
 
 @pytest.mark.slow
