@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from workloads.core import send_slice as send_slice_module
 from workloads.core.send_slice import send_slice
 from workloads.wire.loop import run_loop
 
@@ -51,6 +52,16 @@ def test_with_no_budget_each_loop_iteration_sends_one_in_the_order_they_came(fas
     assert [name for name, _ in went] == list("abcdefgh")  # every one went, first come first
     iterations = [tick for _, tick in went]
     assert len(set(iterations)) == len(iterations)  # never two in one loop iteration
+
+
+@LOOPS
+def test_sends_past_the_looking_ones_are_woken_in_turn_and_still_go_in_order(fast, monkeypatch):
+    monkeypatch.setattr(send_slice_module, "LOOKING", 2)  # two look, the rest are woken later
+    names = "abcdefghijkl"
+    went = on_loop(due_together(names, 0.0), fast)
+    assert [name for name, _ in went] == list(names)
+    iterations = [tick for _, tick in went]
+    assert len(set(iterations)) == len(iterations)
 
 
 @LOOPS

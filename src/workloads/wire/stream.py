@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from workloads.core.chat_stream import ChatStream
+from workloads.core.send_slice import send_slice
 from workloads.model.errors import RequestError
 from workloads.wire.failures import connect_kind, retry_after, status_kind
 from workloads.wire.http1 import MalformedHTTP, ResponseHead, ResponseParser
@@ -467,6 +468,9 @@ class Pool:
                 if conn.closed or conn.transport.is_closing():
                     continue
             return conn, True
+        # Opening a connection (~0.1-0.25 ms: the socket, the connect) is send work too: a
+        # repetition's first turns open theirs together (core/send_slice.py).
+        await send_slice()
         try:
             async with asyncio.timeout(self.connect_s):
                 conn = await self._connect()
