@@ -17,7 +17,10 @@ that went in the last one count too); the sends go in the order they came; the f
 a slice always goes, so every iteration sends at least one; the next go while the slice is
 younger than the budget; the rest wait for a later iteration (``asyncio.sleep(0)``: the loop
 reads its sockets first). A loop iteration therefore runs at most the budget plus one send of
-send work, whatever the number of sessions. Only the first :data:`LOOKING` waiting sends look
+send work, whatever the number of sessions. One send can itself be long: a loopback connect
+took 0.2 ms on an idle lent host and up to 16 ms there while other requests were on the wire,
+so spreading a repetition's first sends, which open their connections, does not bound that
+(benchmarks/RESULTS.md, "The send slice"). Only the first :data:`LOOKING` waiting sends look
 again each iteration (~1 µs each); the others are woken as those go.
 """
 
