@@ -70,8 +70,9 @@ def pytest_xdist_make_scheduler(config, log):
     return SpreadScheduling(config, log)
 
 
-# The simulated_server fixture and run_scenario come from workloads' own pytest plugin
-# (entry point "workloads"), exactly as users get them.
+# The simulated_server fixture and run_scenario come from workloads' own pytest plugin, the
+# module users get through the "workloads" entry point (named with -p in pyproject's addopts;
+# tests/test_pytest_plugin.py checks the entry point itself).
 
 
 @pytest.fixture
