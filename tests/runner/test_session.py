@@ -346,3 +346,54 @@ def test_sessions_due_together_send_in_slices_and_every_turn_is_recorded(fast, m
     ]
     assert all(r.status == "ok" and r.valid for r in result.records)
     assert all(r.pacing_lag_ns is not None and r.pacing_lag_ns >= 0 for r in result.records)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["uvloop", "asyncio"])
+def test_a_repetition_opens_its_sessions_connections_before_the_first_sends(fast):
+    """When a repetition opens, a connection per session is opened while nothing streams:
+    turn 1 of every session goes on one of them (the client opened them all before its
+    first request, and none after), and the next repetition finds them open. The real
+    client against the real embedded simulated server."""
+    if fast:
+        pytest.importorskip("uvloop")
+    from workloads.servers.simulated import SimulatedServer
+    from workloads.wire.client import AiohttpChatClient
+    from workloads.wire.loop import run_loop
+
+    users = 12
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(
+        [
+            f"users={users}",
+            "turns=1",
+            "opening_tokens=300",
+            "output_tokens=4",
+            "repetitions.warmup=1",
+            "repetitions.measured=1",
+            "gate=off",
+        ]
+    )
+    scenario = scenario.model_copy(update={"pacing": Pacing(mode="free")})
+
+    class Watched(AiohttpChatClient):
+        """The real client; notes how many connections it had opened at its first request."""
+
+        at_first_request: int | None = None
+
+        async def stream_chat(self, body):
+            if self.at_first_request is None:
+                self.at_first_request = self.connections_opened
+            return await super().stream_chat(body)
+
+    async def main() -> tuple[workloads.RunResult, int | None, int]:
+        async with (
+            SimulatedServer(sim=TIMELESS_ENGINE) as server,
+            Watched(server.base_url, connections=users) as client,
+        ):
+            result = await workloads.run_async(scenario, server.target, client=client)
+            return result, client.at_first_request, client.connections_opened
+
+    result, at_first_request, opened = run_loop(main(), fast=fast)
+    assert at_first_request == users  # all opened before the first turn was sent
+    assert opened == users  # and none by the turns, in either repetition
+    assert len(result.records) == 2 * users  # the warm-up repetition's and the measured one's
+    assert all(r.status == "ok" and r.valid and r.resends == 0 for r in result.records)
