@@ -19,8 +19,9 @@ younger than the budget; the rest wait for a later iteration (``asyncio.sleep(0)
 reads its sockets first). A loop iteration therefore runs at most the budget plus one send of
 send work, whatever the number of sessions. One send can itself be long: a loopback connect
 took 0.2 ms on an idle lent host and up to ~17 ms there while other requests were on the wire,
-so spreading a repetition's first sends, which open their connections, does not bound that
-(benchmarks/RESULTS.md, "The send slice"). Only the first :data:`LOOKING` waiting sends look
+which no slice bounds: so a repetition's connections are opened when it opens, before its
+first sends, while nothing streams (runner/players.py; benchmarks/RESULTS.md, "Connections
+opened before the first sends"). Only the first :data:`LOOKING` waiting sends look
 again each iteration (~1 µs each); the others are woken as those go.
 """
 

@@ -477,8 +477,9 @@ class Pool:
                     continue
             return conn, True
         # Opening a connection (the socket, the connect: 0.2 ms on an idle host, up to ~17 ms
-        # on a loaded gVisor one) is send work too: a repetition's first turns open theirs
-        # together (core/send_slice.py).
+        # on a loaded gVisor one) is send work too (core/send_slice.py): a repetition's
+        # connections are opened ahead (fill), but one that did not open, or a server that
+        # closes after every response, leaves turns that open theirs while others stream.
         await send_slice()
         return await self._open_one(), False
 
