@@ -346,8 +346,10 @@ class HttpChatClient:
         """Top the target's pool up to ``count`` idle connections (at most ``connections``),
         opened together within the connect timeout; returns how many are idle then. The
         runner calls it before a repetition's first sends, while nothing streams, so turn 1
-        goes on open connections as later turns do on kept-alive ones: its TTFT no longer
-        includes the connect, and no connect holds the loop while the first streams are read.
+        goes on open connections as later turns do on kept-alive ones: its send delay no
+        longer includes the connect (TTFT never did: it starts at the write), the server has
+        accepted the connection before the request comes, and no connect holds the loop
+        while the first streams are read.
         A connection that does not open is no error here: the request that would have taken
         it opens its own and records any failure. Without reuse (``reuse_connections=False``,
         or after a dropped kept-alive connection) nothing is opened."""
