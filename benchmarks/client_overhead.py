@@ -57,12 +57,16 @@ whole host), so the server's stamps and the client's records compare directly.
     python benchmarks/client_overhead.py --fixed --runs 7 --python venv-a/bin/python
     python benchmarks/client_overhead.py --nice -19 --modes paced --users 1000 --turns 2 \
         --workers auto                                      # C1000 over worker processes
+    python benchmarks/client_overhead.py --nice -19 --modes zero --users 5 64 --runs 5 \
+        --server-processes 6                     # the client, not the server, sets the pace
 
 The client runs on the loop the library itself starts (``workloads.wire.loop.run_loop``:
 uvloop where the ``fast`` extra is installed; ``asyncio.run`` for a version without it);
 ``--python PY:asyncio`` forces the standard loop for that client. At zero delay with one
 content chunk per server write the server core saturates before a fast client does (its
-``server core`` column passes 90%, and the script warns): ``--burst 16`` measures the client.
+``server core`` column passes 90%, and the script warns): ``--burst 16`` measures the client,
+and so does ``--server-processes N`` at one token per write (N server processes on one port,
+SO_REUSEPORT, a core each; the column is then the busiest one's).
 
 ``--profile`` adds one cProfile'd client run at C64, zero delay, and prints its hot spots.
 ``--python`` runs the clients of several interpreters (say, the venvs of two checkouts)
@@ -189,6 +193,8 @@ def client_main(config: dict[str, Any]) -> None:
                 "import_cpu_s": cpu_imported - cpu_start,
                 "run_cpu_s": cpu_after - cpu_before,
                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                # the largest worker process's (reaped by now): 0 without workers
+                "worker_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
                 "complete": result.complete,
                 "warnings": result.warnings,
             }
@@ -339,6 +345,7 @@ class Setup:
     cores: tuple[
         int, ...
     ] = ()  # the harness's cores at the start (--workers: all but the server's)
+    server_processes: int = 1  # benchmark server processes (SO_REUSEPORT), a core each
 
     @property
     def pacing(self) -> str:
@@ -388,9 +395,10 @@ class Run:
     run_cpu_s: float = 0.0
     import_cpu_s: float = 0.0
     peak_rss_mb: float = 0.0
+    worker_rss_mb: float = 0.0  # --workers: the largest worker process's peak RSS
     window_s: float = 0.0  # Σ streaming windows (per repetition: first sent → last done)
     window_cpu_s: float | None = None  # client CPU inside them
-    server_cpu_s: float | None = None  # server CPU inside them
+    server_cpu_s: float | None = None  # server CPU inside them (the busiest process's)
     ttft_bias_ms: list[float] = field(default_factory=list)
     itl_bias_us: list[float] = field(default_factory=list)
     uplink_ms: list[float] = field(default_factory=list)  # request written → read by server
@@ -403,12 +411,19 @@ class Run:
     error: str | None = None
 
 
+def server_cores(setup: Setup) -> list[int]:
+    """The benchmark server's cores, one per process: the server core, then the lowest cores
+    that are neither it nor the client's."""
+    spare = [c for c in setup.cores if c not in (setup.server_cpu, setup.client_cpu)]
+    return [setup.server_cpu, *spare[: setup.server_processes - 1]]
+
+
 def client_cores(setup: Setup) -> set[int]:
     """The library client's cores: its one core, or with --workers every core of this
     process's but the server's (the worker processes inherit the set)."""
     if setup.workers == "1":
         return {setup.client_cpu}
-    return (set(setup.cores) | {setup.client_cpu}) - {setup.server_cpu}
+    return (set(setup.cores) | {setup.client_cpu}) - set(server_cores(setup))
 
 
 def children_cpu() -> float:
@@ -439,35 +454,45 @@ def interpolate(samples: list[tuple[int, int]], t: int) -> float:
     return samples[-1][1]
 
 
-def start_server(mode: str, truth: Path, setup: Setup) -> tuple[subprocess.Popen[str], str]:
+def start_servers(mode: str, out: Path, setup: Setup) -> tuple[list[subprocess.Popen[str]], str]:
+    """The benchmark server: one process per server core, on one port (SO_REUSEPORT: the
+    kernel spreads the connections), each writing its truth to ``out/truth-N.jsonl``."""
     ttft, itl = PACED if mode == "paced" else (0.0, 0.0)
-    proc = spawn(
-        [
-            sys.executable,
-            str(SERVER),
-            "--cpu",
-            str(setup.server_cpu),
-            "--truth",
-            str(truth),
-            "--ttft-ms",
-            str(ttft),
-            "--itl-ms",
-            str(itl),
-            "--burst",
-            str(setup.burst if mode == "zero" else 1),
-        ],
-        setup,
-        stdout=subprocess.PIPE,
-    )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + SERVER_START_S
-    line = ""
-    while time.monotonic() < deadline and not line:
-        line = proc.stdout.readline().strip()
-    if not line.startswith("listening on "):
-        proc.kill()
-        raise RuntimeError(f"stream server did not start: {line!r}")
-    return proc, line.removeprefix("listening on ")
+    procs: list[subprocess.Popen[str]] = []
+    url = ""
+    port = 0  # the first process picks it, the others join it
+    many = setup.server_processes > 1
+    try:
+        for i, core in enumerate(server_cores(setup)):
+            proc = spawn(
+                [
+                    sys.executable,
+                    str(SERVER),
+                    *("--cpu", str(core), "--port", str(port)),
+                    *("--truth", str(out / f"truth-{i}.jsonl")),
+                    *("--ttft-ms", str(ttft), "--itl-ms", str(itl)),
+                    *("--burst", str(setup.burst if mode == "zero" else 1)),
+                    *(["--reuse-port"] if many else []),
+                ],
+                setup,
+                stdout=subprocess.PIPE,
+            )
+            procs.append(proc)
+            assert proc.stdout is not None
+            deadline = time.monotonic() + SERVER_START_S
+            line = ""
+            while time.monotonic() < deadline and not line:
+                line = proc.stdout.readline().strip()
+            if not line.startswith("listening on "):
+                raise RuntimeError(f"stream server did not start: {line!r}")
+            if not url:
+                url = line.removeprefix("listening on ")
+                port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+    except BaseException:
+        for proc in procs:
+            proc.kill()
+        raise
+    return procs, url
 
 
 def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> None:
@@ -500,11 +525,10 @@ def run_client(
             users=users, tokens=tokens, reps=reps, turns=setup.turns, pacing=setup.pacing
         )
     )
-    truth_path = out / "truth.jsonl"
     run = Run(mode=mode, users=users, tokens=tokens, reps=reps, python=python)
-    server, url = start_server(mode, truth_path, setup)
+    servers, url = start_servers(mode, out, setup)
     samples: list[tuple[int, int]] = []
-    server_samples: list[tuple[int, int]] = []
+    server_samples: list[list[tuple[int, int]]] = [[] for _ in servers]  # per process
     try:
         interpreter, _, loop = python.partition(":")
         config = {
@@ -534,11 +558,12 @@ def run_client(
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while client.poll() is None and time.monotonic() < deadline:
             now = time.perf_counter_ns()
-            cpu, server_cpu = task_cpu_ns(client.pid), task_cpu_ns(server.pid)
+            cpu = task_cpu_ns(client.pid)
             if cpu is not None:
                 samples.append((now, cpu))
-            if server_cpu is not None:
-                server_samples.append((now, server_cpu))
+            for server, taken in zip(servers, server_samples, strict=True):
+                if (server_cpu := task_cpu_ns(server.pid)) is not None:
+                    taken.append((now, server_cpu))
             time.sleep(SAMPLE_S)
         if client.poll() is None:
             stop(client, signal.SIGKILL)
@@ -547,7 +572,8 @@ def run_client(
         stdout, stderr = client.communicate(timeout=30)
         run.total_cpu_s = children_cpu() - reaped
     finally:
-        stop(server)
+        for server in servers:
+            stop(server)
     if client.returncode != 0:
         run.error = f"client exit {client.returncode}: {stderr.strip()[-500:]}"
         return run
@@ -555,6 +581,7 @@ def run_client(
     run.run_cpu_s = report["run_cpu_s"]
     run.import_cpu_s = report["import_cpu_s"]
     run.peak_rss_mb = report["peak_rss_mb"]
+    run.worker_rss_mb = report.get("worker_rss_mb", 0.0)
     run.warnings = report["warnings"]
     result_path = out / "run" / "result.json"
     if result_path.exists():
@@ -563,7 +590,11 @@ def run_client(
         run.lag_max_ms = health.get("loop_lag_max_ms")
     lines = map(json.loads, (out / "run" / "records.jsonl").open())
     records = [r for r in lines if "kind" not in r]  # header, nonces, windows: not turns
-    truths = {t["id"]: t for t in map(json.loads, truth_path.open())}
+    truths = {
+        t["id"]: t
+        for path in sorted(out.glob("truth-*.jsonl"))
+        for t in map(json.loads, path.open())
+    }
     match(run, records, truths)
     windows = streaming_windows(records)
     run.window_s = sum(end - start for start, end in windows) / 1e9
@@ -572,14 +603,13 @@ def run_client(
             sum(interpolate(samples, end) - interpolate(samples, start) for start, end in windows)
             / 1e9
         )
-    if len(server_samples) >= 2:
-        run.server_cpu_s = (
-            sum(
-                interpolate(server_samples, end) - interpolate(server_samples, start)
-                for start, end in windows
-            )
-            / 1e9
-        )
+    busiest = [  # each server process's CPU inside the windows: the busiest one's
+        sum(interpolate(taken, end) - interpolate(taken, start) for start, end in windows) / 1e9
+        for taken in server_samples
+        if len(taken) >= 2
+    ]
+    if busiest:
+        run.server_cpu_s = max(busiest)
     return run
 
 
@@ -929,6 +959,16 @@ def main(argv: list[str] | None = None) -> int:
         "columns count the parent process only",
     )
     parser.add_argument(
+        "--server-processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="benchmark server processes on one port (SO_REUSEPORT), each pinned to a core of "
+        "its own (the server core, then the lowest others but the client's): at zero delay "
+        "one server process's core saturates first, and several let the client set the pace; "
+        "the server core column is then the busiest process's",
+    )
+    parser.add_argument(
         "--no-bare",
         dest="bare",
         action="store_false",
@@ -985,6 +1025,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--turns must be at least 1")
     if args.workers != "auto" and (not args.workers.isdigit() or int(args.workers) < 1):
         parser.error("--workers must be a number of processes (1 or more) or auto")
+    if not 1 <= args.server_processes <= len(available - {args.cpus[1]}):
+        parser.error(
+            f"--server-processes must be 1 to {len(available - {args.cpus[1]})}: a core each, "
+            "none of them the client's"
+        )
     setup = Setup(
         args.cpus[0],
         args.cpus[1],
@@ -993,6 +1038,7 @@ def main(argv: list[str] | None = None) -> int:
         args.turns,
         args.workers,
         tuple(sorted(available)),
+        args.server_processes,
     )
     if args.bare:
         args.python = [*args.python, BARE]
@@ -1071,6 +1117,14 @@ def main(argv: list[str] | None = None) -> int:
                             )
                     raw += [asdict(r) for r in long[py] + short[py]]
                     rows.append(summarize(names[py], mode, users, long[py], short[py]))
+                    if setup.workers != "1" and py != BARE:
+                        print(
+                            f"  {names[py]} {mode} C{users}: peak RSS per process, MB: parent "
+                            + ", ".join(f"{r.peak_rss_mb:.0f}" for r in long[py])
+                            + "; the largest worker "
+                            + ", ".join(f"{r.worker_rss_mb:.0f}" for r in long[py]),
+                            flush=True,
+                        )
                 print(
                     f"  {mode} C{users}: {runs} run(s) done, {time.monotonic() - started:.0f} s",
                     file=sys.stderr,

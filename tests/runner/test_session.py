@@ -3,15 +3,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections import Counter
 
 import pytest
 
 import workloads
-from fakes import FakeChatClient
+from fakes import TIMELESS_ENGINE, FakeChatClient
 from workloads.core.chat_stream import ChatStream
 from workloads.core.conversation import Conversation, make_nonces
 from workloads.core.corpus import load_corpus
 from workloads.core.tokens import EstimateTokenizer
+from workloads.model.scenario import Pacing
 from workloads.runner.options import SessionIO
 from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
@@ -281,3 +283,117 @@ def test_the_stream_text_read_midway_keeps_what_arrives_after():
     assert stream.text == "abc" and stream.text == "abc"
     stream.feed(b'data: {"id": "x", "choices": [{"delta": {"content": "d"}}]}\n\n', 9)
     assert stream.text == "abcd"
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["uvloop", "asyncio"])
+def test_sessions_due_together_send_in_slices_and_every_turn_is_recorded(fast, monkeypatch):
+    """A repetition's first turns fall due in one loop iteration (free pacing, no think
+    time). With a send slice of no time at all, each loop iteration sends one turn (a ticker
+    counts the iterations: an interval between two ticks spans at most two), instead of all
+    of them back to back; every turn is still sent, streamed and recorded, against the real
+    embedded simulated server."""
+    if fast:
+        pytest.importorskip("uvloop")
+    from workloads.runner import session as session_module
+    from workloads.wire.loop import run_loop
+
+    users = 24
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(
+        [
+            f"users={users}",
+            "turns=2",
+            "opening_tokens=300",
+            "turn_tokens=60",
+            "output_tokens=4",
+            "repetitions.warmup=0",
+            "repetitions.measured=1",
+            "gate=off",
+        ]
+    )
+    scenario = scenario.model_copy(update={"pacing": Pacing(mode="free")})
+    gate = session_module.send_slice
+    ticks = 0
+    went: list[int] = []  # the tick at which each send went
+
+    async def no_budget(budget_s: float | None = None) -> None:
+        await gate(0.0)
+        went.append(ticks)
+
+    monkeypatch.setattr(session_module, "send_slice", no_budget)
+
+    async def main() -> workloads.RunResult:
+        nonlocal ticks
+        done = asyncio.Event()
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not done.is_set():
+                await asyncio.sleep(0)
+                ticks += 1
+
+        counting = asyncio.create_task(ticker())
+        try:
+            return await workloads.run_async(scenario, sim=TIMELESS_ENGINE)
+        finally:
+            done.set()
+            await counting
+
+    result = run_loop(main(), fast=fast)
+    assert len(went) == 2 * users
+    assert max(Counter(went).values()) <= 2  # without the slices: all 24 first turns in one
+    assert sorted((r.session, r.turn) for r in result.records) == [
+        (s, t) for s in range(users) for t in (1, 2)
+    ]
+    assert all(r.status == "ok" and r.valid for r in result.records)
+    assert all(r.pacing_lag_ns is not None and r.pacing_lag_ns >= 0 for r in result.records)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["uvloop", "asyncio"])
+def test_a_repetition_opens_its_sessions_connections_before_the_first_sends(fast):
+    """When a repetition opens, a connection per session is opened while nothing streams:
+    turn 1 of every session goes on one of them (the client opened them all before its
+    first request, and none after), and the next repetition finds them open. The real
+    client against the real embedded simulated server."""
+    if fast:
+        pytest.importorskip("uvloop")
+    from workloads.servers.simulated import SimulatedServer
+    from workloads.wire.client import AiohttpChatClient
+    from workloads.wire.loop import run_loop
+
+    users = 12
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(
+        [
+            f"users={users}",
+            "turns=1",
+            "opening_tokens=300",
+            "output_tokens=4",
+            "repetitions.warmup=1",
+            "repetitions.measured=1",
+            "gate=off",
+        ]
+    )
+    scenario = scenario.model_copy(update={"pacing": Pacing(mode="free")})
+
+    class Watched(AiohttpChatClient):
+        """The real client; notes how many connections it had opened at its first request."""
+
+        at_first_request: int | None = None
+
+        async def stream_chat(self, body):
+            if self.at_first_request is None:
+                self.at_first_request = self.connections_opened
+            return await super().stream_chat(body)
+
+    async def main() -> tuple[workloads.RunResult, int | None, int]:
+        async with (
+            SimulatedServer(sim=TIMELESS_ENGINE) as server,
+            Watched(server.base_url, connections=users) as client,
+        ):
+            result = await workloads.run_async(scenario, server.target, client=client)
+            return result, client.at_first_request, client.connections_opened
+
+    result, at_first_request, opened = run_loop(main(), fast=fast)
+    assert at_first_request == users  # all opened before the first turn was sent
+    assert opened == users  # and none by the turns, in either repetition
+    assert len(result.records) == 2 * users  # the warm-up repetition's and the measured one's
+    assert all(r.status == "ok" and r.valid and r.resends == 0 for r in result.records)

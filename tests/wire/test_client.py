@@ -92,6 +92,7 @@ class Served:
         self.url = url
         self.connections = 0
         self.requests = 0
+        self.writers: list[asyncio.StreamWriter] = []  # the server's side of each connection
 
     def __str__(self) -> str:
         return self.url
@@ -101,8 +102,8 @@ class Served:
 async def scripted_server(handler: Handler) -> AsyncIterator[Served]:
     """Serve ``handler(reader, writer, request_index_on_this_connection)``; it returns False
     to close the connection."""
-    connections: list[asyncio.StreamWriter] = []
     served = Served("")
+    connections = served.writers
 
     async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connections.append(writer)
@@ -261,6 +262,110 @@ async def test_an_idle_connection_past_keepalive_is_not_reused():
         await asyncio.sleep(0.3)
         second = await client.stream_chat(BODY)
     assert first.ok and second.ok and s.connections == 2 and second.resends == 0
+
+
+# --- connections opened ahead, one address look-up ------------------------------------------
+
+
+def count_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The hosts this test's event loop is asked to look up (the real look-up still runs)."""
+    loop = asyncio.get_running_loop()
+    real = loop.getaddrinfo
+    hosts: list[str] = []
+
+    async def counted(host, *args, **kwargs):
+        hosts.append(host)
+        return await real(host, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "getaddrinfo", counted)
+    return hosts
+
+
+def held_until(count: int) -> tuple[Handler, asyncio.Event]:
+    """A handler that answers no request until ``count`` have arrived, so each of ``count``
+    concurrent requests needs a connection of its own."""
+    arrived = asyncio.Event()
+    seen = [0]
+
+    async def handler(reader, writer, index):
+        seen[0] += 1
+        if seen[0] >= count:
+            arrived.set()
+        await arrived.wait()
+        await full_stream(writer, content("x"), FINISH, USAGE, DONE)
+        return True
+
+    return handler, arrived
+
+
+async def test_connections_opened_together_share_one_address_look_up(monkeypatch):
+    lookups = count_lookups(monkeypatch)
+    handler, _ = held_until(16)
+    async with scripted_server(handler) as s, AiohttpChatClient(s.url, connections=16) as client:
+        responses = await asyncio.gather(*(client.stream_chat(BODY) for _ in range(16)))
+        later = await client.stream_chat(BODY)  # within the look-up's life: none again
+        opened = client.connections_opened
+    assert all(r.ok for r in responses) and later.ok
+    assert s.connections == 16 and opened == 16
+    assert lookups == ["127.0.0.1"]
+
+
+async def test_open_connections_then_concurrent_requests_open_none(monkeypatch):
+    lookups = count_lookups(monkeypatch)
+    handler, _ = held_until(8)
+    async with scripted_server(handler) as s, AiohttpChatClient(s.url, connections=8) as client:
+        assert await client.open_connections(20) == 8  # at most ``connections``
+        assert s.connections == 8 and s.requests == 0
+        assert await client.open_connections(8) == 8  # topped up already: none more
+        responses = await asyncio.gather(*(client.stream_chat(BODY) for _ in range(8)))
+        opened = client.connections_opened
+    assert all(r.ok and r.resends == 0 for r in responses)
+    assert s.connections == 8 and s.requests == 8 and opened == 8
+    assert lookups == ["127.0.0.1"]
+
+
+async def test_a_preopened_connection_the_server_closed_is_not_used():
+    # A server closes idle connections (uvicorn after 5 s): one opened ahead and closed
+    # before its request is dropped like a kept-alive one, and the turn opens its own.
+    async def handler(reader, writer, index):
+        await full_stream(writer, content("x"), FINISH, USAGE, DONE)
+        return True
+
+    async with scripted_server(handler) as s, AiohttpChatClient(s.url) as client:
+        assert await client.open_connections(1) == 1
+        (server_side,) = s.writers
+        server_side.close()
+        for _ in range(10_000):  # passes of the loop until the client has read the close
+            if await client.open_connections(0) == 0:
+                break
+            await asyncio.sleep(0)
+        assert await client.open_connections(0) == 0
+        response = await client.stream_chat(BODY)
+    assert response.ok and response.resends == 0 and response.text == "x"
+    assert s.connections == 2 and s.requests == 1  # the turn went on a new connection
+
+
+async def test_nothing_is_opened_ahead_without_reuse():
+    async def handler(reader, writer, index):
+        await full_stream(writer, content("x"), FINISH, USAGE, DONE)
+        return True
+
+    async with (
+        scripted_server(handler) as s,
+        AiohttpChatClient(s.url, reuse_connections=False) as client,
+    ):
+        assert await client.open_connections(4) == 0
+    assert s.connections == 0
+
+
+async def test_opening_ahead_of_a_refusing_target_is_no_error():
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with AiohttpChatClient(f"http://127.0.0.1:{port}/v1") as client:
+        assert await client.open_connections(4) == 0
+        r = await client.stream_chat(BODY)  # the turn connects itself and records why not
+    assert r.error_kind == "connect_refused", r.error_message
 
 
 # --- retry_on ------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from typing import Any
 from workloads.core import stats
 from workloads.model.records import TurnRecord
 from workloads.model.results import ClientHealth
-from workloads.wire.client import ChatClient, ChatResponse
+from workloads.wire.client import ChatClient, ChatResponse, Preopening
 
 __all__ = [
     "LOOP_LAG_P99_LIMIT_MS",
@@ -174,6 +174,11 @@ class _Counted:
     def __init__(self, client: ChatClient, monitor: ClientMonitor) -> None:
         self.client = client
         self.monitor = monitor
+
+    async def open_connections(self, count: int) -> int:
+        """The client's, when it has it (no stream is open while connections are opened)."""
+        client = self.client
+        return await client.open_connections(count) if isinstance(client, Preopening) else 0
 
     async def stream_chat(self, body: dict[str, Any]) -> ChatResponse:
         monitor = self.monitor

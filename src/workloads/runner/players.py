@@ -2,7 +2,7 @@
 (:class:`workloads.runner.workers.pool.WorkerPlayers`). The run (:mod:`workloads.runner.cells`)
 drives either the same way, repetition by repetition:
 
-    nonces = await players.open(repetition)   # sized, turn 1 prepared, nothing sent
+    nonces = await players.open(repetition)   # sized, turn 1 prepared, connections opened
     ...                                       # the window opens here, before the first send
     finished = await players.play(repetition) # every turn sent; stop and grace applied
     await players.learn(repetition)           # a warm-up teaches estimate sizing
@@ -29,6 +29,7 @@ from workloads.runner.replay import Recording, replay_sessions
 from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
 from workloads.runner.turn import TokenTrace
+from workloads.wire.client import Preopening
 
 __all__ = ["LocalPlayers", "Players", "Shard"]
 
@@ -142,16 +143,23 @@ class LocalPlayers:
             async with asyncio.TaskGroup() as tg:  # turn 1 sized before anything is sent
                 for session in self.sessions:
                     tg.create_task(session.prepare(1))
-            return nonces
-        self.sessions, nonces = await open_sessions(
-            repetition,
-            sizing=sizing,
-            corpus=self.corpus,
-            entropy=self.entropy,
-            io=self.io,
-            shard=self.shard.sessions(sizing.scenario.users),
-            order=self.order(),
-        )
+        else:
+            self.sessions, nonces = await open_sessions(
+                repetition,
+                sizing=sizing,
+                corpus=self.corpus,
+                entropy=self.entropy,
+                io=self.io,
+                shard=self.shard.sessions(sizing.scenario.users),
+                order=self.order(),
+            )
+        # A connection per session, opened now, while nothing streams: turn 1 then goes on
+        # an open connection as later turns go on kept-alive ones, and no connect holds the
+        # loop while the first streams are read. Within the connect timeout; one that does
+        # not open is no error (that turn opens its own).
+        client = self.io.client
+        if isinstance(client, Preopening):
+            await client.open_connections(len(self.sessions))
         return nonces
 
     async def play(self, repetition: Repetition) -> bool:

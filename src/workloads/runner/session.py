@@ -23,6 +23,7 @@ from workloads.core import tokens
 from workloads.core.agent import Step, session_plan, tool_schemas
 from workloads.core.clock import pace
 from workloads.core.conversation import Conversation
+from workloads.core.send_slice import send_slice
 from workloads.core.tokens import Message, TokenizeError
 from workloads.model.records import TurnRecord
 from workloads.model.scenario import Scenario
@@ -204,10 +205,16 @@ class Session:
 
     async def send(self, turn: int, *, lag_ns: int | None = None) -> TurnRecord:
         """Stream the prepared turn ``turn`` and record it; ``lag_ns``: how late after its
-        due time it is being sent."""
+        due time it is being sent (the send slice's wait is added to it)."""
         if self._plan is None:
             await self.prepare(turn)
         assert self._plan is not None
+        # Sends that fall due together (a repetition's first turns) go out a slice per loop
+        # iteration, so the sockets are read between them; the wait is pacing lag.
+        waiting = time.perf_counter_ns()
+        await send_slice()
+        if lag_ns is not None:
+            lag_ns += time.perf_counter_ns() - waiting
         plan, self._plan = self._plan, None
         prepared = plan.prepared
         step = self.step(turn)

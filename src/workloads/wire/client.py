@@ -26,7 +26,7 @@ import asyncio
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypedDict, Unpack
+from typing import Any, Protocol, TypedDict, Unpack, runtime_checkable
 
 import orjson
 from yarl import URL
@@ -45,6 +45,7 @@ __all__ = [
     "ChatClient",
     "ChatResponse",
     "HttpChatClient",
+    "Preopening",
     "StreamFigures",
     "Usage",
     "partial_response",
@@ -260,6 +261,13 @@ class ChatClient(Protocol):
     async def stream_chat(self, body: dict[str, Any]) -> ChatResponse: ...
 
 
+@runtime_checkable
+class Preopening(Protocol):
+    """A chat client that can open its connections before the requests that will use them."""
+
+    async def open_connections(self, count: int) -> int: ...
+
+
 def partial_response(err: BaseException) -> ChatResponse | None:
     """What a cancelled :meth:`HttpChatClient.stream_chat` measured before it was
     cancelled (``error_kind="cancelled"``), or None when the client kept nothing."""
@@ -333,6 +341,26 @@ class HttpChatClient:
             pool.close()
         self._pools.clear()
         self._slots = None
+
+    async def open_connections(self, count: int) -> int:
+        """Top the target's pool up to ``count`` idle connections (at most ``connections``),
+        opened together within the connect timeout; returns how many are idle then. The
+        runner calls it before a repetition's first sends, while nothing streams, so turn 1
+        goes on open connections as later turns do on kept-alive ones: its send delay no
+        longer includes the connect (TTFT never did: it starts at the write), the server has
+        accepted the connection before the request comes, and no connect holds the loop
+        while the first streams are read.
+        A connection that does not open is no error here: the request that would have taken
+        it opens its own and records any failure. Without reuse (``reuse_connections=False``,
+        or after a dropped kept-alive connection) nothing is opened."""
+        if self._slots is None:
+            raise RuntimeError("use 'async with HttpChatClient(...)' before open_connections")
+        return await self._pool_for(self._url).fill(min(count, self._connections))
+
+    @property
+    def connections_opened(self) -> int:
+        """Connections opened so far, to every origin (pre-opened ones included)."""
+        return sum(pool.opened for pool in self._pools.values())
 
     def _pool_for(self, url: URL) -> Pool:
         """The pool of ``url``'s origin (a redirect may lead to another)."""

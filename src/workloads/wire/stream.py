@@ -18,6 +18,7 @@ with the kind of the closed set; :mod:`workloads.wire.client` turns them into th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 import time
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from workloads.core.chat_stream import ChatStream
+from workloads.core.send_slice import send_slice
 from workloads.model.errors import RequestError
 from workloads.wire.failures import connect_kind, retry_after, status_kind
 from workloads.wire.http1 import MalformedHTTP, ResponseHead, ResponseParser
@@ -37,6 +39,7 @@ __all__ = ["SETTLE_S", "Connection", "Exchange", "Pool"]
 SETTLE_S = 0.005
 
 DNS_TTL_S = 10.0  # aiohttp's default DNS cache life: a host is resolved once per this
+FILL_AT_ONCE = 32  # connections Pool.fill opens at a time (a server's accept queue is finite)
 ERROR_DETAIL_BYTES = 2048  # of a non-200 body, or of a 200 that is not an event stream
 # A 200 without Content-Type is an event stream unless its body starts like one of these:
 # JSON (an error object) or HTML (a proxy's page). An event stream starts with a field name,
@@ -368,7 +371,8 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport
         self.exchange: Exchange | None = None
         self.closed = False
-        self.idle_since = 0.0  # loop time it was last returned to the pool
+        self.idle_since = 0.0  # loop time it was last returned to the pool (or opened idle)
+        self.carried = False  # has carried a request (a pre-opened one has not, yet)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A read-write transport (uvloop's do not subclass asyncio.Transport: no isinstance).
@@ -398,6 +402,7 @@ class Connection(asyncio.Protocol):
         """Write ``request`` now and return the exchange that reads its response."""
         exchange = Exchange(self, read_gap_s, reused=reused)
         self.exchange = exchange
+        self.carried = True
         exchange.write(request)
         return exchange
 
@@ -413,7 +418,9 @@ class Connection(asyncio.Protocol):
 
 class Pool:
     """Connections to one origin: idle ones are reused (newest first) until ``keepalive_s``
-    old; with ``reuse`` off every request gets a connection of its own."""
+    old; with ``reuse`` off every request gets a connection of its own. The origin (or the
+    proxy) is looked up once per :data:`DNS_TTL_S`: connections opened together share one
+    look-up. :meth:`fill` opens idle connections ahead of the requests that will use them."""
 
     def __init__(
         self,
@@ -442,6 +449,8 @@ class Pool:
         self._open: set[Connection] = set()
         self._addresses: list[tuple[Any, ...]] = []
         self._resolved_at = -DNS_TTL_S
+        self._resolving: asyncio.Task[list[tuple[Any, ...]]] | None = None  # the one look-up
+        self.opened = 0  # connections this pool opened
 
     async def acquire(self) -> tuple[Connection, bool]:
         """A live connection and whether it was reused. Raises RequestError (connect_*,
@@ -455,7 +464,7 @@ class Pool:
             if not self.reuse or now - conn.idle_since > self.keepalive_s:
                 conn.close()  # may be closing at the server right now: never send on it
                 continue
-            if now - conn.idle_since < SETTLE_S:
+            if conn.carried and now - conn.idle_since < SETTLE_S:
                 # Just back from a response: a server that closes the connection after a
                 # streamed response (llama.cpp) may not have sent its FIN yet, or we may not
                 # have read it (a busy CPU). Let it settle, so the request is not written on
@@ -467,6 +476,56 @@ class Pool:
                 if conn.closed or conn.transport.is_closing():
                     continue
             return conn, True
+        # Opening a connection (the socket, the connect: 0.2 ms on an idle host, up to ~17 ms
+        # on a loaded gVisor one) is send work too (core/send_slice.py): a repetition's
+        # connections are opened ahead (fill), but one that did not open, or a server that
+        # closes after every response, leaves turns that open theirs while others stream.
+        await send_slice()
+        return await self._open_one(), False
+
+    def idle(self) -> int:
+        """Idle connections that a request could take now (alive, not past ``keepalive_s``)."""
+        now = self.loop.time()
+        return sum(
+            1
+            for conn in self._idle
+            if not conn.closed
+            and not conn.transport.is_closing()
+            and now - conn.idle_since <= self.keepalive_s
+        )
+
+    async def fill(self, count: int) -> int:
+        """Open connections, :data:`FILL_AT_ONCE` at a time, until ``count`` are idle, within
+        the connect timeout in all; returns how many are idle then. A connection that does not
+        open is no error here: the request that would have taken it opens its own (and
+        records any failure). Idle, a pre-opened connection is as a kept-alive one: past
+        ``keepalive_s``, or closed by the server, it is dropped, never written on."""
+        if not self.reuse:
+            return 0
+        wanted = count - self.idle()
+        if wanted <= 0:
+            return self.idle()
+        left = [wanted]
+
+        async def opener() -> None:
+            while left[0] > 0 and self.reuse:  # bounded: each pass takes one from ``left``
+                left[0] -= 1
+                try:
+                    conn = await self._open_one()
+                except RequestError:  # the target refuses, or cannot be reached: no more
+                    left[0] = 0
+                    return
+                self.put_back(conn)
+
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.connect_s):
+                async with asyncio.TaskGroup() as tg:
+                    for _ in range(min(wanted, FILL_AT_ONCE)):
+                        tg.create_task(opener())
+        return self.idle()
+
+    async def _open_one(self) -> Connection:
+        """A new connection, or RequestError (connect_*, name_resolution, tls)."""
         try:
             async with asyncio.timeout(self.connect_s):
                 conn = await self._connect()
@@ -483,7 +542,8 @@ class Pool:
                     f"cannot connect to {self._origin()}{self._via()}: {type(err).__name__}: {err}"
                 ),
             ) from err
-        return conn, False
+        self.opened += 1
+        return conn
 
     def put_back(self, conn: Connection) -> None:
         if self.reuse and not conn.closed:
@@ -507,20 +567,46 @@ class Pool:
             conn.close()
         self._open.clear()
         self._idle.clear()
+        if self._resolving is not None:
+            self._resolving.cancel()
+            self._resolving = None
 
-    async def _connect(self) -> Connection:
+    async def _addresses_now(self) -> list[tuple[Any, ...]]:
+        """The origin's (or the proxy's) addresses: looked up at most once per
+        :data:`DNS_TTL_S`, and once for all the connections that ask while it runs (a
+        repetition's first turns open theirs together: one look-up each went to the
+        executor)."""
+        loop = self.loop
+        if self._addresses and loop.time() - self._resolved_at <= DNS_TTL_S:
+            return self._addresses
+        if self._resolving is None:
+            self._resolving = loop.create_task(self._look_up())
+            self._resolving.add_done_callback(_retrieved)
+        # shielded: one caller's connect timeout does not cancel the others' look-up
+        return await asyncio.shield(self._resolving)
+
+    async def _look_up(self) -> list[tuple[Any, ...]]:
         loop = self.loop
         proxy = self.proxy
-        if loop.time() - self._resolved_at > DNS_TTL_S or not self._addresses:
-            self._addresses = await loop.getaddrinfo(
+        try:
+            addresses = await loop.getaddrinfo(
                 proxy.host if proxy else self.host,
                 proxy.port if proxy else self.port,
                 type=socket.SOCK_STREAM,
             )
-            self._resolved_at = loop.time()
+        finally:
+            self._resolving = None  # a failed look-up is tried again by the next connection
+        self._addresses = addresses
+        self._resolved_at = loop.time()
+        return addresses
+
+    async def _connect(self) -> Connection:
+        loop = self.loop
+        proxy = self.proxy
+        addresses = await self._addresses_now()
         factory: Callable[[], Connection] = lambda: Connection(self)  # noqa: E731
         last: OSError | None = None
-        for family, _, proto, _, address in self._addresses:  # as aiohttp: each in turn
+        for family, _, proto, _, address in addresses:  # as aiohttp: each in turn
             try:
                 if proxy is not None and self.tls is not None:
                     conn = factory()
@@ -558,3 +644,10 @@ class Pool:
 
     def _via(self) -> str:
         return f" through proxy {self.proxy.url}" if self.proxy is not None else ""
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """A look-up's failure is its callers' (each gets it raised); seen here too, so a look-up
+    nobody awaits any more (all timed out) is not reported as never retrieved."""
+    if not task.cancelled():
+        task.exception()
