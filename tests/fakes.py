@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import threading
@@ -140,14 +141,24 @@ class WordTokenizer:
 
 class LlamaCppLikeServer:
     """``/v1/models``, ``/v1/chat/completions`` (streaming), ``/apply-template``,
-    ``/tokenize`` — the last two only when ``tokenize=True``."""
+    ``/tokenize`` — the last two only when ``tokenize=True``. With ``hold_completions``, a
+    ``/v1/completions`` that answers (without log-probabilities) only once a chat request has
+    come in, or after ``HOLD_S``; ``chats_while_held`` counts the chat requests that came in
+    while one waited."""
 
     model = "word-model"
+    HOLD_S = 10.0
 
-    def __init__(self, *, tokenize: bool = True, tokenizer: str = "words") -> None:
+    def __init__(
+        self, *, tokenize: bool = True, tokenizer: str = "words", hold_completions: bool = False
+    ) -> None:
         self.tokenize_routes = tokenize
+        self.hold_completions = hold_completions
         self.tokenizer = WordTokenizer(tokenizer)
         self.prompt_tokens: list[int] = []
+        self.holding = 0  # /v1/completions requests waiting now
+        self.chats_while_held = 0
+        self._chat_seen: asyncio.Event | None = None
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -170,7 +181,22 @@ class LlamaCppLikeServer:
         ids = self.tokenizer.encode(text, add_special=special)
         return web.json_response({"tokens": ids})
 
+    async def _completions(self, request: web.Request) -> web.Response:
+        await request.json()
+        assert self._chat_seen is not None
+        self.holding += 1
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.HOLD_S):
+                    await self._chat_seen.wait()
+        finally:
+            self.holding -= 1
+        return web.json_response({"choices": [{"index": 0, "text": " word"}]})
+
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        self.chats_while_held += self.holding > 0
+        if self._chat_seen is not None:
+            self._chat_seen.set()
         body = await request.json()
         prompt = self.tokenizer.encode(self.tokenizer.template(body["messages"]), add_special=True)
         self.prompt_tokens.append(len(prompt))
@@ -201,6 +227,9 @@ class LlamaCppLikeServer:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
+        self._chat_seen = asyncio.Event()
+        if self.hold_completions:
+            app.router.add_post("/v1/completions", self._completions)
         if self.tokenize_routes:
             app.router.add_post("/apply-template", self._apply_template)
             app.router.add_post("/tokenize", self._tokenize)

@@ -160,3 +160,20 @@ def test_a_run_sends_one_byte_identical_system_message_per_repetition_with_nonce
     for rep in result.nonces:  # recorded: one run nonce and 3 session nonces per repetition
         assert rep.run_nonce is not None and rep.run_nonce not in rep.sessions
         assert len(set(rep.sessions)) == 3
+
+
+def test_the_likelihood_probe_is_out_while_the_gate_goes():
+    # The server answers /v1/completions only once a chat request has come in (or after
+    # 10 s): the probe, sent before the sizing, is still waiting when the correctness gate's
+    # first pass goes, and its answer (no log-probabilities here) is the result's.
+    with LlamaCppLikeServer(tokenizer="words", hold_completions=True) as server:
+        result = workloads.run(
+            small("gate=report", "repetitions.warmup=0", "repetitions.measured=1"),
+            workloads.Target(server.base_url, server.model),
+        )
+    assert server.chats_while_held >= 1
+    assert result.likelihood is not None and not result.likelihood.supported
+    assert "no prompt log-probabilities" in (result.likelihood.reason or "")
+    assert (
+        result.gate is not None and result.records and all(r.status == "ok" for r in result.records)
+    )

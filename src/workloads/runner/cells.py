@@ -20,6 +20,7 @@ call in it), right before its first request is sent, and closes after its last r
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import time
@@ -74,7 +75,9 @@ class RunSetup:
     target_info: TargetInfo
     telemetry: WindowTelemetry  # started and finished once per cell: one window each
     gate_client: ChatClient | None = None  # runner.gate.gate_client; None: through ``client``
-    likelihood: Likelihood | None = None
+    # the likelihood probe's answer, or the probe still on its way (awaited after the gate's
+    # first pass, before the first window)
+    likelihood: Likelihood | asyncio.Future[Likelihood] | None = None
     # proxy and TLS settings, for the result's environment
     connection: Mapping[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()  # the setup's, for the result (run_async's client=)
@@ -131,6 +134,8 @@ class Run:
         for file in (self.writer, self.transcripts):
             if file is not None:
                 file.on_error = self._cannot_write
+        probe = setup.likelihood
+        self.probe = probe if isinstance(probe, asyncio.Future) else None
         self.entropy = secrets.token_bytes(16)  # this run's freshness: every nonce derives from it
         cells = scenario.cells()
         tokenizer = setup.tokenizer
@@ -143,7 +148,7 @@ class Run:
             tokenizer=tokenizer,
             label=output.label,
             note=output.note,
-            likelihood=setup.likelihood,
+            likelihood=setup.likelihood if isinstance(setup.likelihood, Likelihood) else None,
             trace=trace,
             setup_warnings=list(setup.warnings),
             replay=replay.replay() if replay is not None else None,
@@ -219,6 +224,8 @@ class Run:
                 self.measured.gate_outputs += await send_gate(
                     self.gate_client, self.model, self.measured.scenario, "before"
                 )
+            if self.probe is not None:  # sent with the gate's first pass, before any window
+                self.measured.likelihood = await self.probe
             async with monitor:
                 for cell in self.measured.cells:
                     await self._cell(cell)

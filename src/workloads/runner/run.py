@@ -29,6 +29,7 @@ from workloads.core import tokens
 from workloads.core.tokens import EstimateTokenizer, TargetTokenizer
 from workloads.core.traces import MooncakeTrace
 from workloads.model.errors import OptionsError
+from workloads.model.likelihood import Likelihood
 from workloads.model.records import RecordWriter, TurnRecord
 from workloads.model.results import RECORDS_FILE, RunResult, ServerIdentity, TargetInfo
 from workloads.model.scenario import Scenario, load_scenario
@@ -176,7 +177,7 @@ async def run_async(
         energy_note: str | None = None  # why energy is off, when this run decides so
         setup_warnings: list[str] = []  # for the result: what the setup changed, and why
         gate: ChatClient | None = None  # the gate's client; None: the run's own
-        likelihood = None
+        likelihood: asyncio.Task[Likelihood] | None = None
         if client is None:
             model, identity = await identify(chosen, scenario.timeouts.connect_s + 20, transport)
             client = await stack.enter_async_context(
@@ -191,19 +192,15 @@ async def run_async(
                 gate = await stack.enter_async_context(
                     gate_client(chosen, scenario.timeouts, transport)
                 )
-            # The tokenizer probe and the likelihood probe (one request, before any window
-            # opens: the server's counters never see it) go out together.
-            # gather, not a TaskGroup: an error reaches the caller as itself (a TargetError
-            # is one line and exit 4 at the CLI), not wrapped in an ExceptionGroup.
-            found, likelihood = await asyncio.gather(
-                _probe_tokenizer(scenario, target.root_url, model, transport),
-                measure_likelihood(
-                    chosen.base_url,
-                    model,
-                    transport=transport,
-                    timeout_s=scenario.timeouts.turn_s,
-                ),
+            # The likelihood probe (one request, which never raises) goes out now and is
+            # awaited after the correctness gate's first pass, before any window opens (the
+            # server's counters never see it): the tokenizer probe, the sizing and the gate
+            # go meanwhile. An error of the tokenizer probe reaches the caller as itself (a
+            # TargetError is one line and exit 4 at the CLI).
+            likelihood = await _probe_in_background(
+                stack, chosen.base_url, model, transport, scenario.timeouts.turn_s
             )
+            found = await _probe_tokenizer(scenario, target.root_url, model, transport)
             if found is not None:
                 tokenizer = await stack.enter_async_context(found)
         else:
@@ -226,11 +223,8 @@ async def run_async(
             log.warning("%s", replaced)
             setup_warnings.append(replaced)
             if isinstance(client, AiohttpChatClient):  # a real target (not a test's fake client)
-                likelihood = await measure_likelihood(
-                    chosen.base_url,
-                    model,
-                    transport=transport,
-                    timeout_s=scenario.timeouts.turn_s,
+                likelihood = await _probe_in_background(
+                    stack, chosen.base_url, model, transport, scenario.timeouts.turn_s
                 )
         window_telemetry = await stack.enter_async_context(
             _window_telemetry(chosen, telemetry, simulated, energy_note)
@@ -423,6 +417,24 @@ def _worker_players(
     pool: WorkerPool, run: Run, *, target: Target, transcripts: bool
 ) -> WorkerPlayers:
     return WorkerPlayers(pool, run, target=target, transcripts=transcripts)
+
+
+async def _probe_in_background(
+    stack: AsyncExitStack, base_url: str, model: str, transport: Transport, timeout_s: float
+) -> asyncio.Task[Likelihood]:
+    """The likelihood probe, sent now and awaited later (runner/cells.py: after the gate's
+    first pass); a run that ends before it was awaited cancels it on the way out."""
+    probe = asyncio.ensure_future(
+        measure_likelihood(base_url, model, transport=transport, timeout_s=timeout_s)
+    )
+
+    async def cancel() -> None:
+        if not probe.done():
+            probe.cancel()
+            await asyncio.wait({probe})
+
+    stack.push_async_callback(cancel)
+    return probe
 
 
 async def _probe_tokenizer(
