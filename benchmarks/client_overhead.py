@@ -79,6 +79,7 @@ record: benchmarks/RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import dataclasses
 import io
@@ -94,6 +95,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -367,6 +369,24 @@ def prioritize(pid: int, nice: int) -> None:
 def bytecode_env() -> dict[str, str]:
     """This environment without PYTHONDONTWRITEBYTECODE (see :func:`spawn`)."""
     return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+@contextlib.contextmanager
+def stream_server(*options: str) -> Iterator[str]:
+    """benchmarks/stream_server.py pinned to CPU 0 with ``options`` (its command line), as the
+    one-process benchmarks run it (loop_stalls, loop_iterations, memory_peak, fixed_phases):
+    yields its URL; terminated on the way out."""
+    server = subprocess.Popen(
+        [sys.executable, str(HERE / "stream_server.py"), "--cpu", "0", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        yield server.stdout.readline().strip().removeprefix("listening on ")
+    finally:
+        server.terminate()
 
 
 def spawn(command: list[str], setup: Setup, **options: Any) -> subprocess.Popen[str]:

@@ -98,18 +98,10 @@ def one_run() -> dict[str, float]:
     phases["import workloads (the rest)"] = cpu_s(resource.getrusage(resource.RUSAGE_SELF)) - cpu_s(
         after
     )
-    from client_overhead import MODEL, SCENARIO
+    from client_overhead import MODEL, SCENARIO, stream_server
 
     tmp = Path(tempfile.mkdtemp(prefix="fixed-phases-"))
-    server = subprocess.Popen(
-        [sys.executable, str(HERE / "stream_server.py"), "--cpu", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        url = server.stdout.readline().strip().removeprefix("listening on ")
+    with stream_server() as url:
         (tmp / "s.toml").write_text(
             SCENARIO.format(users=1, turns=2, tokens=64, reps=1, pacing="free")
         )
@@ -153,8 +145,6 @@ def one_run() -> dict[str, float]:
         sampler.join()
         ran = cpu_s(resource.getrusage(resource.RUSAGE_SELF)) - ran_before - sampler_cpu[0]
         assert result.complete, "the run did not complete"
-    finally:
-        server.terminate()
     counted = sum(v for k, v in phases.items() if not k.startswith(("interpreter", "import ")))
     # a thread's CPU before its first sample (and since its last), and start-up of the loop
     phases["not sampled (threads' first and last ms)"] = ran - counted

@@ -21,7 +21,6 @@ import asyncio
 import collections
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,9 +28,8 @@ import types
 from pathlib import Path
 from typing import Any
 
-from client_overhead import SCENARIO  # the benchmark's scenario: one shape for all
+from client_overhead import SCENARIO, stream_server  # the benchmark's scenario: one shape for all
 
-HERE = Path(__file__).resolve().parent
 BUSY_S = 0.004  # an iteration whose own work is longer is printed
 
 
@@ -110,20 +108,9 @@ class TracedLoop(asyncio.SelectorEventLoop):
 def main() -> None:
     users, turns = int(sys.argv[1]), int(sys.argv[2])
     tmp = Path(tempfile.mkdtemp())
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            str(HERE / "stream_server.py"),
-            *("--cpu", "0", "--ttft-ms", "100", "--itl-ms", "10"),
-            *("--truth", str(tmp / "truth.jsonl")),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        url = server.stdout.readline().strip().removeprefix("listening on ")
+    with stream_server(
+        *("--ttft-ms", "100", "--itl-ms", "10", "--truth", str(tmp / "truth.jsonl"))
+    ) as url:
         scenario = SCENARIO.format(users=users, turns=turns, tokens=512, reps=1, pacing="free")
         (tmp / "s.toml").write_text(scenario)
         os.sched_setaffinity(0, {1})
@@ -140,8 +127,6 @@ def main() -> None:
                     out_dir=tmp / "out",
                 )
             )
-    finally:
-        server.terminate()
     records = [json.loads(line) for line in (tmp / "out" / "records.jsonl").open()]
     sent = sorted(r["sent_ns"] / 1e9 - start for r in records if r.get("sent_ns"))
     print(f"first sent +{sent[0]:.3f} s, turn 1's last +{sent[users - 1]:.3f} s")

@@ -26,7 +26,6 @@ import collections
 import gc
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,9 +34,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from client_overhead import SCENARIO  # the benchmark's scenario: one shape for both
+from client_overhead import SCENARIO, stream_server  # the benchmark's scenario: one shape for both
 
-HERE = Path(__file__).resolve().parent
 LATE_S = 0.005  # a heartbeat this late is a stall
 BEAT_S = 0.001
 WATCH_S = 0.0005
@@ -48,25 +46,12 @@ def main() -> None:
     users, turns = int(sys.argv[1]), int(sys.argv[2])
     workers = sys.argv[3] if len(sys.argv) > 3 else "1"
     tmp = Path(tempfile.mkdtemp())
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            str(HERE / "stream_server.py"),
-            *("--cpu", "0", "--ttft-ms", "100", "--itl-ms", "10"),
-            *("--truth", str(tmp / "truth.jsonl")),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        url = server.stdout.readline().strip().removeprefix("listening on ")
+    with stream_server(
+        *("--ttft-ms", "100", "--itl-ms", "10", "--truth", str(tmp / "truth.jsonl"))
+    ) as url:
         scenario = SCENARIO.format(users=users, turns=turns, tokens=512, reps=1, pacing="free")
         (tmp / "s.toml").write_text(scenario)
         report(*watch_run(tmp, url, users, workers))
-    finally:
-        server.terminate()
 
 
 def watch_run(

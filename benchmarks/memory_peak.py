@@ -28,13 +28,11 @@ if TRACE:
 import json  # noqa: E402
 import os  # noqa: E402
 import resource  # noqa: E402
-import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
 POLL_S = 0.02
 GROWTH = 1.02
 MAX_RUN_S = 600.0
@@ -56,7 +54,7 @@ def top(stats: list[tracemalloc.StatisticDiff] | list[tracemalloc.Statistic], n:
 def main() -> None:
     users, turns = int(sys.argv[1]), int(sys.argv[2])
     os.sched_setaffinity(0, {1})
-    from client_overhead import MODEL, SCENARIO
+    from client_overhead import MODEL, SCENARIO, stream_server
 
     import workloads
     import workloads.runner.run
@@ -68,16 +66,6 @@ def main() -> None:
     tokens.encoding()
     print(f"RSS after tiktoken's tables: {rss_mb():.1f} MB")
     tmp = Path(tempfile.mkdtemp(prefix="memory-peak-"))
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            str(HERE / "stream_server.py"),
-            *("--cpu", "0", "--ttft-ms", "100", "--itl-ms", "10"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
     done = threading.Event()
     peak: list[tracemalloc.Snapshot | float | None] = [imported, 0.0, 0.0]  # snapshot, traced, RSS
     high = [0.0, 0.0]  # the highest RSS polled, MB, and when (perf_counter s)
@@ -92,9 +80,7 @@ def main() -> None:
             if TRACE and traced > float(peak[1]) * GROWTH:
                 peak[:] = [tracemalloc.take_snapshot(), traced, rss_mb()]
 
-    try:
-        assert server.stdout is not None
-        url = server.stdout.readline().strip().removeprefix("listening on ")
+    with stream_server("--ttft-ms", "100", "--itl-ms", "10") as url:
         (tmp / "s.toml").write_text(
             SCENARIO.format(users=users, turns=turns, tokens=512, reps=1, pacing="free")
         )
@@ -108,8 +94,6 @@ def main() -> None:
         ended = time.perf_counter()
         done.set()
         watcher.join()
-    finally:
-        server.terminate()
     print(f"complete {result.complete}")
     lines = map(json.loads, (tmp / "out" / "records.jsonl").open())
     ends = [r["done_ns"] / 1e9 for r in lines if r.get("done_ns")]
