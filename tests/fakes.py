@@ -96,6 +96,33 @@ class FakeChatClient:
         )
 
 
+# --- counting event-loop iterations -------------------------------------------------------
+
+
+class LoopTicks:
+    """Counts the running loop's iterations while inside (``async with``): a task that
+    ``sleep(0)``s and adds one each time it runs. ``ticks`` is the count so far."""
+
+    def __init__(self) -> None:
+        self.ticks = 0
+        self._done = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _tick(self) -> None:
+        while not self._done.is_set():  # bounded by the ``async with`` block
+            await asyncio.sleep(0)
+            self.ticks += 1
+
+    async def __aenter__(self) -> LoopTicks:
+        self._task = asyncio.create_task(self._tick())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._done.set()
+        assert self._task is not None
+        await self._task
+
+
 # --- a tokenizer and template unlike cl100k/ChatML ---------------------------------------------
 
 BOS, START, END = "<|bos|>", "<|start|>", "<|end|>"

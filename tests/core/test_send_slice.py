@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from fakes import LoopTicks
 from workloads.core import send_slice as send_slice_module
 from workloads.core.send_slice import send_slice
 from workloads.wire.loop import run_loop
@@ -23,26 +24,16 @@ def on_loop(main, fast: bool):
 async def due_together(names: str, budget_s: float) -> list[tuple[str, int]]:
     """Each name's send falls due in the same loop iteration; when each went, in loop
     iterations counted by a ticker (one sleep(0) a tick)."""
-    ticks = 0
     went: list[tuple[str, int]] = []
-    done = asyncio.Event()
+    async with LoopTicks() as loop:
 
-    async def ticker() -> None:
-        nonlocal ticks
-        while not done.is_set():
-            await asyncio.sleep(0)
-            ticks += 1
+        async def send(name: str) -> None:
+            await send_slice(budget_s)
+            went.append((name, loop.ticks))
 
-    async def send(name: str) -> None:
-        await send_slice(budget_s)
-        went.append((name, ticks))
-
-    counting = asyncio.create_task(ticker())
-    async with asyncio.TaskGroup() as tg:
-        for name in names:
-            tg.create_task(send(name))
-    done.set()
-    await counting
+        async with asyncio.TaskGroup() as tg:
+            for name in names:
+                tg.create_task(send(name))
     return went
 
 

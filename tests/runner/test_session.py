@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 import workloads
-from fakes import TIMELESS_ENGINE, FakeChatClient
+from fakes import TIMELESS_ENGINE, FakeChatClient, LoopTicks
 from workloads.core.chat_stream import ChatStream
 from workloads.core.conversation import Conversation, make_nonces
 from workloads.core.corpus import load_corpus
@@ -312,31 +312,18 @@ def test_sessions_due_together_send_in_slices_and_every_turn_is_recorded(fast, m
     )
     scenario = scenario.model_copy(update={"pacing": Pacing(mode="free")})
     gate = session_module.send_slice
-    ticks = 0
+    ticker = LoopTicks()
     went: list[int] = []  # the tick at which each send went
 
     async def no_budget(budget_s: float | None = None) -> None:
         await gate(0.0)
-        went.append(ticks)
+        went.append(ticker.ticks)
 
     monkeypatch.setattr(session_module, "send_slice", no_budget)
 
     async def main() -> workloads.RunResult:
-        nonlocal ticks
-        done = asyncio.Event()
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while not done.is_set():
-                await asyncio.sleep(0)
-                ticks += 1
-
-        counting = asyncio.create_task(ticker())
-        try:
+        async with ticker:
             return await workloads.run_async(scenario, sim=TIMELESS_ENGINE)
-        finally:
-            done.set()
-            await counting
 
     result = run_loop(main(), fast=fast)
     assert len(went) == 2 * users

@@ -236,6 +236,8 @@ async def test_without_reuse_every_request_opens_its_own_connection():
         scripted_server(handler) as s,
         AiohttpChatClient(s.url, reuse_connections=False) as client,
     ):
+        assert await client.open_connections(4) == 0  # nothing is opened ahead either
+        assert s.connections == 0
         responses = [await client.stream_chat(BODY) for _ in range(3)]
     assert all(r.ok for r in responses) and s.connections == 3
 
@@ -343,19 +345,6 @@ async def test_a_preopened_connection_the_server_closed_is_not_used():
         response = await client.stream_chat(BODY)
     assert response.ok and response.resends == 0 and response.text == "x"
     assert s.connections == 2 and s.requests == 1  # the turn went on a new connection
-
-
-async def test_nothing_is_opened_ahead_without_reuse():
-    async def handler(reader, writer, index):
-        await full_stream(writer, content("x"), FINISH, USAGE, DONE)
-        return True
-
-    async with (
-        scripted_server(handler) as s,
-        AiohttpChatClient(s.url, reuse_connections=False) as client,
-    ):
-        assert await client.open_connections(4) == 0
-    assert s.connections == 0
 
 
 async def test_opening_ahead_of_a_refusing_target_is_no_error():
