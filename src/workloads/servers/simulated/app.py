@@ -292,7 +292,7 @@ class _Handlers:
             "system_fingerprint": self.fingerprint,
             **extra,
         }
-        # orjson: compact, UTF-8 as is (as vLLM writes), and ~9 µs less per token than the
+        # orjson: compact, UTF-8 as is (as vLLM writes), and ~8 µs less per token than the
         # standard library's encoder on this machine kind
         return b"data: " + orjson.dumps(obj) + b"\n\n"
 
