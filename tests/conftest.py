@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -27,6 +29,43 @@ elif columns := os.environ.get("WORKLOADS_TESTS_COLUMNS"):
     os.environ["COLUMNS"] = columns
 else:
     os.environ.pop("COLUMNS", None)
+
+
+# Python's bytecode cache, on for the test run even where the environment turns it off (CI's
+# image sets PYTHONDONTWRITEBYTECODE): the package's modules are then compiled once, not in
+# each of the ~60 processes the tests start, and the rewritten test modules (pytest's
+# assertion rewriting, ~4 s of CPU for the whole tree) are shared by the xdist workers
+# (pytest_collection below). Both land in git-ignored __pycache__ folders.
+sys.dont_write_bytecode = False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session) -> None:
+    """In an xdist worker, before it collects: rewrite the test modules whose rewritten
+    bytecode is not cached yet, starting at this worker's share of the list (worker i of n
+    at i/n), so the workers rewrite the tree once between them, not once each (each would
+    otherwise spend ~4 s of CPU on the same work at the same time). Only a head start: the
+    collection that follows rewrites whatever is still missing, as always. Uses pytest's own
+    rewriting and cache layout (private to pytest): any difference, and this does nothing."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if not worker.startswith("gw") or count < 2 or sys.dont_write_bytecode:
+        return
+    try:
+        from _pytest.assertion import rewrite
+
+        state = session.config.stash[rewrite.assertstate_key]
+        files = sorted(Path(__file__).parent.rglob("test_*.py"))
+        start = len(files) * int(worker[2:]) // count
+        for path in files[start:] + files[:start]:  # bounded: each file once
+            cache = rewrite.get_cache_dir(path)
+            pyc = cache / (path.name[:-3] + rewrite.PYC_TAIL)
+            if pyc.exists() or not rewrite.try_makedirs(cache):
+                continue
+            source_hash, code = rewrite._rewrite_test(path, session.config)
+            rewrite._write_pyc(state, code, source_hash, pyc)
+    except Exception:  # pytest's internals changed: collection rewrites as it always has
+        return
 
 
 def pytest_terminal_summary(terminalreporter, config) -> None:
