@@ -122,7 +122,15 @@ def test_with_nonce_run_turn_one_shares_the_system_prefix(simulated_server):
         mine = sorted((r for r in first if r.repetition == rep), key=lambda r: r.started_ns)
         assert mine[0].shareable_tokens == 0
         assert {r.shareable_tokens for r in mine[1:]} <= {1499, 1500, 1501}
-    assert all(r.cached_tokens <= r.shareable_tokens for r in first)
+    # The server: nothing past the shared prefix is ever cached, and the opening that reached
+    # its engine queued first found nothing. That is the client's first to send but for a race it cannot see:
+    # openings written together on three connections may be read by the server in another
+    # order (seen once on a loaded 2-core machine: the client's first found the prefix cached).
+    assert all(r.cached_tokens <= 1501 for r in first)
+    queued = {t.request_id: t.queued_ns for t in simulated_server.truths()}
+    for rep in {r.repetition for r in first}:
+        mine = [r for r in first if r.repetition == rep]
+        assert min(mine, key=lambda r: queued[r.request_id]).cached_tokens == 0
 
 
 def test_a_llamacpp_shaped_target_is_sized_exactly_in_its_own_tokens():
