@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -307,7 +308,15 @@ def test_two_same_configuration_simulator_runs_are_not_significant_on_every_row(
     rule = next(i for i, line in enumerate(lines) if line.strip() and set(line.strip()) == {"─"})
     rows = [line for line in lines[rule + 1 :] if line.strip()]
     assert len(rows) >= 10
-    assert all("not significant" in row for row in rows), out
+    # Wall throughput counts the client's own time between turns too, which this shared
+    # machine's load changes between two arms run one after the other: a real difference,
+    # not chance (seen: 0.97x, "worse", with the test suite's other workers busy). Its row
+    # may carry a verdict, but only a small one; every other row reads the simulator's clock.
+    wall = [row for row in rows if row.lstrip().startswith("wall throughput")]
+    assert len(wall) == 1, out
+    ratio = float(re.search(r"(\d+\.\d+)x \[", wall[0])[1])
+    assert 0.9 <= ratio <= 1.1, out
+    assert all("not significant" in row for row in rows if row not in wall), out
     assert all(row.endswith(", n = 3/3") for row in rows), out
 
 

@@ -122,10 +122,11 @@ def test_with_nonce_run_turn_one_shares_the_system_prefix(simulated_server):
         mine = sorted((r for r in first if r.repetition == rep), key=lambda r: r.started_ns)
         assert mine[0].shareable_tokens == 0
         assert {r.shareable_tokens for r in mine[1:]} <= {1499, 1500, 1501}
-    # The server: nothing past the shared prefix is ever cached, and the opening that reached
-    # its engine queued first found nothing. That is the client's first to send but for a race it cannot see:
-    # openings written together on three connections may be read by the server in another
-    # order (seen once on a loaded 2-core machine: the client's first found the prefix cached).
+    # The server: nothing past the shared prefix is ever cached, and the opening its engine
+    # queued first found nothing. That is the client's first to send but for a race the client
+    # cannot see: openings written together on three connections may be read by the server in
+    # another order (seen once on a loaded 2-core machine: the client's first found the prefix
+    # cached).
     assert all(r.cached_tokens <= 1501 for r in first)
     queued = {t.request_id: t.queued_ns for t in simulated_server.truths()}
     for rep in {r.repetition for r in first}:
