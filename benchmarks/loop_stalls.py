@@ -30,11 +30,14 @@ and the stacks of the longest stalls. Loopback only; Linux only (sched_setaffini
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import contextvars
 import gc
+import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -50,7 +53,7 @@ LATE_S = 0.005  # a heartbeat this late is a stall
 BEAT_S = 0.001
 WATCH_S = 0.0005
 MAX_RUN_S = 600.0
-SIDE_S = 8.0  # the sidecar's span from the run's start: the pre-open and the first sends
+SIDE_S = MAX_RUN_S  # the sidecar's span at most: it is stopped when the run ends
 SIDE_EVERY_S = 0.0003
 
 
@@ -85,6 +88,7 @@ def watch_run(
     stalls: list[list[Any]] = []  # [start, length, Counter of stacks]
 
     watcher = [0]
+    moved: list[tuple[float, float, float]] = []  # samples the loop beat during: was, now, late
     stamps = Stamps()
     stamp_boundary(stamps)
 
@@ -94,7 +98,13 @@ def watch_run(
         deadline = time.perf_counter() + MAX_RUN_S
         while not done.is_set() and time.perf_counter() < deadline:
             time.sleep(WATCH_S)
-            late = time.perf_counter() - last[0]
+            # Read once: the heartbeat may move while this thread waits for the GIL below
+            # (extract_stack's file checks release it), and a stall keyed by the newer beat
+            # would be dated to after its end: a pre-open's connect stall then read as one
+            # over the first sends (benchmarks/RESULTS.md, "The boundary between the pre-open
+            # and the first sends").
+            since = last[0]
+            late = time.perf_counter() - since
             if late <= LATE_S:
                 continue
             frames = sys._current_frames()
@@ -106,8 +116,10 @@ def watch_run(
                 for ident, other in frames.items()
                 if ident not in (loop_thread, threading.get_ident())
             )
-            if current is None or current[0] != last[0]:
-                current = [last[0], late, collections.Counter(), thread_cpu(), None, others]
+            if last[0] != since:  # the beat came while this thread sampled
+                moved.append((since, last[0], late))
+            if current is None or current[0] != since:
+                current = [since, late, collections.Counter(), thread_cpu(), None, others]
                 stalls.append(current)
             current[1] = late
             current[2][key] += 1
@@ -167,7 +179,8 @@ def watch_run(
     finally:
         done.set()
         gc.callbacks.remove(on_gc)
-        side.wait(SIDE_S + 60)
+        side.terminate()
+        side.wait(60)
     stamps.side = json.loads((tmp / "side.json").read_text())
     stamps.loop, stamps.watchdog = loop_native, watcher[0]
     spans = []
@@ -180,7 +193,7 @@ def watch_run(
         result,
         start,
         stalls,
-        [spans, pauses, collections_by_gen, loop_native, watcher[0], stamps],
+        [spans, pauses, collections_by_gen, loop_native, watcher[0], stamps, moved],
     )
 
 
@@ -205,7 +218,7 @@ def thread_cpu() -> dict[int, int]:
 
 
 def report(result: Any, start: float, stalls: list[Any], extra: list[Any]) -> None:
-    spans, pauses, by_gen, loop_native, watcher, stamps = extra
+    spans, pauses, by_gen, loop_native, watcher, stamps, moved = extra
 
     def open_streams(a: float, b: float) -> int:
         return sum(1 for sent, done in spans if sent < b and done > a)
@@ -258,6 +271,29 @@ def report(result: Any, start: float, stalls: list[Any], extra: list[Any]) -> No
             print(f"  [{samples} samples]")
             for frame in stack:
                 print("     ", frame)
+    sent = sorted(s for s, _ in spans)
+    long = gaps(stamps.beats, LATE_S)
+    opened = [(a, b) for a, b in long if open_streams(a[0], b[0])]
+    print(
+        f"\nby the heartbeat log: stalls over {LATE_S * 1e3:g} ms {len(long)}; with streams "
+        f"open {len(opened)}"
+    )
+    threads = Threads(stamps)
+    for a, b in opened:
+        print(
+            f"  +{a[0] - start:.4f} s: {describe_gap(a, b, sent)}; open {open_streams(a[0], b[0])}"
+        )
+        threads.show(a[0], b[0], "    ")
+    # Dated from the beat read after the stack (as this script did before): the later beat.
+    misdated = [
+        (round(now - start, 4), round(late * 1e3, 1))
+        for was, now, late in moved
+        if not open_streams(was, was + late) and open_streams(now, now + late)
+    ]
+    print(
+        f"watchdog samples during which the loop beat: {len(moved)}; of those, stalls with no "
+        f"stream open that a re-read beat would date over open streams (s, ms): {misdated}"
+    )
     boundary(stamps, start, stalls, spans)
 
 
@@ -333,13 +369,16 @@ def stamp_boundary(stamps: Stamps) -> None:
 
 
 def sidecar(pid: int, out: Path) -> None:
-    """Every ~0.3 ms for SIDE_S s, each thread of ``pid``: its state and schedstat (ns on a
-    CPU, ns runnable but waiting), from CPU 2: no GIL and no share of the client's core."""
+    """Every ~0.3 ms until SIGTERM (or SIDE_S s), each thread of ``pid``: its state and
+    schedstat (ns on a CPU, ns runnable but waiting), from CPU 2: no GIL and no share of the
+    client's core."""
     os.sched_setaffinity(0, {2 if (os.cpu_count() or 1) > 2 else 0})  # 2 cores here: CPU 0's
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     tasks = Path(f"/proc/{pid}/task")
     rows: list[tuple[float, int, str, int, int]] = []
     end = time.perf_counter() + SIDE_S
-    while (now := time.perf_counter()) < end:
+    while not stop.is_set() and (now := time.perf_counter()) < end:
         try:
             names = os.listdir(tasks)
         except OSError:
@@ -400,37 +439,12 @@ def boundary(stamps: Stamps, start: float, stalls: list[Any], spans: list[Any]) 
     for began, length, generation in stamps.collections:
         if low <= began <= high and length > 0.0005:
             print(f"  collection gen {generation} {at(began)} s, {length * 1e3:.1f} ms")
-    beats = stamps.beats
-    label = {stamps.loop: "loop", stamps.watchdog: "watchdog"}
-    label.update({tid: "energy reader" for *_, tid in stamps.reads})
-    by_tid: dict[int, list[list[Any]]] = collections.defaultdict(list)
-    for row in stamps.side:
-        by_tid[row[1]].append(row)
-    print("  heartbeat gaps over 3 ms there (wall ms, the loop thread's CPU ms meanwhile):")
-    for i in range(1, len(beats)):
-        a, b = beats[i - 1], beats[i]
-        if low <= a[0] <= high and b[0] - a[0] > 0.003:
-            print(
-                f"    {at(a[0])} s: {(b[0] - a[0]) * 1e3:.1f} ms, loop CPU "
-                f"{(b[1] - a[1]) / 1e6:.1f} ms; requests written in it "
-                f"{sum(1 for s in sent if a[0] <= s < b[0])}"
-            )
-            for tid, rows in sorted(by_tid.items()):
-                before = [r for r in rows if r[0] <= a[0]]
-                inside = [r for r in rows if a[0] < r[0] < b[0]]
-                after = [r for r in rows if r[0] >= b[0]]
-                if not before or not after:
-                    continue
-                ran = (after[0][3] - before[-1][3]) / 1e6
-                waited = (after[0][4] - before[-1][4]) / 1e6
-                if ran or waited:
-                    states = "".join(r[2] for r in inside)
-                    print(
-                        f"      {label.get(tid, tid)}: on CPU {ran:.1f} ms, runnable waiting "
-                        f"{waited:.1f} ms (the sidecar's window "
-                        f"{(after[0][0] - before[-1][0]) * 1e3:.1f} ms; "
-                        f"states {states[:40] or '-'})"
-                    )
+    threads = Threads(stamps)
+    print("  heartbeat gaps over 3 ms there:")
+    for a, b in gaps(stamps.beats, 0.003):
+        if low <= a[0] <= high:
+            print(f"    {at(a[0])} s: {describe_gap(a, b, sent)}")
+            threads.show(a[0], b[0], "      ")
     for stall in stalls:
         if low <= stall[0] <= high:
             print(f"  stall {at(stall[0])} s, {stall[1] * 1e3:.1f} ms; its commonest sample:")
@@ -438,6 +452,50 @@ def boundary(stamps: Stamps, start: float, stalls: list[Any], spans: list[Any]) 
                 print(f"    [{samples} of {sum(stall[2].values())} samples]")
                 for frame in stack:
                     print("      ", frame)
+
+
+def gaps(beats: list[tuple[float, int]], over: float) -> list[tuple[Any, Any]]:
+    """Consecutive heartbeats further apart than ``over`` s."""
+    return [(a, b) for a, b in itertools.pairwise(beats) if b[0] - a[0] > over]
+
+
+def describe_gap(a: tuple[float, int], b: tuple[float, int], sent: list[float]) -> str:
+    written = bisect.bisect_left(sent, b[0]) - bisect.bisect_left(sent, a[0])
+    return (
+        f"{(b[0] - a[0]) * 1e3:.1f} ms, the loop thread on CPU {(b[1] - a[1]) / 1e6:.1f} ms "
+        f"of it; requests written in it {written}"
+    )
+
+
+class Threads:
+    """The sidecar's rows by thread, to say what each thread did between two instants."""
+
+    def __init__(self, stamps: Stamps) -> None:
+        self.label = {stamps.loop: "loop", stamps.watchdog: "watchdog"}
+        self.label.update({tid: "energy reader" for *_, tid in stamps.reads})
+        self.rows: dict[int, list[list[Any]]] = collections.defaultdict(list)
+        for row in stamps.side:
+            self.rows[row[1]].append(row)
+        self.times = {tid: [r[0] for r in rows] for tid, rows in self.rows.items()}
+
+    def show(self, a: float, b: float, indent: str) -> None:
+        """Each thread that ran or waited for a CPU from ``a`` to ``b``: on CPU, runnable
+        waiting, and its states in the sidecar's reads (R running or runnable, S sleeping,
+        D in an uninterruptible wait: a system call that blocks)."""
+        for tid, rows in sorted(self.rows.items()):
+            times = self.times[tid]
+            first, last = bisect.bisect_right(times, a) - 1, bisect.bisect_left(times, b)
+            if first < 0 or last >= len(rows):
+                continue
+            ran = (rows[last][3] - rows[first][3]) / 1e6
+            waited = (rows[last][4] - rows[first][4]) / 1e6
+            if ran or waited:
+                states = "".join(r[2] for r in rows[first + 1 : last])
+                print(
+                    f"{indent}{self.label.get(tid, tid)}: on CPU {ran:.1f} ms, runnable "
+                    f"waiting {waited:.1f} ms (the sidecar's reads span "
+                    f"{(rows[last][0] - rows[first][0]) * 1e3:.1f} ms; states {states[:48] or '-'})"
+                )
 
 
 if __name__ == "__main__":
