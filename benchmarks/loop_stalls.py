@@ -12,19 +12,22 @@ longest stalls: which threads of the process ran on a CPU from its first sample 
 (/proc/self/task/*/schedstat; the watchdog's own sampling is one of them: every thread here
 shares CPU 1) and where the other threads were.
 
-The boundary between the pre-open and the first sends: the library's steps there are stamped
-(``Pool.fill`` begun and returned, each connect and whether a fill opened it, the window's
-telemetry start and its energy reads with their thread's CPU, ``play`` begun), every
-heartbeat keeps the loop thread's CPU clock (so a stall says whether the loop ran or waited),
-and a sidecar process on CPU 2 reads every thread's /proc schedstat and state each ~0.3 ms
-for the first :data:`SIDE_S` seconds (no GIL, no share of CPU 1). For each stall there it
-prints what ran.
+Every heartbeat is also logged with the loop thread's CPU clock: the log counts the stalls
+over 5 ms again without the watchdog (a gap between two beats; a watchdog that waits for the
+GIL sees a stall only at its end) and says whether the loop ran through each or waited. A
+sidecar process on CPU 2 (no GIL, no share of CPU 1) reads every thread's /proc schedstat
+and state while the run lasts (all of them every ~1 ms on the lent host): for each stall
+with streams open, and each gap over 3 ms at the boundary, which thread ran, waited for the
+CPU, or slept (D: blocked in a system call). The boundary between the pre-open and the first
+sends is stamped: ``Pool.fill`` begun and returned, each connect and whether a fill opened
+it, the window's telemetry start and its energy reads, ``play`` begun.
 
     python benchmarks/loop_stalls.py 256 2         # C256, 2 turns: ~20 s
     python benchmarks/loop_stalls.py 1000 2 auto   # with --workers auto (the parent only)
 
 Prints every stall over 5 ms with streams open (start, length, open streams), the GC pauses,
-and the stacks of the longest stalls. Loopback only; Linux only (sched_setaffinity).
+the stacks of the longest stalls, the heartbeat log's count, and the boundary step by step.
+Loopback only; Linux only (sched_setaffinity).
 """
 
 from __future__ import annotations
@@ -98,11 +101,11 @@ def watch_run(
         deadline = time.perf_counter() + MAX_RUN_S
         while not done.is_set() and time.perf_counter() < deadline:
             time.sleep(WATCH_S)
-            # Read once: the heartbeat may move while this thread waits for the GIL below
-            # (extract_stack's file checks release it), and a stall keyed by the newer beat
-            # would be dated to after its end: a pre-open's connect stall then read as one
-            # over the first sends (benchmarks/RESULTS.md, "The boundary between the pre-open
-            # and the first sends").
+            # Read once: the loop may take the GIL back while this thread samples (the switch
+            # interval; extract_stack's file checks release it) and beat, and a stall keyed
+            # by that newer beat was dated after its own end: a pre-open's connect stall then
+            # read as one over the first sends (benchmarks/RESULTS.md, "The boundary between
+            # the pre-open and the first sends").
             since = last[0]
             late = time.perf_counter() - since
             if late <= LATE_S:
