@@ -12,20 +12,36 @@ longest stalls: which threads of the process ran on a CPU from its first sample 
 (/proc/self/task/*/schedstat; the watchdog's own sampling is one of them: every thread here
 shares CPU 1) and where the other threads were.
 
+Every heartbeat is also logged with the loop thread's CPU clock: the log counts the stalls
+over 5 ms again without the watchdog (a gap between two beats; a watchdog that waits for the
+GIL sees a stall only at its end) and says whether the loop ran through each or waited. A
+sidecar process on CPU 2 (no GIL, no share of CPU 1) reads every thread's /proc schedstat
+and state while the run lasts (all of them every ~1 ms on the lent host): for each stall
+with streams open, and each gap over 3 ms at the boundary, which thread ran, waited for the
+CPU, or slept (D: blocked in a system call). The boundary between the pre-open and the first
+sends is stamped: ``Pool.fill`` begun and returned, each connect and whether a fill opened
+it, the window's telemetry start and its energy reads, ``play`` begun.
+
     python benchmarks/loop_stalls.py 256 2         # C256, 2 turns: ~20 s
     python benchmarks/loop_stalls.py 1000 2 auto   # with --workers auto (the parent only)
 
 Prints every stall over 5 ms with streams open (start, length, open streams), the GC pauses,
-and the stacks of the longest stalls. Loopback only; Linux only (sched_setaffinity).
+the stacks of the longest stalls, the heartbeat log's count, and the boundary step by step.
+Loopback only; Linux only (sched_setaffinity).
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
+import contextvars
 import gc
+import itertools
 import json
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -40,9 +56,14 @@ LATE_S = 0.005  # a heartbeat this late is a stall
 BEAT_S = 0.001
 WATCH_S = 0.0005
 MAX_RUN_S = 600.0
+SIDE_S = MAX_RUN_S  # the sidecar's span at most: it is stopped when the run ends
+SIDE_EVERY_S = 0.0003
 
 
 def main() -> None:
+    if sys.argv[1] == "--side":
+        sidecar(int(sys.argv[2]), Path(sys.argv[3]))
+        return
     users, turns = int(sys.argv[1]), int(sys.argv[2])
     workers = sys.argv[3] if len(sys.argv) > 3 else "1"
     tmp = Path(tempfile.mkdtemp())
@@ -70,6 +91,9 @@ def watch_run(
     stalls: list[list[Any]] = []  # [start, length, Counter of stacks]
 
     watcher = [0]
+    moved: list[tuple[float, float, float]] = []  # samples the loop beat during: was, now, late
+    stamps = Stamps()
+    stamp_boundary(stamps)
 
     def watch() -> None:
         watcher[0] = threading.get_native_id()
@@ -77,7 +101,13 @@ def watch_run(
         deadline = time.perf_counter() + MAX_RUN_S
         while not done.is_set() and time.perf_counter() < deadline:
             time.sleep(WATCH_S)
-            late = time.perf_counter() - last[0]
+            # Read once: the loop may take the GIL back while this thread samples (the switch
+            # interval; extract_stack's file checks release it) and beat, and a stall keyed
+            # by that newer beat was dated after its own end: a pre-open's connect stall then
+            # read as one over the first sends (benchmarks/RESULTS.md, "The boundary between
+            # the pre-open and the first sends").
+            since = last[0]
+            late = time.perf_counter() - since
             if late <= LATE_S:
                 continue
             frames = sys._current_frames()
@@ -89,8 +119,10 @@ def watch_run(
                 for ident, other in frames.items()
                 if ident not in (loop_thread, threading.get_ident())
             )
-            if current is None or current[0] != last[0]:
-                current = [last[0], late, collections.Counter(), thread_cpu(), None, others]
+            if last[0] != since:  # the beat came while this thread sampled
+                moved.append((since, last[0], late))
+            if current is None or current[0] != since:
+                current = [since, late, collections.Counter(), thread_cpu(), None, others]
                 stalls.append(current)
             current[1] = late
             current[2][key] += 1
@@ -115,14 +147,19 @@ def watch_run(
         tally[0] += 1
         tally[1] += length
         tally[2] += info["collected"]
+        stamps.collections.append((began[0], length, info["generation"]))
         if length > 0.002:
             pauses.append((began[0], length, info["generation"]))
 
     async def run() -> Any:
         loop = asyncio.get_running_loop()
 
+        beats = stamps.beats
+
         def beat() -> None:
-            last[0] = time.perf_counter()
+            last[0] = now = time.perf_counter()
+            if len(beats) < MAX_RUN_S / BEAT_S:
+                beats.append((now, time.thread_time_ns()))
             loop.call_later(BEAT_S, beat)
 
         beat()
@@ -136,19 +173,31 @@ def watch_run(
 
     threading.Thread(target=watch, daemon=True).start()
     gc.callbacks.append(on_gc)
+    side = subprocess.Popen(
+        [sys.executable, __file__, "--side", str(os.getpid()), str(tmp / "side.json")]
+    )
     start = time.perf_counter()
     try:
         result = run_loop(run())
     finally:
         done.set()
         gc.callbacks.remove(on_gc)
+        side.terminate()
+        side.wait(60)
+    stamps.side = json.loads((tmp / "side.json").read_text())
+    stamps.loop, stamps.watchdog = loop_native, watcher[0]
     spans = []
     for line in (tmp / "out" / "records.jsonl").read_text().splitlines():
         record = json.loads(line)
         if record.get("sent_ns") and record.get("done_ns"):
             spans.append((record["sent_ns"] / 1e9, record["done_ns"] / 1e9))
     names.update((t.ident or 0, t.name) for t in threading.enumerate())
-    return result, start, stalls, [spans, pauses, collections_by_gen, loop_native, watcher[0]]
+    return (
+        result,
+        start,
+        stalls,
+        [spans, pauses, collections_by_gen, loop_native, watcher[0], stamps, moved],
+    )
 
 
 def thread_cpu() -> dict[int, int]:
@@ -172,7 +221,7 @@ def thread_cpu() -> dict[int, int]:
 
 
 def report(result: Any, start: float, stalls: list[Any], extra: list[Any]) -> None:
-    spans, pauses, by_gen, loop_native, watcher = extra
+    spans, pauses, by_gen, loop_native, watcher, stamps, moved = extra
 
     def open_streams(a: float, b: float) -> int:
         return sum(1 for sent, done in spans if sent < b and done > a)
@@ -225,6 +274,231 @@ def report(result: Any, start: float, stalls: list[Any], extra: list[Any]) -> No
             print(f"  [{samples} samples]")
             for frame in stack:
                 print("     ", frame)
+    sent = sorted(s for s, _ in spans)
+    long = gaps(stamps.beats, LATE_S)
+    opened = [(a, b) for a, b in long if open_streams(a[0], b[0])]
+    print(
+        f"\nby the heartbeat log: stalls over {LATE_S * 1e3:g} ms {len(long)}; with streams "
+        f"open {len(opened)}"
+    )
+    threads = Threads(stamps)
+    for a, b in opened:
+        print(
+            f"  +{a[0] - start:.4f} s: {describe_gap(a, b, sent)}; open {open_streams(a[0], b[0])}"
+        )
+        threads.show(a[0], b[0], "    ")
+    # Dated from the beat read after the stack (as this script did before): the later beat.
+    misdated = [
+        (round(now - start, 4), round(late * 1e3, 1))
+        for was, now, late in moved
+        if not open_streams(was, was + late) and open_streams(now, now + late)
+    ]
+    print(
+        f"watchdog samples during which the loop beat: {len(moved)}; of those, stalls with no "
+        f"stream open that a re-read beat would date over open streams (s, ms): {misdated}"
+    )
+    boundary(stamps, start, stalls, spans)
+
+
+class Stamps:
+    """The boundary between the pre-open and the first sends, as it ran (perf_counter s)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[float, str]] = []  # the library's steps there
+        self.connects: list[tuple[float, float, bool]] = []  # begun, ended, a fill's
+        self.reads: list[tuple[float, float, int, int]] = []  # energy: begun, ended, CPU ns, tid
+        self.beats: list[tuple[float, int]] = []  # each heartbeat, the loop thread's CPU ns
+        self.collections: list[tuple[float, float, int]] = []  # begun, s, generation
+        self.side: list[list[Any]] = []  # the sidecar's rows: s, tid, state, run ns, wait ns
+        self.loop = self.watchdog = 0
+
+
+def stamp_boundary(stamps: Stamps) -> None:
+    """Wrap the library's steps at the boundary so that each notes when it ran."""
+    from workloads.runner.players import LocalPlayers
+    from workloads.telemetry.energy import EnergyMeter
+    from workloads.telemetry.window import WindowTelemetry
+    from workloads.wire.stream import Pool
+
+    filling = contextvars.ContextVar("filling", default=False)  # the fill's tasks inherit it
+    note = stamps.events.append
+    fill, connect, play, window = Pool.fill, Pool._connect, LocalPlayers.play, WindowTelemetry.start
+
+    async def traced_fill(self: Pool, count: int) -> int:
+        note((time.perf_counter(), f"fill({count}) begins, {self.idle()} idle"))
+        token = filling.set(True)
+        try:
+            idle = await fill(self, count)
+        finally:
+            filling.reset(token)
+        note((time.perf_counter(), f"fill returns, {idle} idle, {len(self._open)} open"))
+        return idle
+
+    async def traced_connect(self: Pool) -> Any:
+        began = time.perf_counter()
+        try:
+            return await connect(self)
+        finally:
+            stamps.connects.append((began, time.perf_counter(), filling.get()))
+
+    async def traced_window(self: WindowTelemetry) -> None:
+        note((time.perf_counter(), "window telemetry start begins"))
+        await window(self)
+        note((time.perf_counter(), "window telemetry start returns"))
+
+    async def traced_play(self: LocalPlayers, repetition: Any) -> bool:
+        note((time.perf_counter(), "play begins"))
+        return await play(self, repetition)
+
+    def timed(method: Any) -> Any:
+        def read(self: EnergyMeter) -> None:
+            began, cpu = time.perf_counter(), time.thread_time_ns()
+            try:
+                method(self)
+            finally:
+                ended = time.perf_counter()
+                stamps.reads.append(
+                    (began, ended, time.thread_time_ns() - cpu, threading.get_native_id())
+                )
+
+        return read
+
+    Pool.fill = traced_fill  # type: ignore[method-assign]
+    Pool._connect = traced_connect  # type: ignore[method-assign]
+    WindowTelemetry.start = traced_window  # type: ignore[method-assign]
+    LocalPlayers.play = traced_play  # type: ignore[method-assign]
+    EnergyMeter.start = timed(EnergyMeter.start)  # type: ignore[method-assign]
+    EnergyMeter.sample = timed(EnergyMeter.sample)  # type: ignore[method-assign]
+
+
+def sidecar(pid: int, out: Path) -> None:
+    """Every ~0.3 ms until SIGTERM (or SIDE_S s), each thread of ``pid``: its state and
+    schedstat (ns on a CPU, ns runnable but waiting), from CPU 2: no GIL and no share of the
+    client's core."""
+    os.sched_setaffinity(0, {2 if (os.cpu_count() or 1) > 2 else 0})  # 2 cores here: CPU 0's
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    tasks = Path(f"/proc/{pid}/task")
+    rows: list[tuple[float, int, str, int, int]] = []
+    end = time.perf_counter() + SIDE_S
+    while not stop.is_set() and (now := time.perf_counter()) < end:
+        try:
+            names = os.listdir(tasks)
+        except OSError:
+            break  # the client ended
+        for name in names:
+            try:
+                stat = (tasks / name / "stat").read_text()
+                run_ns, wait_ns = (tasks / name / "schedstat").read_text().split()[:2]
+            except (OSError, ValueError):
+                continue
+            rows.append((now, int(name), stat[stat.rindex(")") + 2], int(run_ns), int(wait_ns)))
+        time.sleep(SIDE_EVERY_S)
+    out.write_text(json.dumps(rows))
+
+
+def boundary(stamps: Stamps, start: float, stalls: list[Any], spans: list[Any]) -> None:
+    """The pre-open and the first sends, step by step, and what ran in each stall there."""
+    sent = sorted(s for s, _ in spans)
+    if not sent:
+        return
+    fills = [t for t, what in stamps.events if what.startswith("fill(")]
+    low = (fills[0] if fills else sent[0]) - 0.1
+    high = sent[0] + 0.5
+
+    def at(t: float) -> str:
+        return f"+{t - start:.4f}"
+
+    print("\n== the boundary: the pre-open and the first sends")
+    for t, what in sorted(stamps.events):
+        if low <= t <= high:
+            print(f"  {at(t)} s  {what}")
+    print(f"  {at(sent[0])} s  first request written; the 2nd {at(sent[min(1, len(sent) - 1)])}")
+    returned = [t for t, what in stamps.events if what.startswith("fill returns")]
+    for what, mine in (("by a fill", True), ("not by a fill", False)):
+        picked = sorted((b, e) for b, e, f in stamps.connects if f is mine)
+        if picked:
+            after = sum(1 for b, _ in picked if returned and b > returned[0])
+            longest = max(picked, key=lambda c: c[1] - c[0])
+            print(
+                f"  connects {what}: {len(picked)}, {at(picked[0][0])} to "
+                f"{at(max(e for _, e in picked))} s; begun after the fill returned: {after}; "
+                f"longest {(longest[1] - longest[0]) * 1e3:.1f} ms at {at(longest[0])} s"
+            )
+            if not mine and after:
+                print(
+                    "    begun after the fill returned (s, ms):",
+                    [
+                        (at(b), round((e - b) * 1e3, 2))
+                        for b, e in picked
+                        if returned and b > returned[0]
+                    ][:12],
+                )
+    for began, ended, cpu, tid in stamps.reads:
+        print(
+            f"  energy read {at(began)}–{at(ended)} s ({(ended - began) * 1e3:.1f} ms, "
+            f"its thread {tid} on CPU {cpu / 1e6:.1f} ms)"
+        )
+    for began, length, generation in stamps.collections:
+        if low <= began <= high and length > 0.0005:
+            print(f"  collection gen {generation} {at(began)} s, {length * 1e3:.1f} ms")
+    threads = Threads(stamps)
+    print("  heartbeat gaps over 3 ms there:")
+    for a, b in gaps(stamps.beats, 0.003):
+        if low <= a[0] <= high:
+            print(f"    {at(a[0])} s: {describe_gap(a, b, sent)}")
+            threads.show(a[0], b[0], "      ")
+    for stall in stalls:
+        if low <= stall[0] <= high:
+            print(f"  stall {at(stall[0])} s, {stall[1] * 1e3:.1f} ms; its commonest sample:")
+            for stack, samples in stall[2].most_common(1):
+                print(f"    [{samples} of {sum(stall[2].values())} samples]")
+                for frame in stack:
+                    print("      ", frame)
+
+
+def gaps(beats: list[tuple[float, int]], over: float) -> list[tuple[Any, Any]]:
+    """Consecutive heartbeats further apart than ``over`` s."""
+    return [(a, b) for a, b in itertools.pairwise(beats) if b[0] - a[0] > over]
+
+
+def describe_gap(a: tuple[float, int], b: tuple[float, int], sent: list[float]) -> str:
+    written = bisect.bisect_left(sent, b[0]) - bisect.bisect_left(sent, a[0])
+    return (
+        f"{(b[0] - a[0]) * 1e3:.1f} ms, the loop thread on CPU {(b[1] - a[1]) / 1e6:.1f} ms "
+        f"of it; requests written in it {written}"
+    )
+
+
+class Threads:
+    """The sidecar's rows by thread, to say what each thread did between two instants."""
+
+    def __init__(self, stamps: Stamps) -> None:
+        self.label = {stamps.loop: "loop", stamps.watchdog: "watchdog"}
+        self.label.update({tid: "energy reader" for *_, tid in stamps.reads})
+        self.rows: dict[int, list[list[Any]]] = collections.defaultdict(list)
+        for row in stamps.side:
+            self.rows[row[1]].append(row)
+        self.times = {tid: [r[0] for r in rows] for tid, rows in self.rows.items()}
+
+    def show(self, a: float, b: float, indent: str) -> None:
+        """Each thread that ran or waited for a CPU from ``a`` to ``b``: on CPU, runnable
+        waiting, and its states in the sidecar's reads (R running or runnable, S sleeping,
+        D in an uninterruptible wait: a system call that blocks)."""
+        for tid, rows in sorted(self.rows.items()):
+            times = self.times[tid]
+            first, last = bisect.bisect_right(times, a) - 1, bisect.bisect_left(times, b)
+            if first < 0 or last >= len(rows):
+                continue
+            ran = (rows[last][3] - rows[first][3]) / 1e6
+            waited = (rows[last][4] - rows[first][4]) / 1e6
+            if ran or waited:
+                states = "".join(r[2] for r in rows[first + 1 : last])
+                print(
+                    f"{indent}{self.label.get(tid, tid)}: on CPU {ran:.1f} ms, runnable "
+                    f"waiting {waited:.1f} ms (the sidecar's reads span "
+                    f"{(rows[last][0] - rows[first][0]) * 1e3:.1f} ms; states {states[:48] or '-'})"
+                )
 
 
 if __name__ == "__main__":
