@@ -285,6 +285,24 @@ def test_the_stream_text_read_midway_keeps_what_arrives_after():
     assert stream.text == "abcd"
 
 
+def free_small(users: int, *, turns: int, warmup: int) -> workloads.Scenario:
+    """five-user-coding at ``users``, small (300-token openings, 4-token replies), free
+    pacing (every session's turn 1 due at once), no gate, one measured repetition."""
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(
+        [
+            f"users={users}",
+            f"turns={turns}",
+            "opening_tokens=300",
+            "turn_tokens=60",
+            "output_tokens=4",
+            f"repetitions.warmup={warmup}",
+            "repetitions.measured=1",
+            "gate=off",
+        ]
+    )
+    return scenario.model_copy(update={"pacing": Pacing(mode="free")})
+
+
 @pytest.mark.parametrize("fast", [True, False], ids=["uvloop", "asyncio"])
 def test_sessions_due_together_send_in_slices_and_every_turn_is_recorded(fast, monkeypatch):
     """A repetition's first turns fall due in one loop iteration (free pacing, no think
@@ -298,19 +316,7 @@ def test_sessions_due_together_send_in_slices_and_every_turn_is_recorded(fast, m
     from workloads.wire.loop import run_loop
 
     users = 24
-    scenario = workloads.load_scenario("five-user-coding").with_overrides(
-        [
-            f"users={users}",
-            "turns=2",
-            "opening_tokens=300",
-            "turn_tokens=60",
-            "output_tokens=4",
-            "repetitions.warmup=0",
-            "repetitions.measured=1",
-            "gate=off",
-        ]
-    )
-    scenario = scenario.model_copy(update={"pacing": Pacing(mode="free")})
+    scenario = free_small(users, turns=2, warmup=0)
     gate = session_module.send_slice
     ticker = LoopTicks()
     went: list[int] = []  # the tick at which each send went
@@ -348,18 +354,7 @@ def test_a_repetition_opens_its_sessions_connections_before_the_first_sends(fast
     from workloads.wire.loop import run_loop
 
     users = 12
-    scenario = workloads.load_scenario("five-user-coding").with_overrides(
-        [
-            f"users={users}",
-            "turns=1",
-            "opening_tokens=300",
-            "output_tokens=4",
-            "repetitions.warmup=1",
-            "repetitions.measured=1",
-            "gate=off",
-        ]
-    )
-    scenario = scenario.model_copy(update={"pacing": Pacing(mode="free")})
+    scenario = free_small(users, turns=1, warmup=1)
 
     class Watched(AiohttpChatClient):
         """The real client; notes how many connections it had opened at its first request."""

@@ -13,8 +13,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
-__all__ = ["SLICE_S", "pace", "sleep_until", "sleep_until_or"]
+__all__ = ["SLICE_S", "of_this_loop", "pace", "sleep_until", "sleep_until_or"]
+
+S = TypeVar("S")
 
 # Turn-end work run between two looks at the sockets, at most (plus one piece of work: the
 # pieces between two pace() calls are each well under a millisecond at C256).
@@ -57,6 +61,21 @@ async def sleep_until_or(deadline: float, event: asyncio.Event) -> float | None:
     return None if event.is_set() else max(0.0, time.perf_counter() - deadline)
 
 
+def of_this_loop(
+    states: dict[asyncio.AbstractEventLoop, S], make: Callable[[asyncio.AbstractEventLoop], S]
+) -> tuple[asyncio.AbstractEventLoop, S]:
+    """The running loop and its entry in ``states`` (made by ``make`` on first use; closed
+    loops' entries are dropped then, so a process that runs many loops keeps none of theirs):
+    the per-loop state of :func:`pace` and of the send slice (core/send_slice.py)."""
+    loop = asyncio.get_running_loop()
+    state = states.get(loop)
+    if state is None:
+        for old in [other for other in states if other.is_closed()]:
+            del states[old]
+        state = states[loop] = make(loop)
+    return loop, state
+
+
 class _Slices:
     """One event loop's budget of turn-end work: who is working now (since when) and who
     waits for a later loop iteration, first come first served."""
@@ -95,12 +114,7 @@ async def pace(budget_s: float = SLICE_S) -> None:
     sockets (and stamps what arrived) between slices: without it, 256 sessions ending a
     turn in one read ran ~1 ms of records and sizing each, back to back, and first tokens
     waited 170 ms to be stamped (benchmarks/RESULTS.md, "Turn ends")."""
-    loop = asyncio.get_running_loop()
-    slices = _slices.get(loop)
-    if slices is None:
-        for old in [other for other in _slices if other.is_closed()]:
-            del _slices[old]
-        slices = _slices[loop] = _Slices(loop)
+    loop, slices = of_this_loop(_slices, _Slices)
     if time.perf_counter() - slices.since < budget_s:
         return
     waiter: asyncio.Future[None] = loop.create_future()

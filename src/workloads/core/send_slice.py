@@ -31,6 +31,8 @@ import asyncio
 import collections
 import time
 
+from workloads.core.clock import of_this_loop
+
 __all__ = ["SEND_SLICE_S", "send_slice"]
 
 # Send work run in one loop iteration, at most (plus one send).
@@ -99,12 +101,7 @@ async def send_slice(budget_s: float | None = None) -> None:
     arriving are never held back by more than the budget plus one send. The wait is the
     send's: its pacing lag, before ``started_ns``."""
     budget = SEND_SLICE_S if budget_s is None else budget_s
-    loop = asyncio.get_running_loop()
-    state = _slices.get(loop)
-    if state is None:
-        for old in [other for other in _slices if other.is_closed()]:
-            del _slices[old]
-        state = _slices[loop] = _Slice(loop)
+    loop, state = of_this_loop(_slices, _Slice)
     if not state.armed:  # the loop is not busy sending: a slice of its own
         state.since = time.perf_counter()
         state.armed = True
