@@ -459,9 +459,7 @@ class Pool:
         while idle:
             conn = idle.pop()
             now = self.loop.time()
-            if conn.closed or conn.transport.is_closing():
-                continue
-            if not self.reuse or now - conn.idle_since > self.keepalive_s:
+            if not self.reuse or not self._usable(conn, now):
                 conn.close()  # may be closing at the server right now: never send on it
                 continue
             if conn.carried and now - conn.idle_since < SETTLE_S:
@@ -483,16 +481,19 @@ class Pool:
         await send_slice()
         return await self._open_one(), False
 
-    def idle(self) -> int:
-        """Idle connections that a request could take now (alive, not past ``keepalive_s``)."""
-        now = self.loop.time()
-        return sum(
-            1
-            for conn in self._idle
-            if not conn.closed
+    def _usable(self, conn: Connection, now: float) -> bool:
+        """Whether an idle connection may carry a request: open at both ends, and idle for no
+        longer than ``keepalive_s`` (the one rule of :meth:`acquire` and :meth:`idle`)."""
+        return (
+            not conn.closed
             and not conn.transport.is_closing()
             and now - conn.idle_since <= self.keepalive_s
         )
+
+    def idle(self) -> int:
+        """Idle connections that a request could take now."""
+        now = self.loop.time()
+        return sum(1 for conn in self._idle if self._usable(conn, now))
 
     async def fill(self, count: int) -> int:
         """Open connections, :data:`FILL_AT_ONCE` at a time, until ``count`` are idle, within
@@ -505,15 +506,16 @@ class Pool:
         wanted = count - self.idle()
         if wanted <= 0:
             return self.idle()
-        left = [wanted]
+        left = wanted
 
         async def opener() -> None:
-            while left[0] > 0 and self.reuse:  # bounded: each pass takes one from ``left``
-                left[0] -= 1
+            nonlocal left
+            while left > 0 and self.reuse:  # bounded: each pass takes one from ``left``
+                left -= 1
                 try:
                     conn = await self._open_one()
                 except RequestError:  # the target refuses, or cannot be reached: no more
-                    left[0] = 0
+                    left = 0
                     return
                 self.put_back(conn)
 
