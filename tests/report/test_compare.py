@@ -270,7 +270,7 @@ def test_stored_sweep_cells_are_summarized_apart():
 
 
 @pytest.mark.slow
-def test_two_same_configuration_simulator_runs_are_not_significant_on_every_row(
+def test_two_same_configuration_simulator_runs_differ_on_no_row_of_the_token_clock(
     tmp_path, capsys, monkeypatch
 ):
     # Two runs of one configuration, 3 repetitions each, must differ only by chance, which
@@ -311,12 +311,20 @@ def test_two_same_configuration_simulator_runs_are_not_significant_on_every_row(
     # Wall throughput counts the client's own time between turns too, which this shared
     # machine's load changes between two arms run one after the other: a real difference,
     # not chance (seen: 0.97x, "worse", with the test suite's other workers busy). Its row
-    # may carry a verdict, but only a small one; every other row reads the simulator's clock.
+    # may carry a verdict, but only a small one. So may the rows read at the first token
+    # (TTFT, and the prefill rate derived from it): a 20 ms prefill step plus the server
+    # thread's and the client's own delays, which that load moves by several ms (seen:
+    # TTFT median 27 vs 36 ms, 1.38x "worse"). The rows of the token clock (aggregate,
+    # per-user, cache) read the simulator's steps alone: never a verdict.
     wall = [row for row in rows if row.lstrip().startswith("wall throughput")]
     assert len(wall) == 1, out
     ratio = float(re.search(r"(\d+\.\d+)x \[", wall[0])[1])
     assert 0.9 <= ratio <= 1.1, out
-    assert all("not significant" in row for row in rows if row not in wall), out
+    first_token = [row for row in rows if "TTFT" in row or "prefill rate" in row]
+    assert len(first_token) >= 3, out
+    token_clock = [row for row in rows if row not in wall and row not in first_token]
+    assert len(token_clock) >= 5, out
+    assert all("not significant" in row for row in token_clock), out
     assert all(row.endswith(", n = 3/3") for row in rows), out
 
 

@@ -474,6 +474,8 @@ def test_ctrl_c_before_any_measured_turn_prints_one_line(tmp_path):
         str(out),
         "--quiet",
         "--no-plots",
+        "--grace",  # the turns in flight are cancelled at the signal, not waited for (~8 s)
+        "0",
         "--sim",
         "decode_s_per_seq=0.01",
     ]
