@@ -95,52 +95,18 @@ def pytest_xdist_auto_num_workers(config) -> int:
 SPREAD = {"tests/runner/test_outcome_warnings.py", "tests/test_readme.py"}
 
 
-def _unit(nodeid: str) -> str:
-    """The work unit a test belongs to: its file, or itself in a SPREAD file."""
-    path = nodeid.split("::", 1)[0]
-    return nodeid if path in SPREAD else path
-
-
 def pytest_xdist_make_scheduler(config, log):
-    """--dist loadfile, but the tests of the SPREAD files are work units of their own, handed
-    out in the order pytest_collection_modifyitems puts them (not xdist's largest-first)."""
+    """--dist loadfile, but the tests of the SPREAD files are work units of their own."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
     class SpreadScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return _unit(nodeid)
+            path = nodeid.split("::", 1)[0]
+            return nodeid if path in SPREAD else path
 
-    config.option.loadscopereorder = False
     return SpreadScheduling(config, log)
-
-
-def pytest_collection_modifyitems(config, items) -> None:
-    """In an xdist worker (each orders the same collection the same way): the work units
-    that hold a ``slow`` test first, then the SPREAD files' tests (a run each), then the
-    other files, the largest first (xdist's own order, by number of tests), so the tier ends
-    on many small files. xdist's order alone put the single-test units last, the SPREAD
-    tests and the Ray test (11 s of a worker): the tier then ended on one busy worker while
-    the others had nothing left to take."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return
-    size: dict[str, int] = {}
-    slow: set[str] = set()
-    first: dict[str, int] = {}
-    for index, item in enumerate(items):
-        unit = _unit(item.nodeid)
-        size[unit] = size.get(unit, 0) + 1
-        first.setdefault(unit, index)
-        if item.get_closest_marker("slow") is not None:
-            slow.add(unit)
-
-    def rank(item: pytest.Item) -> tuple[int, int, int]:
-        unit = _unit(item.nodeid)
-        group = 0 if unit in slow else 1 if unit == item.nodeid else 2
-        return group, -size[unit], first[unit]
-
-    items.sort(key=rank)
 
 
 # The simulated_server fixture and run_scenario come from workloads' own pytest plugin, the
