@@ -82,10 +82,12 @@ def pytest_terminal_summary(terminalreporter, config) -> None:
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
-    """``-n auto``: two workers per core. The suite waits on simulated engines' clocks and
-    loopback sockets more than it computes (load 1.5 of 2 cores with a worker per core);
-    on 2 cores the light tier took 312 s with 2 workers and 209 s with 4."""
-    return 2 * (os.cpu_count() or 1)
+    """``-n auto``: two workers per core and one more. The suite waits on simulated engines'
+    clocks and loopback sockets more than it computes (load 1.5 of 2 cores with a worker per
+    core); on 2 cores the light tier took 312 s with 2 workers and 209 s with 4 (2026-11),
+    and 5 workers beat 4 in each of 8 alternated pairs (2026-12-02: 77-94 s against 78-102 s
+    on a noisy host; 6 and 8 were no better)."""
+    return 2 * (os.cpu_count() or 1) + 1
 
 
 # Files whose tests the xdist workers share test by test, where pyproject's --dist loadfile
