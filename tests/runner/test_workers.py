@@ -46,7 +46,10 @@ def scenario(*extra: str) -> workloads.Scenario:
 
 
 def turn_lines(out: Path) -> list[dict]:
-    lines = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    """The turn records in records.jsonl, whole lines only: a run still writing may have
+    half a line at the end (read while it runs, the test's poll once caught one)."""
+    *whole, _ = (out / "records.jsonl").read_text().split("\n")
+    lines = [json.loads(line) for line in whole if line.strip()]
     return [line for line in lines if "kind" not in line]
 
 
@@ -206,13 +209,18 @@ def test_ctrl_c_to_the_whole_process_group_stops_a_sharded_cli_run_gracefully(
     process = subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
     )  # its own group, as in a terminal
-    for _ in range(1200):  # bounded: 120 s for turn 1 of every session
-        if (out / "records.jsonl").exists() and len(turn_lines(out)) >= 4:
-            break
-        assert process.poll() is None, process.communicate()
-        time.sleep(0.1)
-    os.killpg(process.pid, signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=120)
+    try:
+        for _ in range(1200):  # bounded: 120 s for turn 1 of every session
+            if (out / "records.jsonl").exists() and len(turn_lines(out)) >= 4:
+                break
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.1)
+        os.killpg(process.pid, signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:  # a failed test leaves no run behind (its group killed, its pipes closed)
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
     assert process.returncode == 130, stderr.decode()[-2000:]
     assert b"Traceback" not in stderr
     assert b"2 worker processes" in stdout  # the report names the processes
