@@ -18,6 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -50,6 +51,15 @@ TINY_RUN = [
 # to no time. As ``sim=`` for workloads.run, and as CLI arguments through sim_args().
 QUICK_ENGINE = {"step_fixed_s": 0.0005, "decode_s_per_seq": 0.00006}
 TIMELESS_ENGINE = {"step_fixed_s": 0.0001, "prefill_s_per_token": 0.0, "decode_s_per_seq": 0.0}
+
+
+def turn_lines(out: Path) -> list[dict[str, Any]]:
+    """The turn records in ``out``/records.jsonl as dicts (the header, nonce and window
+    lines, which have a ``kind``, left out), whole lines only: read while a run writes, the
+    last line may be half written."""
+    *whole, _ = (out / "records.jsonl").read_text().split("\n")
+    lines = [json.loads(line) for line in whole if line.strip()]
+    return [line for line in lines if "kind" not in line]
 
 
 def sim_args(sim: dict[str, float]) -> list[str]:

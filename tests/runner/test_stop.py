@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import workloads
+from fakes import turn_lines
 from workloads.cli import main
 from workloads.core.conversation import Conversation
 from workloads.core.corpus import load_corpus
@@ -39,15 +40,6 @@ LONG = [
     "repetitions.measured=2",
     "gate=off",  # the gate's greedy requests stream too: the stop must land on turns
 ]
-
-
-def turn_lines(out: Path) -> list[dict]:
-    lines = [
-        json.loads(line)
-        for line in (out / "records.jsonl").read_text().splitlines()
-        if line.strip()
-    ]
-    return [line for line in lines if "kind" not in line]
 
 
 async def stop_when_streaming(server: SimulatedServer, stop: asyncio.Event, users: int = 3) -> None:

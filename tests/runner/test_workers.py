@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import workloads
+from fakes import turn_lines
 from workloads.cli import main
 from workloads.core.aggregate import summarize
 from workloads.core.concurrency import concurrency
@@ -43,14 +44,6 @@ SMALL = [
 
 def scenario(*extra: str) -> workloads.Scenario:
     return workloads.load_scenario("five-user-coding").with_overrides([*SMALL, *extra])
-
-
-def turn_lines(out: Path) -> list[dict]:
-    """The turn records in records.jsonl, whole lines only: a run still writing may have
-    half a line at the end (read while it runs, the test's poll once caught one)."""
-    *whole, _ = (out / "records.jsonl").read_text().split("\n")
-    lines = [json.loads(line) for line in whole if line.strip()]
-    return [line for line in lines if "kind" not in line]
 
 
 async def run_on(
