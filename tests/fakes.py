@@ -24,6 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from workloads.core import tokens
+from workloads.model.results import read_records_file
 from workloads.wire.client import ChatResponse, Usage
 
 # The CLI arguments that shrink a run to about a second: 2 users, 2 turns, short prompts and
@@ -54,12 +55,11 @@ TIMELESS_ENGINE = {"step_fixed_s": 0.0001, "prefill_s_per_token": 0.0, "decode_s
 
 
 def turn_lines(out: Path) -> list[dict[str, Any]]:
-    """The turn records in ``out``/records.jsonl as dicts (the header, nonce and window
-    lines, which have a ``kind``, left out), whole lines only: read while a run writes, the
-    last line may be half written."""
-    *whole, _ = (out / "records.jsonl").read_text().split("\n")
-    lines = [json.loads(line) for line in whole if line.strip()]
-    return [line for line in lines if "kind" not in line]
+    """The TurnRecords in ``out``/records.jsonl as JSON dicts, read as ``show`` reads them
+    (:func:`~workloads.model.results.read_records_file`): safe while a run still writes the
+    file, whose last line may then be half written (skipped)."""
+    records = read_records_file(out / "records.jsonl").records
+    return [r.model_dump(mode="json") for r in records]
 
 
 def sim_args(sim: dict[str, float]) -> list[str]:

@@ -272,7 +272,7 @@ async def test_chunked_stream_split_at_every_byte_offset_on_one_kept_alive_conne
 ):
     # ~800 requests back to back: without the pool's settle pause before a connection that
     # just came back is reused (5 ms, for servers that close after a stream; not what this
-    # test is about), they take 1.5 s, not 6.
+    # test is about), they take ~2 s, not 6.
     monkeypatch.setattr(stream, "SETTLE_S", 0.0)
     response = chunked(*EVENTS)
 
