@@ -29,6 +29,7 @@ from typing import Any, cast
 from workloads.core.chat_stream import ChatStream
 from workloads.core.send_slice import send_slice
 from workloads.model.errors import RequestError
+from workloads.wire.arrival import kernel_stamps, open_stamped
 from workloads.wire.failures import connect_kind, retry_after, status_kind
 from workloads.wire.http1 import MalformedHTTP, ResponseHead, ResponseParser
 from workloads.wire.transport import Proxy, open_tunnel, tls_message
@@ -379,12 +380,18 @@ class Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        now = clock()  # first thing: the arrival stamp
+        self.received(data, clock())  # first thing: the arrival stamp
+
+    def received(self, data: bytes, now: int) -> None:
+        """A read and its arrival stamp: the event loop's (``data_received``) or the
+        kernel's (wire/arrival.py), never before the request was sent nor before the
+        previous read (a wall-clock step could place a kernel stamp there)."""
         exchange = self.exchange
         if exchange is None:  # bytes no request asked for: this connection is not reused
             self.close()
             return
-        exchange.feed(data, now)
+        floor = exchange.last_ns if exchange.received else exchange.sent_ns
+        exchange.feed(data, now if now > floor else floor)
 
     def eof_received(self) -> bool:
         if self.exchange is not None:
@@ -622,7 +629,9 @@ class Pool:
                         proto=proto,
                         address=address,
                     )
-                else:  # direct, or an http origin through the proxy (absolute-form requests)
+                elif self.tls is None and kernel_stamps():  # reads stamped at arrival
+                    conn = cast(Connection, await open_stamped(factory, family, proto, address))
+                else:  # TLS, or a platform whose kernel does not stamp: the loop's transport
                     _, conn = await loop.create_connection(
                         factory,
                         host=address[0],

@@ -1,0 +1,257 @@
+"""Reads stamped by the kernel when their bytes arrived, and a bound on the read work of one
+event-loop iteration: the plain-TCP connections' transport (Linux).
+
+A read stamped when the event loop hands it over carries the loop's backlog: at C256 with a
+token every 10 ms per stream, one core reads ~25,600 chunks a second, a step's chunks arrive
+together, and one loop iteration read 14–214 sockets back to back (4–13 ms on a loaded
+gVisor host, ~34 µs a read: benchmarks/RESULTS.md, "What the mid-run iterations over 4 ms
+ran"); the last socket's chunk was stamped that long after it arrived, and every timer of
+the loop (a session's next send, the self-watch) waited as long.
+
+Here the kernel stamps each read instead (``SO_TIMESTAMPNS``: the socket's receive queue
+notes when each segment arrived, ``recvmsg`` hands the newest one of the read over; a segment
+merged into the one before takes its time), so a read's stamp is when its last byte arrived,
+whatever the loop was doing meanwhile. The stamp is CLOCK_REALTIME; it is brought to the
+library's clock (``perf_counter_ns``) by how long ago it was, read on both clocks together
+just after the read: a step of the wall clock between the arrival and the read is the only
+error, and a stamp that would lie in the future (such a step) is taken as "now". Chunks read
+together share the stamp of the last one's arrival, as chunks of one read always did.
+
+Since a read's stamp no longer depends on when it is read, the reads of one loop iteration
+stop after :data:`READ_SLICE_NS` of read work: the sockets still ready are read in the next
+iteration (their stamps unchanged), after the loop's timers and other callbacks have run. A
+loop iteration thus reads for at most the slice plus one read, however many streams are open.
+
+Only where the kernel can stamp: Linux, plain TCP (an ``http`` target, directly or through
+an HTTP proxy). TLS connections (``https``, a CONNECT tunnel) keep the event loop's
+transports and its stamps: the kernel would stamp the encrypted records, not the chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import platform
+import socket
+import struct
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from workloads.core.clock import of_this_loop
+
+__all__ = [
+    "READ_SLICE_NS",
+    "Receiver",
+    "kernel_stamps",
+    "open_stamped",
+]
+
+# Read work one loop iteration does, at most (plus one read): as the send slice's budget
+# (core/send_slice.py), so sends and reads together hold the loop ~2 ms at most.
+READ_SLICE_NS = 1_000_000
+READ_BYTES = 65_536  # what one read takes at most (uvloop's read buffer is as large)
+# SO_TIMESTAMPNS (the "old" option: a struct timespec of the process's own width) as
+# asm-generic/socket.h numbers it, which every Linux architecture but alpha, mips, parisc
+# and sparc uses; its control message has the same number (SCM_TIMESTAMPNS).
+SO_TIMESTAMPNS = 35
+_GENERIC_SOCKET_H = ("x86", "i386", "i686", "amd64", "aarch64", "arm", "ppc", "s390", "riscv")
+_TIMESPEC = struct.Struct("@ll")  # tv_sec, tv_nsec
+_ANCILLARY_BYTES = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
+clock = time.perf_counter_ns
+wall_clock = time.time_ns
+
+
+class Receiver(Protocol):
+    """What a stamped transport hands its reads to (wire/stream.py's ``Connection``): the
+    asyncio protocol's calls, but each read comes with its arrival stamp."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None: ...
+    def received(self, data: bytes, arrival_ns: int) -> None: ...
+    def eof_received(self) -> bool | None: ...
+    def connection_lost(self, exc: Exception | None) -> None: ...
+
+
+@functools.cache
+def kernel_stamps() -> bool:
+    """Whether this process's TCP reads can carry the kernel's arrival stamp: Linux on an
+    architecture that numbers ``SO_TIMESTAMPNS`` as most do, and a kernel that takes it."""
+    if sys.platform != "linux" or not _ANCILLARY_BYTES:
+        return False
+    if not platform.machine().lower().startswith(_GENERIC_SOCKET_H):
+        return False
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            return bool(probe.getsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS))
+    except OSError:  # a kernel or sandbox without the option: the loop stamps
+        return False
+
+
+class _ReadSlice:
+    """One event loop's read work since its slice began; once :data:`READ_SLICE_NS` is
+    spent, reads wait until the next loop iteration reopens it."""
+
+    __slots__ = ("loop", "shut", "spent_ns")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.spent_ns = 0
+        self.shut = False
+
+    def spend(self, ns: int) -> None:
+        self.spent_ns += ns
+        if self.spent_ns >= READ_SLICE_NS and not self.shut:
+            self.shut = True
+            # call_soon: run at the head of the next iteration, after this one's timers
+            # (uvloop: its idle phase, before the poll; asyncio: first of the ready
+            # callbacks, before the reads the poll found)
+            self.loop.call_soon(self.reopen)
+
+    def reopen(self) -> None:
+        self.spent_ns = 0
+        self.shut = False
+
+
+_slices: dict[asyncio.AbstractEventLoop, _ReadSlice] = {}
+
+
+class StampedTransport(asyncio.Transport):
+    """A connected TCP socket read with ``recvmsg`` (each read with the kernel's arrival
+    stamp) from the event loop's reader callback, and written with ``send`` (the rest kept
+    and written when the socket takes it). ``close`` is ``abort``: the pool never half-closes
+    a connection, and a request not written whole is lost either way."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        receiver: Receiver,
+        read_slice: _ReadSlice,
+    ) -> None:
+        super().__init__()
+        self._loop = loop
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._receiver = receiver
+        self._slice = read_slice
+        self._pending = bytearray()  # written, not yet taken by the socket
+        self._closing = False
+        self._extra = {"socket": sock, "peername": sock.getpeername()}
+        receiver.connection_made(self)
+        loop.add_reader(self._fd, self._read_ready)
+
+    # --- reading --------------------------------------------------------------------------
+
+    def _read_ready(self) -> None:
+        read_slice = self._slice
+        if read_slice.shut:  # the slice is spent: read in the next iteration, same stamp
+            return
+        start = clock()
+        try:
+            data, ancillary, _, _ = self._sock.recvmsg(READ_BYTES, _ANCILLARY_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:  # reset, ...: the connection is lost
+            self._shut(exc)
+            return
+        now = clock()
+        arrival = now
+        for level, kind, raw in ancillary:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(raw) == _TIMESPEC.size:
+                seconds, nanoseconds = _TIMESPEC.unpack(raw)
+                ago = wall_clock() - (seconds * 1_000_000_000 + nanoseconds)
+                if ago > 0:  # else a wall-clock step: now
+                    arrival = now - ago
+        if data:
+            self._receiver.received(data, arrival)
+        else:  # the peer closed its side
+            self._loop.remove_reader(self._fd)
+            if not self._receiver.eof_received():
+                self._shut(None)
+        read_slice.spend(clock() - start)
+
+    # --- writing --------------------------------------------------------------------------
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closing:
+            return  # as asyncio's: a write after close is dropped
+        if not self._pending:
+            try:
+                sent = self._sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError as exc:
+                self._shut(exc)
+                return
+            if sent == len(data):
+                return
+            data = memoryview(data)[sent:]
+            self._loop.add_writer(self._fd, self._write_ready)
+        self._pending += data
+
+    def _write_ready(self) -> None:
+        try:
+            sent = self._sock.send(self._pending)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._shut(exc)
+            return
+        del self._pending[:sent]
+        if not self._pending:
+            self._loop.remove_writer(self._fd)
+
+    def get_write_buffer_size(self) -> int:
+        return len(self._pending)
+
+    # --- closing --------------------------------------------------------------------------
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        self._shut(None)
+
+    def abort(self) -> None:
+        self._shut(None)
+
+    def _shut(self, exc: Exception | None) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        self._loop.remove_reader(self._fd)
+        self._loop.remove_writer(self._fd)
+        self._pending.clear()
+        # as asyncio's transports: the protocol hears of it in a later callback
+        self._loop.call_soon(self._lost, exc)
+
+    def _lost(self, exc: Exception | None) -> None:
+        try:
+            self._receiver.connection_lost(exc)
+        finally:
+            self._sock.close()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._extra.get(name, default)
+
+
+async def open_stamped(
+    make: Callable[[], Receiver], family: int, proto: int, address: tuple[Any, ...]
+) -> Receiver:
+    """Connect a TCP socket to ``address`` and read it through a :class:`StampedTransport`;
+    returns the receiver ``make`` made. Raises OSError as ``loop.create_connection`` does."""
+    loop, read_slice = of_this_loop(_slices, _ReadSlice)
+    sock = socket.socket(family, socket.SOCK_STREAM, proto)
+    try:
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as asyncio's
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        await loop.sock_connect(sock, address)
+        receiver = make()
+        StampedTransport(loop, sock, receiver, read_slice)
+    except BaseException:
+        sock.close()
+        raise
+    return receiver
