@@ -1,0 +1,310 @@
+"""Reads stamped by the kernel at arrival (wire/arrival.py), against real loopback sockets: a
+peer socket in the test's thread writes while the event loop is held, so the bytes wait in
+the receive queue, and the stamp must say when they arrived, not when they were read; and
+one loop iteration must not read past its slice, whatever the number of ready sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from workloads.wire import arrival
+from workloads.wire.arrival import StampedTransport, kernel_stamps, open_stamped
+from workloads.wire.client import HttpChatClient
+from workloads.wire.loop import loop_factory
+
+needs_stamps = pytest.mark.skipif(
+    not kernel_stamps(), reason="this kernel does not stamp TCP reads"
+)
+clock = time.perf_counter_ns
+HELD_S = 0.05  # the loop is held this long after the peer wrote
+
+
+def loops() -> list[Any]:
+    out = [pytest.param(asyncio.new_event_loop, id="asyncio")]
+    if loop_factory() is not asyncio.new_event_loop:
+        out.append(pytest.param(loop_factory(), id="uvloop"))
+    return out
+
+
+class Reads:
+    """A receiver that keeps every read with its stamp and when it was handed over."""
+
+    def __init__(self, busy_ns: int = 0) -> None:
+        self.reads: list[tuple[bytes, int, int]] = []  # data, arrival stamp, handed over
+        self.eof = False
+        self.lost: list[Exception | None] = []
+        self.lost_event = asyncio.Event()
+        self.transport: Any = None
+        self.busy_ns = busy_ns  # work per read (a parse), spun in the read
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def received(self, data: bytes, arrival_ns: int) -> None:
+        self.reads.append((data, arrival_ns, clock()))
+        end = clock() + self.busy_ns
+        while clock() < end:
+            pass
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost.append(exc)
+        self.lost_event.set()
+
+    def data(self) -> bytes:
+        return b"".join(d for d, _, _ in self.reads)
+
+
+@contextmanager
+def listener() -> Iterator[socket.socket]:
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        yield sock
+
+
+async def connect(sock: socket.socket, make: Callable[[], Reads]) -> tuple[Reads, socket.socket]:
+    receiver = await open_stamped(make, socket.AF_INET, 0, sock.getsockname())
+    peer, _ = sock.accept()  # the connect is complete: accept does not block
+    peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    assert isinstance(receiver, Reads)
+    return receiver, peer
+
+
+async def until(done: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not done():
+            await asyncio.sleep(0.001)
+
+
+def run(loop_maker: Callable[[], asyncio.AbstractEventLoop], main: Any) -> Any:
+    with asyncio.Runner(loop_factory=loop_maker) as runner:
+        return runner.run(main)
+
+
+@needs_stamps
+@pytest.mark.parametrize("loop_maker", loops())
+def test_a_read_is_stamped_when_its_bytes_arrived_not_when_the_loop_read_them(
+    loop_maker: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    async def main() -> None:
+        with listener() as sock:
+            receiver, peer = await connect(sock, Reads)
+            with peer:
+                sent = clock()
+                peer.sendall(b"data: one\n\n")
+                time.sleep(HELD_S)  # the loop is held: the bytes wait in the socket
+                await until(lambda: bool(receiver.reads))
+                receiver.transport.abort()
+        (data, stamp, handed), *_ = receiver.reads
+        assert data == b"data: one\n\n"
+        assert handed - sent >= HELD_S * 1e9  # read late ...
+        # ... stamped at arrival: loopback takes microseconds; 50 µs for the two clocks'
+        # conversion (a few µs either way in a VM, measured), 20 ms for a busy machine
+        # (still well under the hold)
+        assert sent - 50_000 <= stamp < sent + 20_000_000
+        assert handed - stamp >= (HELD_S - 0.02) * 1e9
+
+    run(loop_maker, main())
+
+
+@needs_stamps
+@pytest.mark.parametrize("loop_maker", loops())
+def test_one_loop_iteration_reads_for_one_slice_the_rest_the_next_with_their_stamps(
+    loop_maker: Callable[[], asyncio.AbstractEventLoop], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """30 sockets ready at once, each read taking 200 µs: a loop iteration reads ~5 of them
+    (the 1 ms slice, plus one), the loop's other callbacks run between, and every read still
+    carries its arrival, before the loop was let go."""
+    monkeypatch.setattr(arrival, "READ_SLICE_NS", 1_000_000)  # the default, whatever it becomes
+    busy_ns = 200_000
+    count = 30
+
+    async def main() -> tuple[list[int], list[tuple[bytes, int, int]], int]:
+        loop = asyncio.get_running_loop()
+        passes = [0]
+        ticking = [True]
+
+        def tick() -> None:  # one per loop iteration, at its head
+            passes[0] += 1
+            if ticking[0]:
+                loop.call_soon(tick)
+
+        with listener() as sock:
+            pairs = [await connect(sock, lambda: Reads(busy_ns)) for _ in range(count)]
+            order: list[int] = []
+            for i, (receiver, _) in enumerate(pairs):
+                receiver.received = _noting(receiver.received, order, passes, i)  # type: ignore[method-assign]
+            for _, peer in pairs:
+                peer.sendall(b"x" * 100)
+            released = clock()
+            time.sleep(HELD_S)  # every socket is ready when the loop next polls
+            loop.call_soon(tick)
+            await until(lambda: all(r.reads for r, _ in pairs))
+            ticking[0] = False
+            reads = [read for r, _ in pairs for read in r.reads]
+            for receiver, peer in pairs:
+                receiver.transport.abort()
+                peer.close()
+        return order, reads, released
+
+    order, reads, released = run(loop_maker, main())
+    per_pass: dict[int, int] = {}
+    for p in order:
+        per_pass[p] = per_pass.get(p, 0) + 1
+    most = 1_000_000 // busy_ns + 1
+    assert len(order) == count
+    assert max(per_pass.values()) <= most, per_pass
+    assert len(per_pass) >= count // most, per_pass  # spread over iterations
+    for _, stamp, handed in reads:  # the late ones keep their arrival stamps
+        assert stamp < released + 20_000_000 < handed
+
+
+def _noting(
+    received: Callable[[bytes, int], None], order: list[int], passes: list[int], _: int
+) -> Callable[[bytes, int], None]:
+    def note(data: bytes, arrival_ns: int) -> None:
+        order.append(passes[0])
+        received(data, arrival_ns)
+
+    return note
+
+
+@needs_stamps
+@pytest.mark.parametrize("loop_maker", loops())
+def test_a_write_larger_than_the_socket_takes_is_written_whole_in_order(
+    loop_maker: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    payload = bytes(range(256)) * (64 * 1024)  # 16 MiB: more than any socket buffer takes
+
+    async def main() -> bytes:
+        with listener() as sock:
+            receiver, peer = await connect(sock, Reads)
+            receiver.transport.write(payload[:3])
+            receiver.transport.write(payload[3:])
+            assert receiver.transport.get_write_buffer_size() > 0  # the rest waits
+            got = bytearray()
+            peer.setblocking(False)
+            async with asyncio.timeout(30):
+                while len(got) < len(payload):
+                    try:
+                        got += peer.recv(1 << 20)
+                    except BlockingIOError:
+                        await asyncio.sleep(0.001)  # the loop writes the rest meanwhile
+            assert receiver.transport.get_write_buffer_size() == 0
+            receiver.transport.abort()
+            peer.close()
+            return bytes(got)
+
+    assert run(loop_maker, main()) == payload
+
+
+@needs_stamps
+@pytest.mark.parametrize("loop_maker", loops())
+def test_the_peer_closing_is_an_eof_then_the_connection_is_lost_without_error(
+    loop_maker: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    async def main() -> Reads:
+        with listener() as sock:
+            receiver, peer = await connect(sock, Reads)
+            peer.sendall(b"last words")
+            peer.close()
+            async with asyncio.timeout(10):
+                await receiver.lost_event.wait()
+            assert receiver.transport.is_closing()
+            return receiver
+
+    receiver = run(loop_maker, main())
+    assert receiver.data() == b"last words"
+    assert receiver.eof
+    assert receiver.lost == [None]
+
+
+@needs_stamps
+@pytest.mark.parametrize("loop_maker", loops())
+def test_a_reset_is_a_lost_connection_with_its_error(
+    loop_maker: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    async def main() -> Reads:
+        with listener() as sock:
+            receiver, peer = await connect(sock, Reads)
+            peer.setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+            )
+            peer.close()  # linger 0: a reset
+            async with asyncio.timeout(10):
+                await receiver.lost_event.wait()
+            return receiver
+
+    receiver = run(loop_maker, main())
+    assert len(receiver.lost) == 1
+    assert isinstance(receiver.lost[0], ConnectionResetError)
+    assert not receiver.eof
+
+
+@needs_stamps
+def test_a_stamp_the_wall_clock_would_put_in_the_future_is_taken_as_now(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A step of the wall clock between the arrival and the read: the kernel's stamp is no
+    use then, and the read is stamped when it is handed over, never later."""
+    monkeypatch.setattr(arrival, "wall_clock", lambda: 0)  # every stamp "in the future"
+
+    async def main() -> tuple[int, int, int]:
+        with listener() as sock:
+            receiver, peer = await connect(sock, Reads)
+            with peer:
+                peer.sendall(b"x")
+                time.sleep(0.01)
+                before = clock()
+                await until(lambda: bool(receiver.reads))
+                receiver.transport.abort()
+        _, stamp, handed = receiver.reads[0]
+        return before, stamp, handed
+
+    before, stamp, handed = run(asyncio.new_event_loop, main())
+    assert before <= stamp <= handed
+
+
+@needs_stamps
+@pytest.mark.parametrize("loop_maker", loops())
+def test_the_first_content_is_stamped_when_the_server_wrote_it_though_the_loop_was_held(
+    loop_maker: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    """The library's own client against the embedded simulated server (its own thread and
+    loop): the client's loop is held from the moment the server has the request until well
+    after the server wrote its first content; the response's first-content stamp is still
+    the server's write, by the server's own clock (one process: one clock)."""
+    from workloads.servers.simulated import SimulatedServer
+
+    hold_s = 0.3
+
+    async def main(server: SimulatedServer) -> tuple[int | None, int]:
+        async with HttpChatClient(server.base_url) as client:
+            body = {"model": server.model, "messages": [{"role": "user", "content": "hi"}]}
+            task = asyncio.create_task(client.stream_chat(body | {"max_tokens": 8, "stream": True}))
+            await until(lambda: bool(server.truths()))  # the server has the request
+            time.sleep(hold_s)  # the loop is held; the server streams meanwhile
+            held_until = clock()
+            response = await task
+        assert response.error_kind is None, response.error_message
+        conns = [c for pool in client._pools.values() for c in pool._open | set(pool._idle)]
+        assert all(isinstance(c.transport, StampedTransport) for c in conns)
+        return response.first_content_ns, held_until
+
+    with SimulatedServer("fast", debug=True) as server:
+        first_content, held_until = run(loop_maker, main(server))
+        (truth,) = server.truths()
+    assert truth.first_written_ns is not None and first_content is not None
+    assert truth.first_written_ns < held_until - 0.1e9  # written while the loop was held
+    # stamped at arrival: loopback microseconds, 20 ms for a busy machine; the loop's own
+    # stamp would have come after the hold
+    assert truth.first_written_ns <= first_content < truth.first_written_ns + 20_000_000
