@@ -142,7 +142,7 @@ def test_one_loop_iteration_reads_for_one_slice_the_rest_the_next_with_their_sta
             pairs = [await connect(sock, lambda: Reads(busy_ns)) for _ in range(count)]
             order: list[int] = []
             for i, (receiver, _) in enumerate(pairs):
-                receiver.received = _noting(receiver.received, order, passes, i)  # type: ignore[method-assign]
+                receiver.received = _noting(receiver.received, order, passes, i)  # type: ignore[method-assign,assignment]
             for _, peer in pairs:
                 peer.sendall(b"x" * 100)
             released = clock()
