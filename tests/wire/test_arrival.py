@@ -168,6 +168,54 @@ def test_one_loop_iteration_reads_for_one_slice_the_rest_the_next_with_their_sta
         assert stamp < released + 20_000_000 < handed
 
 
+@needs_stamps
+@pytest.mark.parametrize("loop_maker", loops())
+def test_sockets_left_for_the_next_slice_are_read_before_sockets_ready_since(
+    loop_maker: Callable[[], asyncio.AbstractEventLoop], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each socket's peer writes again as soon as its first read is handed over, so the
+    sockets read first are ready again before the others were read once: every socket's
+    first read still comes before any socket's second (the poll alone would report the
+    sockets read first ahead of those it left unread, and read those again and again)."""
+    monkeypatch.setattr(arrival, "READ_SLICE_NS", 1_000_000)
+    count = 30
+
+    async def main() -> list[int]:
+        order: list[int] = []
+        with listener() as sock:
+            pairs = [await connect(sock, lambda: Reads(200_000)) for _ in range(count)]
+            for i, (receiver, peer) in enumerate(pairs):
+                receiver.received = _again(receiver.received, order, i, peer)  # type: ignore[method-assign,assignment]
+            for _, peer in pairs:
+                peer.sendall(b"first")
+            time.sleep(HELD_S)
+            await until(lambda: all(len(r.reads) >= 2 for r, _ in pairs))
+            for receiver, peer in pairs:
+                receiver.transport.abort()
+                peer.close()
+        return order
+
+    order = run(loop_maker, main())
+    seen: set[int] = set()
+    firsts = []
+    for i in order:
+        firsts.append(i not in seen)
+        seen.add(i)
+    assert firsts[:count] == [True] * count, order
+
+
+def _again(
+    received: Callable[[bytes, int], None], order: list[int], i: int, peer: socket.socket
+) -> Callable[[bytes, int], None]:
+    def note(data: bytes, arrival_ns: int) -> None:
+        order.append(i)
+        received(data, arrival_ns)
+        if data == b"first":
+            peer.sendall(b"again")
+
+    return note
+
+
 def _noting(
     received: Callable[[bytes, int], None], order: list[int], passes: list[int], _: int
 ) -> Callable[[bytes, int], None]:

@@ -30,6 +30,7 @@ transports and its stamps: the kernel would stamp the encrypted records, not the
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import platform
 import socket
@@ -90,15 +91,20 @@ def kernel_stamps() -> bool:
 
 
 class _ReadSlice:
-    """One event loop's read work since its slice began; once :data:`READ_SLICE_NS` is
-    spent, reads wait until the next loop iteration reopens it."""
+    """One event loop's read work since its slice began. Once :data:`READ_SLICE_NS` is
+    spent, a socket the loop finds ready joins a line instead of being read; the next
+    iteration's slice reads the line first, in the order it formed, then what its poll
+    finds. First come, first read: a socket that waited is not passed over again by sockets
+    that became ready after it (the poll reports a socket left unread behind fresh ones),
+    so no stream's reads pile up while others are read."""
 
-    __slots__ = ("loop", "shut", "spent_ns")
+    __slots__ = ("line", "loop", "shut", "spent_ns")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.spent_ns = 0
         self.shut = False
+        self.line: collections.deque[StampedTransport] = collections.deque()
 
     def spend(self, ns: int) -> None:
         self.spent_ns += ns
@@ -112,6 +118,12 @@ class _ReadSlice:
     def reopen(self) -> None:
         self.spent_ns = 0
         self.shut = False
+        line = self.line
+        while line and not self.shut:  # bounded: each pass takes one from the line
+            transport = line.popleft()
+            transport.queued = False
+            if not transport.is_closing():
+                transport.read_ready()
 
 
 _slices: dict[asyncio.AbstractEventLoop, _ReadSlice] = {}
@@ -138,15 +150,20 @@ class StampedTransport(asyncio.Transport):
         self._slice = read_slice
         self._pending = bytearray()  # written, not yet taken by the socket
         self._closing = False
+        self.queued = False  # in the read slice's line
         self._extra = {"socket": sock, "peername": sock.getpeername()}
         receiver.connection_made(self)
-        loop.add_reader(self._fd, self._read_ready)
+        loop.add_reader(self._fd, self.read_ready)
 
     # --- reading --------------------------------------------------------------------------
 
-    def _read_ready(self) -> None:
+    def read_ready(self) -> None:
+        """The loop's reader callback (and the read slice's, for a socket in its line)."""
         read_slice = self._slice
-        if read_slice.shut:  # the slice is spent: read in the next iteration, same stamp
+        if read_slice.shut:  # the slice is spent: read in a later one, same stamp
+            if not self.queued and not self._closing:
+                self.queued = True
+                read_slice.line.append(self)
             return
         start = clock()
         try:
