@@ -164,6 +164,14 @@ def test_stamps_that_waited_over_a_millisecond_at_p99_are_reported_with_the_figu
     assert "--workers" in warning
     workers = calm.model_copy(update={"processes": 4})
     assert "more worker processes" in health_warnings(workers)[0]
+    # read through wire/arrival.py: the loop delayed reading, not stamping
+    (read,) = health_warnings(calm, kernel_stamps=True)
+    assert read.startswith("reads waited up to 2.4 ms (event-loop lag p99")
+    assert "kernel's arrival stamp" in read and "--workers" in read
+    lagging = calm.model_copy(update={"loop_lag_p99_ms": 9.0})
+    (late,) = health_warnings(lagging, kernel_stamps=True)
+    assert "chunks waited that long to be read" in late
+    assert "to be stamped" in health_warnings(lagging)[0]
 
 
 def test_with_the_embedded_simulator_the_lag_warning_names_it_and_worker_processes():

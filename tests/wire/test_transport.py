@@ -19,6 +19,7 @@ from aiohttp import web
 import workloads
 from workloads.model.errors import TargetError
 from workloads.model.target import Target
+from workloads.wire.arrival import kernel_stamps
 from workloads.wire.client import HttpChatClient
 from workloads.wire.identify import identify
 from workloads.wire.transport import Transport, transport_for
@@ -327,6 +328,8 @@ async def test_run_through_a_proxy_says_so_in_the_environment(
         tiny_scenario, simulated_server.target, out_dir=tmp_path / "run"
     )
     assert result.environment["proxy"] == f"{proxy} (from HTTP_PROXY)"
+    # plain TCP to the proxy: the reads are the kernel's to stamp (wire/arrival.py)
+    assert result.environment["arrival_stamps"] == ("kernel" if kernel_stamps() else "event loop")
     assert result.records and all(r.error_kind is None for r in result.records)
     # proxy.py writes one line per connection (kept alive: many requests), when it closes
     assert await _carried(log, f"POST {origin}/v1/chat/completions", before + 1) > before
@@ -428,4 +431,5 @@ async def test_insecure_run_says_so_in_result_and_warnings(
     assert result.records and all(r.error_kind is None for r in result.records)
     assert result.target.insecure
     assert "--insecure" in result.environment["tls"]
+    assert result.environment["arrival_stamps"] == "event loop"  # TLS: the loop's transport
     assert any("not verified (--insecure)" in w for w in result.warnings)

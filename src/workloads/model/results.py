@@ -72,7 +72,7 @@ __all__ = [
 # history are above _LOADERS); tests/model/test_results.py fails when a saved model's
 # fields change and these do not.
 FORMAT_VERSION = 6
-FORMAT_MINOR = 0
+FORMAT_MINOR = 1
 RESULT_FILE = "result.json"
 RECORDS_FILE = "records.jsonl"
 
@@ -555,6 +555,11 @@ def _upgrade_6(data: dict[str, Any]) -> dict[str, Any]:
 #       recomputes both from the records). A cancelled TurnRecord keeps its shareable
 #       prefix as corrected for a finished turn (turn 1's first sender: 0), where format-5
 #       records kept the plan's.
+#   6.1 — 2026-12-02: the environment's "arrival_stamps" entry: "kernel" (each streamed
+#       read stamped by the kernel when its last byte arrived: plain http on Linux,
+#       wire/arrival.py) or "event loop" (when the loop handed the read over: TLS, other
+#       platforms). No model changed; older files lack the entry, and their reads were
+#       stamped by the event loop.
 _LOADERS = {
     1: _upgrade_1,
     2: _upgrade_2,

@@ -222,14 +222,19 @@ def merged_health(here: ClientHealth, workers: Sequence[ClientHealth]) -> Client
     )
 
 
-def health_warnings(h: ClientHealth | None, *, embedded: bool = False) -> list[str]:
+def health_warnings(
+    h: ClientHealth | None, *, embedded: bool = False, kernel_stamps: bool = False
+) -> list[str]:
     """What the report should say when the client itself may be the bottleneck. Pure.
     ``embedded``: the target is the embedded simulated server, which runs in a thread of the
     run's own process: with no worker processes its engine competes with the client's event
     loop for the interpreter, which the lag counts (agent-fleet on a busy 2-core machine:
     lag p99 104 ms in one process, 16 ms with --workers 2; --workers auto keeps one process
     up to 64 sessions; the default five-user-coding run on a quiet 16-core machine: lag p99
-    0.35 ms, no warning), so the warning names that possible cause and --workers 2."""
+    0.35 ms, no warning), so the warning names that possible cause and --workers 2.
+    ``kernel_stamps``: the reads carried the kernel's arrival stamps (the environment's
+    ``arrival_stamps``, wire/arrival.py), so a late loop delayed reading, not stamping, but
+    chunks read together share the stamp of the last one's arrival."""
     if h is None:
         return []
     out = []
@@ -244,12 +249,28 @@ def health_warnings(h: ClientHealth | None, *, embedded: bool = False) -> list[s
             "; the embedded simulated server shares this process and may hold its "
             "interpreter: --workers 2 sends from processes of their own"
         )
+    waited = (
+        "chunks waited that long to be read (each read keeps the kernel's arrival stamp, "
+        "but chunks read together share the last one's)"
+        if kernel_stamps
+        else "chunks waited that long to be stamped"
+    )
     if h.loop_lag_p99_ms is not None and h.loop_lag_p99_ms > LOOP_LAG_P99_LIMIT_MS:
         out.append(
             f"the client may be the bottleneck: event-loop lag p99 {h.loop_lag_p99_ms:.1f} ms "
             f"(max {h.loop_lag_max_ms or 0:.0f} ms; over {LOOP_LAG_P99_LIMIT_MS:g} ms) while "
-            "requests were in flight: chunks waited that long to be stamped, so TTFT and "
+            f"requests were in flight: {waited}, so TTFT and "
             f"rates may read high/low{lag_workers}, or run on a less busy machine"
+        )
+    elif (
+        h.loop_lag_p99_ms is not None and h.loop_lag_p99_ms > STAMP_WAIT_LIMIT_MS and kernel_stamps
+    ):
+        out.append(
+            f"reads waited up to {h.loop_lag_p99_ms:.1f} ms (event-loop lag p99, while "
+            f"requests were in flight; over {STAMP_WAIT_LIMIT_MS:g} ms): each read keeps the "
+            "kernel's arrival stamp, but chunks read together share the last one's, so TTFT "
+            f"and inter-token figures may carry up to that much of the client's own "
+            f"delay{lag_workers}"
         )
     elif h.loop_lag_p99_ms is not None and h.loop_lag_p99_ms > STAMP_WAIT_LIMIT_MS:
         out.append(

@@ -42,6 +42,7 @@ from workloads.model.whatif import WhatIfTurn
 from workloads.runner.monitor import health_warnings
 from workloads.runner.sizing import CellSizing, sizing_warnings
 from workloads.runner.turn import TokenTrace
+from workloads.wire.transport import KERNEL_STAMPS
 
 __all__ = ["Measured", "build_result", "corpus_info", "window"]
 
@@ -192,7 +193,11 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
             "answering may not be the one named; use --ca-bundle FILE for a "
             "private CA",
         )
-    warnings += health_warnings(m.client, embedded=m.target.simulated)
+    warnings += health_warnings(
+        m.client,
+        embedded=m.target.simulated,
+        kernel_stamps=result.environment.get("arrival_stamps") == KERNEL_STAMPS,
+    )
     if m.trace is None:  # a trace's prompts are its blocks, not sized depths
         warnings += sizing_warnings(
             m.records,
