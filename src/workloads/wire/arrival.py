@@ -1,4 +1,4 @@
-"""Reads stamped by the kernel when their bytes arrived, and a bound on the read work of one
+"""Reads stamped by the kernel when their bytes arrived, and a bound on the reads of one
 event-loop iteration: the plain-TCP connections' transport (Linux).
 
 A read stamped when the event loop hands it over carries the loop's backlog: at C256 with a
@@ -18,9 +18,9 @@ error, and a stamp that would lie in the future (such a step) is taken as "now".
 together share the stamp of the last one's arrival, as chunks of one read always did.
 
 Since a read's stamp no longer depends on when it is read, the reads of one loop iteration
-stop after :data:`READ_SLICE_NS` of read work: the sockets still ready are read in the next
-iteration (their stamps unchanged), after the loop's timers and other callbacks have run. A
-loop iteration thus reads for at most the slice plus one read, however many streams are open.
+stop :data:`READ_SLICE_NS` after its first read: the sockets still ready are read first in
+the next iteration (their stamps unchanged), after the loop's timers have run. A loop
+iteration thus reads for at most the slice plus one read, however many streams are open.
 
 Only where the kernel can stamp: Linux, plain TCP (an ``http`` target, directly or through
 an HTTP proxy). TLS connections (``https``, a CONNECT tunnel) keep the event loop's
@@ -49,8 +49,8 @@ __all__ = [
     "open_stamped",
 ]
 
-# Read work one loop iteration does, at most (plus one read): as the send slice's budget
-# (core/send_slice.py), so sends and reads together hold the loop ~2 ms at most.
+# How long one loop iteration reads, from its first read (plus one read): as the send
+# slice's budget (core/send_slice.py), so sends and reads together hold the loop ~2 ms.
 READ_SLICE_NS = 1_000_000
 READ_BYTES = 65_536  # what one read takes at most (uvloop's read buffer is as large)
 # SO_TIMESTAMPNS (the "old" option: a struct timespec of the process's own width) as
@@ -59,6 +59,8 @@ READ_BYTES = 65_536  # what one read takes at most (uvloop's read buffer is as l
 SO_TIMESTAMPNS = 35
 _GENERIC_SOCKET_H = ("x86", "i386", "i686", "amd64", "aarch64", "arm", "ppc", "s390", "riscv")
 _TIMESPEC = struct.Struct("@ll")  # tv_sec, tv_nsec
+_TIMESPEC_SIZE = _TIMESPEC.size
+_unpack_timespec = _TIMESPEC.unpack
 _ANCILLARY_BYTES = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 clock = time.perf_counter_ns
 wall_clock = time.time_ns
@@ -91,32 +93,33 @@ def kernel_stamps() -> bool:
 
 
 class _ReadSlice:
-    """One event loop's read work since its slice began. Once :data:`READ_SLICE_NS` is
-    spent, a socket the loop finds ready joins a line instead of being read; the next
-    iteration's slice reads the line first, in the order it formed, then what its poll
-    finds. First come, first read: a socket that waited is not passed over again by sockets
-    that became ready after it (the poll reports a socket left unread behind fresh ones),
-    so no stream's reads pile up while others are read."""
+    """One event loop's read slice: when it began (the iteration's first read), and the
+    sockets waiting for the next one. Past :data:`READ_SLICE_NS` since it began, a socket
+    the loop finds ready joins the line instead of being read; the next iteration's slice
+    reads the line first, in the order it formed, then what its poll finds. First come,
+    first read: a socket that waited is not passed over again by sockets that became ready
+    after it (the poll reports a socket left unread behind fresh ones), so no stream's reads
+    pile up while others are read."""
 
-    __slots__ = ("line", "loop", "shut", "spent_ns")
+    __slots__ = ("armed", "line", "loop", "shut", "since")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.spent_ns = 0
+        self.since = 0  # this iteration's first read began (perf_counter_ns)
+        self.armed = False  # a slice is open: the next iteration's is scheduled
         self.shut = False
         self.line: collections.deque[StampedTransport] = collections.deque()
 
-    def spend(self, ns: int) -> None:
-        self.spent_ns += ns
-        if self.spent_ns >= READ_SLICE_NS and not self.shut:
-            self.shut = True
-            # call_soon: run at the head of the next iteration, after this one's timers
-            # (uvloop: its idle phase, before the poll; asyncio: first of the ready
-            # callbacks, before the reads the poll found)
-            self.loop.call_soon(self.reopen)
+    def begin(self, now: int) -> None:
+        """The iteration's first read: a slice from ``now``, ended at the head of the next
+        iteration (``call_soon``: after this one's timers; uvloop: in its idle phase, before
+        the poll; asyncio: first of the ready callbacks, before the reads the poll found)."""
+        self.since = now
+        self.armed = True
+        self.loop.call_soon(self.end)
 
-    def reopen(self) -> None:
-        self.spent_ns = 0
+    def end(self) -> None:
+        self.armed = False
         self.shut = False
         line = self.line
         while line and not self.shut:  # bounded: each pass takes one from the line
@@ -145,6 +148,7 @@ class StampedTransport(asyncio.Transport):
         super().__init__()
         self._loop = loop
         self._sock = sock
+        self._recvmsg = sock.recvmsg
         self._fd = sock.fileno()
         self._receiver = receiver
         self._slice = read_slice
@@ -166,19 +170,23 @@ class StampedTransport(asyncio.Transport):
                 read_slice.line.append(self)
             return
         start = clock()
+        if not read_slice.armed:
+            read_slice.begin(start)
+        elif start - read_slice.since >= READ_SLICE_NS:  # spent: this is its last read
+            read_slice.shut = True
         try:
-            data, ancillary, _, _ = self._sock.recvmsg(READ_BYTES, _ANCILLARY_BYTES)
+            data, ancillary, _, _ = self._recvmsg(READ_BYTES, _ANCILLARY_BYTES)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:  # reset, ...: the connection is lost
             self._shut(exc)
             return
-        now = clock()
-        arrival = now
-        for level, kind, raw in ancillary:
-            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(raw) == _TIMESPEC.size:
-                seconds, nanoseconds = _TIMESPEC.unpack(raw)
-                ago = wall_clock() - (seconds * 1_000_000_000 + nanoseconds)
+        arrival = now = clock()
+        if ancillary:
+            _, kind, raw = ancillary[0]
+            if kind == SO_TIMESTAMPNS and len(raw) == _TIMESPEC_SIZE:
+                seconds, nanoseconds = _unpack_timespec(raw)
+                ago = wall_clock() - seconds * 1_000_000_000 - nanoseconds
                 if ago > 0:  # else a wall-clock step: now
                     arrival = now - ago
         if data:
@@ -187,7 +195,6 @@ class StampedTransport(asyncio.Transport):
             self._loop.remove_reader(self._fd)
             if not self._receiver.eof_received():
                 self._shut(None)
-        read_slice.spend(clock() - start)
 
     # --- writing --------------------------------------------------------------------------
 

@@ -1,15 +1,17 @@
 """The streamed request's path below any HTTP library: the connection pool, the request
 write, and the response read, parsed where the bytes arrive.
 
-Each connection is an :class:`asyncio.Protocol`. Its ``data_received`` stamps the read with
-``perf_counter_ns`` the moment the event loop hands it over, unframes the HTTP body
-(:mod:`workloads.wire.http1`, llhttp), decodes a gzip or deflate body a server sent though
-the request asked for none (``zlib``, incrementally: the stamps stay per read) and folds it
-into the :class:`~workloads.core.chat_stream.ChatStream` at once: no task wakes up between a
-byte's arrival and its stamp, so a busy loop delays the stamp only by its own backlog, and a
-paced token costs one callback, not a callback plus a reader task's wake-up. The waiting
-request task wakes once, when the response is over (``[DONE]``, the end of the body, a
-failure) or the read gap runs out.
+Each connection is an :class:`asyncio.Protocol`. Its ``received`` takes each read with its
+arrival stamp (``perf_counter_ns``): the kernel's, over plain TCP on Linux
+(:mod:`workloads.wire.arrival`: when the read's last byte arrived, whatever the loop was
+doing), else the moment the event loop's transport hands it over (``data_received``: TLS);
+it unframes the HTTP body (:mod:`workloads.wire.http1`, llhttp), decodes a gzip or deflate
+body a server sent though the request asked for none (``zlib``, incrementally: the stamps
+stay per read) and folds it into the :class:`~workloads.core.chat_stream.ChatStream` at
+once: no task wakes up between a byte's read and its parse, and a paced token costs one
+callback, not a callback plus a reader task's wake-up. The waiting request task wakes once,
+when the response is over (``[DONE]``, the end of the body, a failure) or the read gap runs
+out.
 
 Failures are set on the :class:`Exchange` as a :class:`~workloads.model.errors.RequestError`
 with the kind of the closed set; :mod:`workloads.wire.client` turns them into the response.
