@@ -45,7 +45,12 @@ BASE = [
 # The client's own health depends on the machine the test runs on (a busy CI host stalls
 # the event loop), not on the run's configuration: tests/runner/test_monitor.py causes and silences
 # those warnings with a loop blocked on purpose and with healthy figures.
-CLIENT = ("the client may be the bottleneck", "the client stalled", "stamps waited up to")
+CLIENT = (
+    "the client may be the bottleneck",
+    "the client stalled",
+    "stamps waited up to",
+    "reads waited up to",
+)
 
 
 def tiny(*more: str) -> workloads.Scenario:
