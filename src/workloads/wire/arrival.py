@@ -53,6 +53,8 @@ __all__ = [
 # (core/send_slice.py), so sends and reads together hold the loop ~2 ms at most.
 READ_SLICE_NS = 1_000_000
 READ_BYTES = 65_536  # what one read takes at most (uvloop's read buffer is as large)
+PROBE_TRIES = 10  # kernel_stamps(): bytes sent before a kernel is taken not to stamp ...
+PROBE_PAUSE_S = 0.002  # ... this far apart (20 ms at most, once per process)
 # SO_TIMESTAMPNS (the "old" option: a struct timespec of the process's own width) as
 # asm-generic/socket.h numbers it, which every Linux architecture but alpha, mips, parisc
 # and sparc uses; its control message has the same number (SCM_TIMESTAMPNS).
@@ -78,18 +80,33 @@ class Receiver(Protocol):
 
 @functools.cache
 def kernel_stamps() -> bool:
-    """Whether this process's TCP reads can carry the kernel's arrival stamp: Linux on an
-    architecture that numbers ``SO_TIMESTAMPNS`` as most do, and a kernel that takes it."""
+    """Whether this process's TCP reads carry the kernel's arrival stamp: Linux on an
+    architecture that numbers ``SO_TIMESTAMPNS`` as most do, and a kernel (or sandbox) that
+    hands the stamp over — tried once per process on a loopback connection of its own, a
+    byte at a time: a sandbox may take the option and never stamp, and Linux turns receive
+    stamping on for the whole host a moment after the first socket asks (a deferred work
+    item), so the first byte may come unstamped (here: 2 processes in 30, each stamped by the
+    second byte)."""
     if sys.platform != "linux" or not _ANCILLARY_BYTES:
         return False
     if not platform.machine().lower().startswith(_GENERIC_SOCKET_H):
         return False
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            return bool(probe.getsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS))
-    except OSError:  # a kernel or sandbox without the option: the loop stamps
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            listener.settimeout(1.0)
+            with socket.create_connection(listener.getsockname(), timeout=1.0) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                peer, _ = listener.accept()
+                with peer:
+                    for _ in range(PROBE_TRIES):
+                        peer.sendall(b"x")
+                        _, ancillary, _, _ = probe.recvmsg(1, _ANCILLARY_BYTES)
+                        if any(kind == SO_TIMESTAMPNS for _, kind, _ in ancillary):
+                            return True
+                        time.sleep(PROBE_PAUSE_S)
+    except OSError:  # no loopback, no such option: the loop stamps
         return False
+    return False
 
 
 class _ReadSlice:
