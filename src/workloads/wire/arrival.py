@@ -13,9 +13,12 @@ notes when each segment arrived, ``recvmsg`` hands the newest one of the read ov
 merged into the one before takes its time), so a read's stamp is when its last byte arrived,
 whatever the loop was doing meanwhile. The stamp is CLOCK_REALTIME; it is brought to the
 library's clock (``perf_counter_ns``) by how long ago it was, read on both clocks together
-just after the read: a step of the wall clock between the arrival and the read is the only
-error, and a stamp that would lie in the future (such a step) is taken as "now". Chunks read
-together share the stamp of the last one's arrival, as chunks of one read always did.
+just after the read: a few µs either way (the two clock reads; measured in a VM) unless the
+wall clock steps between the arrival and the read, and a stamp that would lie in the future
+(such a step) is taken as "now". Chunks read
+together share the stamp of the last one's arrival, as chunks of one read always did. A read
+that comes without the kernel's stamp (Linux turns receive stamping on for the host a moment
+after the first socket asks) is stamped when it is read, as the loop's transports do.
 
 Since a read's stamp no longer depends on when it is read, the loop stops reading after
 :data:`READ_SLICE_NS` of read work: the sockets still ready are read first in the next
@@ -24,7 +27,7 @@ reads for at most the slice plus one read, however many streams are open.
 
 Only where the kernel can stamp: Linux, plain TCP (an ``http`` target, directly or through
 an HTTP proxy). TLS connections (``https``, a CONNECT tunnel) keep the event loop's
-transports and its stamps: the kernel would stamp the encrypted records, not the chunks.
+transports, whose TLS layer reads the socket, and the loop's stamps.
 """
 
 from __future__ import annotations
