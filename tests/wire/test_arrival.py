@@ -14,23 +14,28 @@ from typing import Any
 
 import pytest
 
+from fakes import LoopTicks
 from workloads.wire import arrival
 from workloads.wire.arrival import StampedTransport, kernel_stamps, open_stamped
 from workloads.wire.client import HttpChatClient
-from workloads.wire.loop import loop_factory
+from workloads.wire.loop import run_loop
 
 needs_stamps = pytest.mark.skipif(
     not kernel_stamps(), reason="this kernel does not stamp TCP reads"
 )
 clock = time.perf_counter_ns
 HELD_S = 0.1  # the loop is held this long after the peer wrote
+# the library's two loops (wire/loop.py), as tests/runner/test_session.py runs them
+both_loops = pytest.mark.parametrize(
+    "fast", [True, False], ids=["uvloop", "asyncio"], indirect=True
+)
 
 
-def loops() -> list[Any]:
-    out = [pytest.param(asyncio.new_event_loop, id="asyncio")]
-    if loop_factory() is not asyncio.new_event_loop:
-        out.append(pytest.param(loop_factory(), id="uvloop"))
-    return out
+@pytest.fixture
+def fast(request: pytest.FixtureRequest) -> bool:
+    if request.param:
+        pytest.importorskip("uvloop")
+    return bool(request.param)
 
 
 class Reads:
@@ -85,15 +90,10 @@ async def until(done: Callable[[], bool], timeout_s: float = 10.0) -> None:
             await asyncio.sleep(0.001)
 
 
-def run(loop_maker: Callable[[], asyncio.AbstractEventLoop], main: Any) -> Any:
-    with asyncio.Runner(loop_factory=loop_maker) as runner:
-        return runner.run(main)
-
-
 @needs_stamps
-@pytest.mark.parametrize("loop_maker", loops())
+@both_loops
 def test_a_read_is_stamped_when_its_bytes_arrived_not_when_the_loop_read_them(
-    loop_maker: Callable[[], asyncio.AbstractEventLoop],
+    fast: bool,
 ) -> None:
     async def main() -> None:
         with listener() as sock:
@@ -113,13 +113,13 @@ def test_a_read_is_stamped_when_its_bytes_arrived_not_when_the_loop_read_them(
         assert sent - 50_000 <= stamp < sent + 20_000_000
         assert handed - stamp >= (HELD_S - 0.02) * 1e9
 
-    run(loop_maker, main())
+    run_loop(main(), fast=fast)
 
 
 @needs_stamps
-@pytest.mark.parametrize("loop_maker", loops())
+@both_loops
 def test_one_loop_iteration_reads_for_one_slice_the_rest_the_next_with_their_stamps(
-    loop_maker: Callable[[], asyncio.AbstractEventLoop], monkeypatch: pytest.MonkeyPatch
+    fast: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """30 sockets ready at once, each read taking 200 µs: a loop iteration reads ~5 of them
     (the 1 ms slice, plus one), the loop's other callbacks run between, and every read still
@@ -129,34 +129,27 @@ def test_one_loop_iteration_reads_for_one_slice_the_rest_the_next_with_their_sta
     count = 30
 
     async def main() -> tuple[list[int], list[tuple[bytes, int, int]], int]:
-        loop = asyncio.get_running_loop()
-        passes = [0]
-        ticking = [True]
-
-        def tick() -> None:  # one per loop iteration, at its head
-            passes[0] += 1
-            if ticking[0]:
-                loop.call_soon(tick)
-
+        ticker = LoopTicks()  # counts the loop's iterations
         with listener() as sock:
             pairs = [await connect(sock, lambda: Reads(busy_ns)) for _ in range(count)]
-            order: list[int] = []
-            for i, (receiver, _) in enumerate(pairs):
-                receiver.received = _noting(receiver.received, order, passes, i)  # type: ignore[method-assign,assignment]
-            for _, peer in pairs:
-                peer.sendall(b"x" * 100)
-            released = clock()
-            time.sleep(HELD_S)  # every socket is ready when the loop next polls
-            loop.call_soon(tick)
-            await until(lambda: all(r.reads for r, _ in pairs))
-            ticking[0] = False
+            order: list[int] = []  # the iteration of each read
+            for receiver, _ in pairs:
+                receiver.received = _noting(receiver.received, order, ticker)  # type: ignore[method-assign,assignment]
+            async with ticker:
+                while ticker.ticks < 2:  # ticking: one tick at the head of each iteration
+                    await asyncio.sleep(0)
+                for _, peer in pairs:
+                    peer.sendall(b"x" * 100)
+                released = clock()
+                time.sleep(HELD_S)  # every socket is ready when the loop next polls
+                await until(lambda: all(r.reads for r, _ in pairs))
             reads = [read for r, _ in pairs for read in r.reads]
             for receiver, peer in pairs:
                 receiver.transport.abort()
                 peer.close()
         return order, reads, released
 
-    order, reads, released = run(loop_maker, main())
+    order, reads, released = run_loop(main(), fast=fast)
     per_pass: dict[int, int] = {}
     for p in order:
         per_pass[p] = per_pass.get(p, 0) + 1
@@ -169,9 +162,9 @@ def test_one_loop_iteration_reads_for_one_slice_the_rest_the_next_with_their_sta
 
 
 @needs_stamps
-@pytest.mark.parametrize("loop_maker", loops())
+@both_loops
 def test_sockets_left_for_the_next_slice_are_read_before_sockets_ready_since(
-    loop_maker: Callable[[], asyncio.AbstractEventLoop], monkeypatch: pytest.MonkeyPatch
+    fast: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each socket's peer writes again as soon as its first read is handed over, so the
     sockets read first are ready again before the others were read once: every socket's
@@ -195,7 +188,7 @@ def test_sockets_left_for_the_next_slice_are_read_before_sockets_ready_since(
                 peer.close()
         return order
 
-    order = run(loop_maker, main())
+    order = run_loop(main(), fast=fast)
     seen: set[int] = set()
     firsts = []
     for i in order:
@@ -217,19 +210,19 @@ def _again(
 
 
 def _noting(
-    received: Callable[[bytes, int], None], order: list[int], passes: list[int], _: int
+    received: Callable[[bytes, int], None], order: list[int], ticker: LoopTicks
 ) -> Callable[[bytes, int], None]:
     def note(data: bytes, arrival_ns: int) -> None:
-        order.append(passes[0])
+        order.append(ticker.ticks)
         received(data, arrival_ns)
 
     return note
 
 
 @needs_stamps
-@pytest.mark.parametrize("loop_maker", loops())
+@both_loops
 def test_a_write_larger_than_the_socket_takes_is_written_whole_in_order(
-    loop_maker: Callable[[], asyncio.AbstractEventLoop],
+    fast: bool,
 ) -> None:
     payload = bytes(range(256)) * (64 * 1024)  # 16 MiB: more than any socket buffer takes
 
@@ -252,13 +245,13 @@ def test_a_write_larger_than_the_socket_takes_is_written_whole_in_order(
             peer.close()
             return bytes(got)
 
-    assert run(loop_maker, main()) == payload
+    assert run_loop(main(), fast=fast) == payload
 
 
 @needs_stamps
-@pytest.mark.parametrize("loop_maker", loops())
+@both_loops
 def test_the_peer_closing_is_an_eof_then_the_connection_is_lost_without_error(
-    loop_maker: Callable[[], asyncio.AbstractEventLoop],
+    fast: bool,
 ) -> None:
     async def main() -> Reads:
         with listener() as sock:
@@ -270,16 +263,16 @@ def test_the_peer_closing_is_an_eof_then_the_connection_is_lost_without_error(
             assert receiver.transport.is_closing()
             return receiver
 
-    receiver = run(loop_maker, main())
+    receiver = run_loop(main(), fast=fast)
     assert receiver.data() == b"last words"
     assert receiver.eof
     assert receiver.lost == [None]
 
 
 @needs_stamps
-@pytest.mark.parametrize("loop_maker", loops())
+@both_loops
 def test_a_reset_is_a_lost_connection_with_its_error(
-    loop_maker: Callable[[], asyncio.AbstractEventLoop],
+    fast: bool,
 ) -> None:
     async def main() -> Reads:
         with listener() as sock:
@@ -292,7 +285,7 @@ def test_a_reset_is_a_lost_connection_with_its_error(
                 await receiver.lost_event.wait()
             return receiver
 
-    receiver = run(loop_maker, main())
+    receiver = run_loop(main(), fast=fast)
     assert len(receiver.lost) == 1
     assert isinstance(receiver.lost[0], ConnectionResetError)
     assert not receiver.eof
@@ -318,14 +311,14 @@ def test_a_stamp_the_wall_clock_would_put_in_the_future_is_taken_as_now(
         _, stamp, handed = receiver.reads[0]
         return before, stamp, handed
 
-    before, stamp, handed = run(asyncio.new_event_loop, main())
+    before, stamp, handed = run_loop(main(), fast=False)
     assert before <= stamp <= handed
 
 
 @needs_stamps
-@pytest.mark.parametrize("loop_maker", loops())
+@both_loops
 def test_the_first_content_is_stamped_when_the_server_wrote_it_though_the_loop_was_held(
-    loop_maker: Callable[[], asyncio.AbstractEventLoop],
+    fast: bool,
 ) -> None:
     """The library's own client against the embedded simulated server (its own thread and
     loop): the client's loop is held from the moment the server has the request until 0.1 s
@@ -351,7 +344,7 @@ def test_the_first_content_is_stamped_when_the_server_wrote_it_though_the_loop_w
         return response.first_content_ns, held_until
 
     with SimulatedServer("fast", debug=True) as server:
-        first_content, held_until = run(loop_maker, main(server))
+        first_content, held_until = run_loop(main(server), fast=fast)
         (truth,) = server.truths()
     written = truth.first_written_ns
     assert written is not None and first_content is not None

@@ -558,8 +558,8 @@ def _upgrade_6(data: dict[str, Any]) -> dict[str, Any]:
 #   6.1 — 2026-12-02: the environment's "arrival_stamps" entry: "kernel" (each streamed
 #       read stamped by the kernel when its last byte arrived: plain http on Linux,
 #       wire/arrival.py) or "event loop" (when the loop handed the read over: TLS, other
-#       platforms). No model changed; older files lack the entry, and their reads were
-#       stamped by the event loop.
+#       platforms). No model changed; older files lack the entry (their reads were
+#       stamped by the event loop), as do runs through a caller's own client (not known).
 _LOADERS = {
     1: _upgrade_1,
     2: _upgrade_2,

@@ -42,7 +42,7 @@ from workloads.model.whatif import WhatIfTurn
 from workloads.runner.monitor import health_warnings
 from workloads.runner.sizing import CellSizing, sizing_warnings
 from workloads.runner.turn import TokenTrace
-from workloads.wire.transport import KERNEL_STAMPS
+from workloads.wire.arrival import KERNEL_STAMPS
 
 __all__ = ["Measured", "build_result", "corpus_info", "window"]
 

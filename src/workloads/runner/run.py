@@ -45,6 +45,7 @@ from workloads.runner.replay import load_recording
 from workloads.runner.trace import TracePlayers, read_trace, trace_info, trace_scenario
 from workloads.runner.workers.pool import WorkerPlayers, WorkerPool
 from workloads.telemetry import TelemetryOptions, WindowTelemetry, energy_for_target
+from workloads.wire.arrival import arrival_stamps
 from workloads.wire.client import AiohttpChatClient, ChatClient
 from workloads.wire.identify import identify
 from workloads.wire.likelihood import measure_likelihood
@@ -178,7 +179,10 @@ async def run_async(
         setup_warnings: list[str] = []  # for the result: what the setup changed, and why
         gate: ChatClient | None = None  # the gate's client; None: the run's own
         likelihood: asyncio.Task[Likelihood] | None = None
+        # who stamps the reads: known for the library's own client, not for a caller's
+        connection = transport.environment(chosen.base_url)
         if client is None:
+            connection["arrival_stamps"] = arrival_stamps(chosen.base_url)
             model, identity = await identify(chosen, scenario.timeouts.connect_s + 20, transport)
             client = await stack.enter_async_context(
                 AiohttpChatClient(
@@ -273,7 +277,7 @@ async def run_async(
                 telemetry=window_telemetry,
                 gate_client=gate,
                 likelihood=likelihood,
-                connection=transport.environment(chosen.base_url),
+                connection=connection,
                 warnings=tuple(setup_warnings),
             ),
             output=RunOutput(

@@ -43,11 +43,18 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from yarl import URL
+
 from workloads.core.clock import of_this_loop
 
 __all__ = [
+    "KERNEL_STAMPS",
+    "LOOP_STAMPS",
     "READ_SLICE_NS",
     "Receiver",
+    "StampedTransport",
+    "arrival_stamps",
+    "kernel_stamped",
     "kernel_stamps",
     "open_stamped",
 ]
@@ -69,6 +76,9 @@ _unpack_timespec = _TIMESPEC.unpack
 _ANCILLARY_BYTES = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 clock = time.perf_counter_ns
 wall_clock = time.time_ns
+# The result environment's "arrival_stamps": who stamped the run's streamed reads.
+KERNEL_STAMPS = "kernel"
+LOOP_STAMPS = "event loop"
 
 
 class Receiver(Protocol):
@@ -112,6 +122,18 @@ def kernel_stamps() -> bool:
     return False
 
 
+def kernel_stamped(*, tls: bool) -> bool:
+    """Whether the pool's connections (wire/stream.py) are read here, stamped by the kernel:
+    plain TCP where :func:`kernel_stamps` holds. TLS keeps the loop's transports."""
+    return not tls and kernel_stamps()
+
+
+def arrival_stamps(url: str) -> str:
+    """Who stamps the library's streamed reads from ``url``: :data:`KERNEL_STAMPS` or
+    :data:`LOOP_STAMPS` (the result's environment, ``arrival_stamps``)."""
+    return KERNEL_STAMPS if kernel_stamped(tls=URL(url).scheme == "https") else LOOP_STAMPS
+
+
 class _ReadSlice:
     """One event loop's read work since its slice began, and the sockets waiting for the
     next slice. Once :data:`READ_SLICE_NS` of reading is spent, a socket the loop finds
@@ -120,8 +142,9 @@ class _ReadSlice:
     socket that waited is not passed over again by sockets that became ready after it (the
     poll reports a socket left unread behind fresh ones), so no stream's reads pile up
     while others are read. (Read work, not time since the iteration's first read: that
-    needs a callback every iteration, which costs a loop pass of its own, ~30% more CPU a
-    streamed token at C256 on the lent host.)"""
+    needs a callback every iteration with a read, a loop pass of its own each; tried, it
+    read +34% stream CPU a token over the loop's stamps at C256 on the lent host, against
+    +6–24% for this accounting: benchmarks/RESULTS.md.)"""
 
     __slots__ = ("line", "loop", "shut", "spent_ns")
 
@@ -165,7 +188,7 @@ class StampedTransport(asyncio.Transport):
         receiver: Receiver,
         read_slice: _ReadSlice,
     ) -> None:
-        super().__init__()
+        super().__init__({"socket": sock, "peername": sock.getpeername()})
         self._loop = loop
         self._sock = sock
         self._recvmsg = sock.recvmsg
@@ -175,7 +198,6 @@ class StampedTransport(asyncio.Transport):
         self._pending = bytearray()  # written, not yet taken by the socket
         self._closing = False
         self.queued = False  # in the read slice's line
-        self._extra = {"socket": sock, "peername": sock.getpeername()}
         receiver.connection_made(self)
         loop.add_reader(self._fd, self.read_ready)
 
@@ -276,9 +298,6 @@ class StampedTransport(asyncio.Transport):
             self._receiver.connection_lost(exc)
         finally:
             self._sock.close()
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self._extra.get(name, default)
 
 
 async def open_stamped(

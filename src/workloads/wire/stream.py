@@ -31,7 +31,7 @@ from typing import Any, cast
 from workloads.core.chat_stream import ChatStream
 from workloads.core.send_slice import send_slice
 from workloads.model.errors import RequestError
-from workloads.wire.arrival import kernel_stamps, open_stamped
+from workloads.wire.arrival import kernel_stamped, open_stamped
 from workloads.wire.failures import connect_kind, retry_after, status_kind
 from workloads.wire.http1 import MalformedHTTP, ResponseHead, ResponseParser
 from workloads.wire.transport import Proxy, open_tunnel, tls_message
@@ -631,7 +631,7 @@ class Pool:
                         proto=proto,
                         address=address,
                     )
-                elif self.tls is None and kernel_stamps():  # reads stamped at arrival
+                elif kernel_stamped(tls=self.tls is not None):  # reads stamped at arrival
                     conn = cast(Connection, await open_stamped(factory, family, proto, address))
                 else:  # TLS, or a platform whose kernel does not stamp: the loop's transport
                     _, conn = await loop.create_connection(

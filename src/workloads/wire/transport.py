@@ -38,14 +38,11 @@ from yarl import URL
 
 from workloads.model.errors import RequestError, TargetError
 from workloads.model.target import Target
-from workloads.wire.arrival import kernel_stamps
 
 __all__ = [
-    "KERNEL_STAMPS",
     "MAX_REDIRECTS",
     "Proxy",
     "Transport",
-    "arrival_stamps",
     "check_header",
     "followed",
     "open_tunnel",
@@ -218,10 +215,9 @@ class Transport:
         return text
 
     def environment(self, url: str) -> dict[str, str]:
-        """What the result's environment says of this transport for ``url``: who stamps the
-        reads (``arrival_stamps``), the proxy used (no credentials) and the TLS choice, only
-        where they differ from the default."""
-        env: dict[str, str] = {"arrival_stamps": arrival_stamps(url)}
+        """What the result's environment says of this transport for ``url``: the proxy used
+        (no credentials) and the TLS choice, only where they differ from the default."""
+        env: dict[str, str] = {}
         proxy = self.proxy_for(url)
         if proxy is not None:
             env["proxy"] = proxy.describe()
@@ -231,17 +227,6 @@ class Transport:
             elif self.ca_bundle is not None:
                 env["tls"] = f"verified with --ca-bundle {self.ca_bundle}"
         return env
-
-
-KERNEL_STAMPS = "kernel"
-LOOP_STAMPS = "event loop"
-
-
-def arrival_stamps(url: str) -> str:
-    """Who stamps a streamed read's arrival for ``url``: ``"kernel"`` (wire/arrival.py: plain
-    http on Linux, each read stamped when its last byte arrived) or ``"event loop"`` (TLS, or
-    no kernel stamps here: when the loop hands the read over)."""
-    return KERNEL_STAMPS if URL(url).scheme == "http" and kernel_stamps() else LOOP_STAMPS
 
 
 def transport_for(target: Target) -> Transport:
