@@ -109,6 +109,12 @@ class FakeChatClient:
 # --- counting event-loop iterations -------------------------------------------------------
 
 
+# How early a kernel-stamped read (wire/arrival.py) may read against a stamp the server took
+# just before its write: the kernel's CLOCK_REALTIME stamp, brought to perf_counter_ns by
+# two clock reads, was off by up to ~8 µs either way in this project's VM (measured).
+KERNEL_STAMP_SLACK_NS = 50_000
+
+
 class LoopTicks:
     """Counts the running loop's iterations while inside (``async with``): a task that
     ``sleep(0)``s and adds one each time it runs. ``ticks`` is the count so far."""

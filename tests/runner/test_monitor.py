@@ -54,6 +54,11 @@ def test_a_loop_blocked_on_purpose_is_reported_as_a_client_bottleneck():
         for w in result.warnings
     ), result.warnings
     assert result.model_dump()["client"]["loop_lag_max_ms"] == health.loop_lag_max_ms
+    # a caller's own client: who stamped its reads is not known, so not said
+    assert "arrival_stamps" not in result.environment
+    assert any("chunks waited that long to be stamped" in w for w in result.warnings) or any(
+        w.startswith("the client stalled") for w in result.warnings
+    )
 
 
 def test_a_healthy_client_gets_no_warning_and_unknown_is_not_zero():

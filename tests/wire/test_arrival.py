@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from fakes import LoopTicks
+from fakes import KERNEL_STAMP_SLACK_NS, LoopTicks
 from workloads.wire import arrival
 from workloads.wire.arrival import StampedTransport, kernel_stamps, open_stamped
 from workloads.wire.client import HttpChatClient
@@ -107,10 +107,9 @@ def test_a_read_is_stamped_when_its_bytes_arrived_not_when_the_loop_read_them(
         (data, stamp, handed), *_ = receiver.reads
         assert data == b"data: one\n\n"
         assert handed - sent >= HELD_S * 1e9  # read late ...
-        # ... stamped at arrival: loopback takes microseconds; 50 µs for the two clocks'
-        # conversion (a few µs either way in a VM, measured), 20 ms for a busy machine
-        # (still well under the hold)
-        assert sent - 50_000 <= stamp < sent + 20_000_000
+        # ... stamped at arrival: loopback takes microseconds; the conversion's slack, and
+        # 20 ms for a busy machine (still well under the hold)
+        assert sent - KERNEL_STAMP_SLACK_NS <= stamp < sent + 20_000_000
         assert handed - stamp >= (HELD_S - 0.02) * 1e9
 
     run_loop(main(), fast=fast)
@@ -353,3 +352,27 @@ def test_the_first_content_is_stamped_when_the_server_wrote_it_though_the_loop_w
     # one read the loop made after the hold, whose stamp is the newest segment's: before the
     # hold's last 0.1 s (the loop's own stamp would be after it).
     assert written - 1_000_000 <= first_content < held_until - HELD_S * 1e9 / 2
+
+
+@needs_stamps
+def test_a_kernel_stamp_before_the_request_was_sent_is_taken_as_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A wall clock stepped back between the arrival and the read makes every kernel stamp
+    read 10 s early: the connection (wire/stream.py ``Connection.received``) stamps no read
+    before its request was sent, nor before the read before it."""
+    from workloads.servers.simulated import SimulatedServer
+
+    monkeypatch.setattr(arrival, "wall_clock", lambda: time.time_ns() + 10_000_000_000)
+
+    async def main(server: SimulatedServer) -> Any:
+        async with HttpChatClient(server.base_url) as client:
+            body = {"model": server.model, "messages": [{"role": "user", "content": "hi"}]}
+            return await client.stream_chat(body | {"max_tokens": 8, "stream": True})
+
+    with SimulatedServer("fast") as server:
+        response = run_loop(main(server), fast=False)
+    assert response.error_kind is None, response.error_message
+    stamps = [response.first_content_ns, *(response.content_ns or []), response.done_ns]
+    assert all(s is not None and s >= response.sent_ns for s in stamps), stamps
+    assert list(response.content_ns or []) == sorted(response.content_ns or [])
