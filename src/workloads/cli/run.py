@@ -66,7 +66,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     scenario = run_scenario(args)
     trace = None
     if args.trace:  # read and checked whole before --out exists: bad input is one line
-        trace, scenario = read_trace(args.trace, scenario, named=bool(args.scenario))
+        gate = [f"gate={args.gate}"] if args.gate else []
+        trace, scenario = read_trace(
+            args.trace, scenario, named=bool(args.scenario), sets=[*(args.set or []), *gate]
+        )
         if trace is not None:
             from workloads.runner.trace import trace_scenario
 
@@ -220,25 +223,37 @@ def run_into(
     return run_exit_code(result, signum, args.max_error_rate, console)
 
 
-def read_trace(name: str, scenario: Any, *, named: bool) -> tuple[Any, Any]:
+def read_trace(
+    name: str, scenario: Any, *, named: bool, sets: list[str] | None = None
+) -> tuple[Any, Any]:
     """The trace ``run --trace`` replays, read within the scenario's limits, and the scenario
-    to run. A Mooncake trace: (the trace, the scenario). An agent (per-step) trace: (None,
-    the scenario with ``agent.trace`` set, one session per trace session, its steps the
-    trace's), the scenario being ``coding-agents`` unless one was named."""
+    to run. A Mooncake trace: (the trace, the scenario). An agent trace (the project's
+    per-step format, or a published one: WEKA, TraceLab, AIPerf multi-turn): (None, the
+    scenario with ``agent.trace`` set, one session per trace session), the scenario being
+    ``coding-agents`` with ``sets`` (the --set and --gate assignments) unless one was named.
+    A --set of what the trace decides (``users``, ``turns``) is refused, never dropped."""
     import workloads
-    from workloads.core.traces import load_agent_trace, trace_format
+    from workloads.core.agent_traces import any_format, load_published
+    from workloads.core.traces import load_agent_trace
     from workloads.runner.trace import find_trace
     from workloads.runner.trace import read_trace as read
 
     path = find_trace(name)
-    if trace_format(path, max_bytes=scenario.trace.max_bytes) != "agent":
+    kind = any_format(path, max_bytes=scenario.trace.max_bytes)
+    decided = ["users", "turns"]
+    if kind == "mooncake":
+        decided += ["opening_tokens", "turn_tokens", "output_tokens"]
+    for assignment in sets or []:
+        key = assignment.partition("=")[0].strip()
+        if key in decided:
+            raise ScenarioError(
+                f"--set {assignment}: the trace {path.name} sets {key} (a {kind} trace "
+                f"decides {', '.join(decided)}); drop it"
+            )
+    if kind == "mooncake":
         return read(path, scenario.trace), scenario
     base = (
-        scenario
-        if named
-        else workloads.load_scenario("coding-agents").with_overrides(
-            list(_trace_overrides(scenario))
-        )
+        scenario if named else workloads.load_scenario("coding-agents").with_overrides(sets or [])
     )
     if base.agent is None:
         raise ScenarioError(
@@ -247,27 +262,34 @@ def read_trace(name: str, scenario: Any, *, named: bool) -> tuple[Any, Any]:
         )
     from workloads.model.scenario import nominal
 
-    plans = load_agent_trace(path, nominal(base.opening_tokens), max_bytes=scenario.trace.max_bytes)
-    if not plans:
-        raise ScenarioError(f"--trace {path}: no steps")
-    return None, base.with_overrides(
+    where = [f"agent.trace={json.dumps(str(path.resolve()))}"]
+    if kind == "agent":
+        plans = load_agent_trace(
+            path,
+            nominal(base.opening_tokens),
+            system_tokens=base.shared_prefix_tokens or 0,
+            max_bytes=scenario.trace.max_bytes,
+        )
+        if not plans:
+            raise ScenarioError(f"--trace {path}: no steps")
+        users, turns = len(plans), max(len(p) for p in plans.values())
+        return None, base.with_overrides([f"users={users}", f"turns={turns}", *where])
+    published = load_published(path, max_bytes=scenario.trace.max_bytes)
+    plans = [s.plan for s in published.sessions]
+    # Each session opens at its own recorded size; the prefix every session sends is the
+    # smallest opening's (less room for a nonce line), so no opening is cut below it.
+    smallest = min(p[0].prior_tokens for p in plans)
+    shared = f"shared_prefix_tokens={smallest - 64}" if smallest >= 1024 else None
+    update = {"shared_prefix_tokens": None} if shared is None else {}
+    return None, base.model_copy(update=update).with_overrides(
         [
             f"users={len(plans)}",
-            f"turns={max(len(p) for p in plans.values())}",
-            f"agent.trace={json.dumps(str(path.resolve()))}",
+            f"turns={max(len(p) for p in plans)}",
+            f"opening_tokens={smallest}",
+            *([shared] if shared else []),
+            *where,
         ]
     )
-
-
-def _trace_overrides(scenario: Any) -> list[str]:
-    """What --set changed of the trace-replay scenario that also applies to coding-agents:
-    repetitions, pacing.time_scale, sampling (the rest of trace-replay is Mooncake's)."""
-    out = [
-        f"repetitions.warmup={scenario.repetitions.warmup}",
-        f"repetitions.measured={scenario.repetitions.measured}",
-        f"pacing.time_scale={scenario.pacing.time_scale}",
-    ]
-    return out
 
 
 def check_run_flags(args: argparse.Namespace) -> None:

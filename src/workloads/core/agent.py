@@ -52,6 +52,14 @@ class Step:
     ``time_scale`` applied. ``prior_tokens``: the configured context before the step's new
     content. ``children``: the plans of the sub-agents this step's tool call spawns; they run
     concurrently before the step, and their final replies are its tool result.
+    ``model``: the model a trace recorded for the step (None when drawn); reported beside
+    the trace, while the request goes to the run's model.
+
+    A step whose ``prior_tokens`` is smaller than the session's running context (the
+    previous step's prior + new + output, not after a compaction) is sent from a history
+    rebuilt to that prior: the runner keeps the opening (or, for a prior below it, the
+    system message alone) and sizes the step's whole prompt to ``prior_tokens +
+    new_tokens``. A trace whose context shrank without a compaction says so this way.
     """
 
     turn: int
@@ -61,6 +69,7 @@ class Step:
     pause_s: float = 0.0
     prior_tokens: int = 0
     children: tuple[tuple[Step, ...], ...] = ()
+    model: str | None = None
 
 
 def scaled(plan: tuple[Step, ...], scale: float) -> tuple[Step, ...]:

@@ -266,6 +266,7 @@ def load_agent_trace(
     path: str | Path,
     opening_tokens: int,
     *,
+    system_tokens: int | None = None,
     max_steps: int = 100_000,
     max_bytes: int = MAX_TRACE_BYTES,
 ) -> dict[int, tuple[Step, ...]]:
@@ -273,10 +274,14 @@ def load_agent_trace(
     sessions, by session id, each step's sub-agents in :attr:`Step.children`.
 
     ``prior_tokens`` of a step is ``opening_tokens`` plus Σ(appended + output) of the earlier
-    steps of its session; after a compaction step the context is the opening plus the
-    compaction's reply (its summary), so the next step's prior is ``opening_tokens +
-    output_tokens`` of the compaction. A sub-agent's session starts from its own opening
-    (``opening_tokens``). Its ``parent_step`` is the parent's step whose tool result the
+    steps of its session; after a compaction step the context is the system message plus
+    the compaction's reply (its summary, in its message's framing), so the next step's
+    prior is ``system_tokens + output_tokens + 8`` of the compaction, as a drawn plan's
+    (:func:`workloads.core.agent.draw_plan`). A sub-agent's session starts from its
+    parent's system message (``system_tokens``), as the runner plays it. ``system_tokens``
+    defaults to ``opening_tokens`` (an opening that is all system message); the runner
+    passes the scenario's ``shared_prefix_tokens``, as drawn plans count it. Its
+    ``parent_step`` is the parent's step whose tool result the
     sub-agents' final replies are: they run before it (so that step is its "tool" step).
 
         plans = load_agent_trace("traces/agent-sample.jsonl", opening_tokens=8192)
@@ -333,11 +338,12 @@ def load_agent_trace(
             )
         session.lines.append(number)
         session.rows.append((kind, appended, output, pause))
-    return _plans(p, sessions, opening_tokens)
+    system = opening_tokens if system_tokens is None else system_tokens
+    return _plans(p, sessions, opening_tokens, system)
 
 
 def _plans(
-    path: Path, sessions: dict[int, _Session], opening_tokens: int
+    path: Path, sessions: dict[int, _Session], opening_tokens: int, system: int
 ) -> dict[int, tuple[Step, ...]]:
     """The sessions' plans, sub-agents nested under their parents' steps."""
     children: dict[tuple[int, int], list[int]] = {}
@@ -367,7 +373,10 @@ def _plans(
 
     def plan(sid: int) -> tuple[Step, ...]:
         out: list[Step] = []
-        prior = opening_tokens
+        # The runner plays a sub-agent from its parent's system message, and a compaction
+        # leaves the system message and the summary (its message's template framing, 8
+        # tokens: core/agent.py's _SUMMARY_FRAMING): the loader counts as the runner sends.
+        prior = system if sessions[sid].parent is not None else opening_tokens
         for turn, (kind, appended, output, pause) in enumerate(sessions[sid].rows, 1):
             nested = tuple(plan(c) for c in sorted(children.get((sid, turn), [])))
             out.append(
@@ -381,7 +390,7 @@ def _plans(
                     children=nested,
                 )
             )
-            prior = opening_tokens + output if kind == "compaction" else (prior + appended + output)
+            prior = system + output + 8 if kind == "compaction" else (prior + appended + output)
         return tuple(out)
 
     return {sid: plan(sid) for sid in sorted(sessions) if sessions[sid].parent is None}

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from workloads.core import tokens
 from workloads.core.agent import Step, scaled
+from workloads.core.agent_traces import PublishedTrace, any_format, load_published
 from workloads.core.clock import sleep_until_or
 from workloads.core.conversation import Conversation, make_nonces, probe_nonce
 from workloads.core.corpus import Corpus
@@ -129,13 +130,22 @@ def traced_plans(scenario: Scenario) -> list[tuple[Step, ...]] | None:
     ``time_scale`` (``agent.trace``); None without one (plans are drawn)."""
     if scenario.agent is None or scenario.agent.trace is None:
         return None
-    plans = _agent_trace(scenario.agent.trace, nominal(scenario.opening_tokens))
-    return [scaled(plans[sid], scenario.pacing.time_scale) for sid in sorted(plans)]
+    scale = scenario.pacing.time_scale
+    if any_format(scenario.agent.trace) not in ("agent", "mooncake"):  # a published corpus
+        return [scaled(s.plan, scale) for s in _published(scenario.agent.trace).sessions]
+    system = scenario.shared_prefix_tokens or 0  # what a compaction keeps, as draw_plan's
+    plans = _agent_trace(scenario.agent.trace, nominal(scenario.opening_tokens), system)
+    return [scaled(plans[sid], scale) for sid in sorted(plans)]
 
 
 @functools.lru_cache(maxsize=4)
-def _agent_trace(path: str, opening: int) -> dict[int, tuple[Step, ...]]:
-    return load_agent_trace(path, opening)  # checked by the CLI before the run started
+def _agent_trace(path: str, opening: int, system: int) -> dict[int, tuple[Step, ...]]:
+    return load_agent_trace(path, opening, system_tokens=system)  # checked by the CLI
+
+
+@functools.lru_cache(maxsize=4)
+def _published(path: str) -> PublishedTrace:
+    return load_published(path)  # checked by the CLI before the run started
 
 
 async def play(

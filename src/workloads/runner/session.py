@@ -92,6 +92,7 @@ class Session:
         self.tools = tool_schemas(scenario.tools)
         self.children: list[Session] = []  # sub-agents spawned, in order
         self._compacted = False  # the last step sent was a compaction
+        self._opening: list[Message] = []  # the opening messages (set by open)
         # nonce = "run": who of this repetition's sessions sent turn 1 first (shared); the
         # first to send has nothing the server has seen.
         self.order: OpeningOrder | None = None
@@ -119,6 +120,7 @@ class Session:
         )
         self.conversation.set_opening(messages)
         self.opening_ids, self.opening_exact = ids, exact
+        self._opening = messages  # what a rebuilt history keeps (Step: a shrunk prior)
 
     async def _shareable(self, turn: int, prepared: PreparedTurn) -> tuple[int | None, bool]:
         """What of this turn's prompt the server has already seen, and whether that is exact.
@@ -168,7 +170,10 @@ class Session:
             opening_exact=self.opening_exact,
             sizing_exact=self.sizing.exact,
         )
-        if self._compacted:  # the history is no longer the last prompt and its reply
+        shrunk = self._shrunk(turn)
+        if shrunk:  # a prior below the running context: the history rebuilt to it
+            self.conversation.messages = self._rebuilt(step.prior_tokens)
+        if self._compacted or shrunk:  # the history is no longer the last prompt and reply
             base = None
         if quiet:  # the history measured by the estimate, as the warm-up's teaching did
             base, exact = None, False
@@ -183,21 +188,43 @@ class Session:
             teach = False
         else:
             first = turn == 1 and self.parent is None
+            whole = step.prior_tokens + step.new_tokens
+            if turn == 1 and self.parent is not None and exact and base is not None:
+                # A sub-agent's opening is its parent's system message: its first prompt is
+                # the plan's, or the system message and its new tokens when that is more.
+                whole = max(whole, base + step.new_tokens)
+                first = True
             prepared = await self.sizing.fit_turn(
                 self.conversation,
                 turn,
                 base,
                 exact=exact,
                 new_tokens=step.new_tokens,
-                prompt_tokens=step.prior_tokens + step.new_tokens if first else None,
+                prompt_tokens=whole if first or shrunk else None,
             )
         if teach:
             await self.sizing.teach(self.conversation, turn, prepared)
         await pace()
         shareable, shareable_exact = await self._shareable(turn, prepared)
-        if self._compacted and not shareable_exact:
+        if (self._compacted or shrunk) and not shareable_exact:
             shareable = None  # the estimate (last prompt + reply) does not hold after it
         self._plan = TurnPlan(prepared, shareable, shareable_exact)
+
+    def _shrunk(self, turn: int) -> bool:
+        """Whether turn ``turn``'s prior is below the running context its plan gives (the
+        previous step's prior + new + output; a compaction's follow-up is its own case)."""
+        if turn == 1:
+            return False
+        step, last = self.step(turn), self.step(turn - 1)
+        running = last.prior_tokens + last.new_tokens + last.output_tokens
+        return last.kind != "compaction" and step.prior_tokens < running
+
+    def _rebuilt(self, prior: int) -> list[Message]:
+        """The history a shrunk step starts from: the opening when the prior holds it, else
+        the system message alone (a sub-agent's opening is its parent's system message)."""
+        opening = self._opening or self.conversation.messages[:1]
+        system = [m for m in opening[:1] if m["role"] == "system"]
+        return list(opening if prior >= len(self.opening_ids) else system)
 
     def family(self) -> list[Session]:
         """This session and every sub-agent it spawned (theirs too), in spawn order."""

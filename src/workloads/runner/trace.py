@@ -65,11 +65,12 @@ def find_trace(name: str | Path) -> Path:
     path = Path(name)
     if path.is_file():
         return path
-    stem = path.name.removesuffix(".jsonl")
+    stem = path.name.removesuffix(".jsonl").removesuffix(".json")
     for directory in _trace_dirs():
-        found = directory / f"{stem}.jsonl"
-        if found.is_file():
-            return found
+        for suffix in (".jsonl", ".json"):  # JSON Lines, or one document (WEKA)
+            found = directory / f"{stem}{suffix}"
+            if found.is_file():
+                return found
     raise TraceError(
         f"no trace file or packaged trace named {str(name)!r}; packaged "
         f"traces: {', '.join(sorted(_packaged())) or 'none'}"
@@ -90,7 +91,7 @@ def _trace_dirs() -> list[Path]:
 
 
 def _packaged() -> set[str]:
-    return {p.stem for d in _trace_dirs() for p in d.glob("*.jsonl")}
+    return {p.stem for d in _trace_dirs() for p in d.glob("*.json*")}
 
 
 def read_trace(name: str | Path, limits: TraceLimits) -> MooncakeTrace:
