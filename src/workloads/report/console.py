@@ -19,7 +19,7 @@ from workloads.core.traces import observed_hit_rate
 from workloads.model.results import RunResult
 from workloads.model.scenario import Scenario, describe
 from workloads.model.summary import Percentiles, TurnSummary
-from workloads.report import agents, goodput, rates
+from workloads.report import agent_trace, agents, goodput, rates
 from workloads.report.table import Block, Line, ReportTable
 from workloads.report.text import (
     BOUNDS_NOTE,
@@ -283,7 +283,7 @@ def run_line(result: RunResult) -> str:
     no aggregate: the wall throughput, then the per-user median."""
     r = result.summary.run
     cut = f", {r.cancelled} cancelled" if r.cancelled else ""
-    if r.per_user_rate is None:
+    if r.per_user_rate is None and not r.valid:
         return f"no valid measured turns ({r.errors} failed, {r.invalid} invalid{cut})"
     ttft = f"TTFT median {num(r.ttft_s.median)} s" if r.ttft_s else "TTFT —"
     wall = f"wall throughput {format_band(r.wall_aggregate_rate)} tok/s"
@@ -294,7 +294,9 @@ def run_line(result: RunResult) -> str:
             f"valid ({plural(r.partial_turns, 'partial turn')}; a figure from the survivors "
             f"would read high) · {valid}"
         )
-    if rates.free_pacing(result):  # no aggregate: the wall throughput leads
+    if r.per_user_rate is None:  # valid turns, but no reply had a second token to time
+        head = f"{wall} · per-user rate not measured (no valid reply had two tokens)"
+    elif rates.free_pacing(result):  # no aggregate: the wall throughput leads
         head = f"{wall} · per-user median {num(r.per_user_rate)} tok/s"
     elif r.aggregate_rate is None:
         head = f"per-user median {num(r.per_user_rate)} tok/s; {wall}"
@@ -734,7 +736,9 @@ def blocks(result: RunResult) -> list[Block]:
         if result.trace is not None:
             parts += [Line(text) for text in trace_lines(result)]
         coordinates = _trace_coordinates if result.trace is not None else coordinates_line
-        parts += [Line(coordinates(result)), turn_table(result), cache_table(result)]
+        parts += [Line(text) for text in agent_trace.lines(result)]
+        line = agent_trace.coordinates(result) or coordinates(result)
+        parts += [Line(line), turn_table(result), cache_table(result)]
         parts += _agent_blocks(result)
         if (latency := latency_table(result)) is not None:
             parts.append(latency)

@@ -187,13 +187,10 @@ class Session:
             prepared = await self.sizing.replayed(messages, exact=exact and not quiet)
             teach = False
         else:
-            first = turn == 1 and self.parent is None
+            # Turn 1 is sized to its whole prompt; a sub-agent's too (its opening is its
+            # parent's system message: the plan's prompt, or that message alone when more).
+            first = turn == 1
             whole = step.prior_tokens + step.new_tokens
-            if turn == 1 and self.parent is not None and exact and base is not None:
-                # A sub-agent's opening is its parent's system message: its first prompt is
-                # the plan's, or the system message and its new tokens when that is more.
-                whole = max(whole, base + step.new_tokens)
-                first = True
             prepared = await self.sizing.fit_turn(
                 self.conversation,
                 turn,
