@@ -163,7 +163,11 @@ def test_agent_trace_plans_accumulate_prior_tokens_and_reset_after_compaction(tm
         ],
     )
     plan = load_agent_trace(path, opening_tokens=1000)[0]
-    assert [s.prior_tokens for s in plan] == [1000, 1110, 1330, 1050]
+    # after the compaction: the system message (the opening, by default), the summary (50)
+    # and its message's framing (8), as draw_plan counts it and the runner sends it
+    assert [s.prior_tokens for s in plan] == [1000, 1110, 1330, 1058]
+    kept = load_agent_trace(path, opening_tokens=1000, system_tokens=600)[0]
+    assert [s.prior_tokens for s in kept] == [1000, 1110, 1330, 658]
     assert [s.kind for s in plan] == ["human", "tool", "compaction", "tool"]
     assert plan[1].new_tokens == 200 and plan[1].output_tokens == 20 and plan[1].pause_s == 1.0
 

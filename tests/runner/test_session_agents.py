@@ -250,3 +250,81 @@ def test_run_trace_plays_an_agent_trace_step_by_step(tmp_path, capsys):
                     assert r["parent_session"] == number[item["parent"]]
                 else:
                     assert r["parent_session"] is None
+
+
+@pytest.mark.parametrize(
+    "name", ["agent-sample.jsonl", "weka-sample.json", "tracelab-sample.jsonl"]
+)
+def test_every_traced_step_is_sent_at_its_configured_prompt(tmp_path, capsys, name):
+    # The audit's case: after a compaction and at a sub-agent's first step the runner sent
+    # the opening's user part (3.6-7.6K tokens) less than the loader configured; a trace
+    # whose context shrank is sent at the trace's size.
+    out = tmp_path / "trace"
+    trace = Path(__file__).resolve().parents[2] / "traces" / name
+    code = main(
+        [
+            "run",
+            "--trace",
+            str(trace),
+            *("--set", "pacing.time_scale=0.002", "--set", "repetitions.warmup=0"),
+            *("--set", "repetitions.measured=1", "--gate", "off"),
+            # sized with the simulator's /tokenize: the check is the plan, not quiet sizing
+            *("--set", 'sizing_during_window="exact"'),
+            *("--out", str(out), "--quiet", "--no-plots", *sim_args(SIM)),
+        ]
+    )
+    assert code == 0, capsys.readouterr().out
+    records = [r for r in read_records(out) if not r["warmup"]]
+    kinds = {r["step_kind"] for r in records}
+    assert "subagent" in kinds or name == "tracelab-sample.jsonl"
+    for r in records:
+        if r["step_kind"] == "compaction":
+            continue  # sends the scenario's instruction, not the trace's appended_tokens
+        wanted = r["configured_prompt_tokens"]
+        assert abs(r["prompt_tokens"] - wanted) <= 0.05 * wanted, (r["step_kind"], r["turn"])
+    report = capsys.readouterr().out
+    if name != "agent-sample.jsonl":
+        assert f"agent trace {name}" in report and "prompts vs the trace's input sizes" in report
+
+
+def test_a_set_the_trace_decides_is_refused_and_others_apply(tmp_path, capsys):
+    trace = Path(__file__).resolve().parents[2] / "traces" / "aiperf-sample.jsonl"
+    code = main(["run", "--trace", str(trace), "--set", "users=2", "--out", str(tmp_path / "a")])
+    assert code == 2 and "sets users" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists()
+    out = tmp_path / "b"
+    code = main(
+        [
+            "run",
+            "--trace",
+            str(trace),
+            *("--set", "repetitions.warmup=0", "--set", "repetitions.measured=1"),
+            *("--set", "sampling.temperature=0.5", "--gate", "off"),
+            *("--out", str(out), "--quiet", "--no-plots", *sim_args(SIM)),
+        ]
+    )
+    assert code == 0, capsys.readouterr().out
+    saved = json.loads((out / "result.json").read_text())["scenario"]
+    assert saved["sampling"]["temperature"] == 0.5  # applied to coding-agents, not dropped
+    assert saved["repetitions"]["measured"] == 1
+
+
+def test_a_trace_of_one_token_replies_still_gets_a_headline(tmp_path, capsys):
+    # A one-token reply has no post-first rate, so no per-user rate: the headline said
+    # "no valid measured turns (0 failed, 0 invalid)" of a run whose turns were all valid.
+    trace = tmp_path / "one.jsonl"
+    rows = [{"session_id": f"s{i}", "input_length": 900, "output_length": 1} for i in range(2)]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code = main(
+        [
+            "run",
+            "--trace",
+            str(trace),
+            *("--set", "repetitions.warmup=0", "--set", "repetitions.measured=1"),
+            *("--gate", "off", "--out", str(tmp_path / "out"), "--no-plots", *sim_args(SIM)),
+        ]
+    )
+    report = capsys.readouterr().out
+    assert code == 0, report
+    assert "no valid measured turns" not in report
+    assert "per-user rate not measured" in report and "2/2 valid" in report

@@ -288,7 +288,9 @@ def run_line(result: RunResult) -> str:
     ttft = f"TTFT median {num(r.ttft_s.median)} s" if r.ttft_s else "TTFT —"
     wall = f"wall throughput {format_band(r.wall_aggregate_rate)} tok/s"
     valid = f"{r.valid:,}/{r.records:,} valid {'turn' if r.records == 1 else 'turns'}{cut}"
-    if r.aggregate_rate is None and r.partial_turns and not r.full_turns:
+    # One-token replies have no post-first rate: no stream counts toward a turn's Σ, so
+    # every turn reads partial although every turn was valid; the headline says so instead.
+    if r.aggregate_rate is None and r.partial_turns and not r.full_turns and r.per_user_rate:
         return (
             f"no headline: in no turn of any measured repetition were all {r.users} streams "
             f"valid ({plural(r.partial_turns, 'partial turn')}; a figure from the survivors "
