@@ -39,6 +39,14 @@ class _Tally:
         self.scenario = scenario
         # Exact for an agent's plans (drawn here too); the turns bound, when too many to draw.
         self.total = planned_requests(scenario) or scenario.total_turns()
+        # A fleet is bounded by time, not turns: its progress is its windows' seconds.
+        fleet = scenario.fleet
+        reps = scenario.repetitions
+        self.fleet_s = (
+            None
+            if fleet is None
+            else fleet.window_s * (reps.warmup + reps.measured) * len(scenario.cells())
+        )
         self.coordinates = scenario.cells()
         self.cells = len(self.coordinates)
         self.measured = scenario.repetitions.measured
@@ -72,8 +80,13 @@ def progress_line(tally: _Tally, now_ns: int | None = None) -> str:
     now = time.perf_counter_ns() if now_ns is None else now_ns
     with tally.lock:
         elapsed = (now - tally.start_ns) / 1e9
-        parts = [f"{_duration(elapsed)}", f"{tally.done:,}/{tally.total:,} turns"]
-        if 0 < tally.done < tally.total:
+        if tally.fleet_s is not None:  # the fleet's windows: time, not turns, ends it
+            parts = [f"{_duration(elapsed)}", f"{tally.done:,} turns"]
+            if tally.done and elapsed < tally.fleet_s:
+                parts.append(f"ETA {_duration(tally.fleet_s - elapsed)}")
+        else:
+            parts = [f"{_duration(elapsed)}", f"{tally.done:,}/{tally.total:,} turns"]
+        if tally.fleet_s is None and 0 < tally.done < tally.total:
             parts.append(f"ETA {_duration(elapsed / tally.done * (tally.total - tally.done))}")
         last = tally.last
         if last is None:
@@ -97,7 +110,7 @@ def progress_line(tally: _Tally, now_ns: int | None = None) -> str:
             if window > 0 and tokens:
                 parts.append(f"{tokens / window:,.0f} tok/s last {window:.0f}s")
             idle = (now - (tally.last_ns or now)) / 1e9
-            if idle >= PLAIN_INTERVAL_S and tally.done < tally.total:
+            if idle >= PLAIN_INTERVAL_S and (tally.fleet_s is not None or tally.done < tally.total):
                 parts.append(f"waiting {_duration(idle)} (sizing, a barrier or long turns)")
         ttft = stats.median(tally.ttfts)
         if ttft is not None:

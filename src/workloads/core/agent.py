@@ -20,6 +20,7 @@ from workloads.model.scenario import Scenario
 __all__ = [
     "CODING_TOOLS",
     "MAX_CHILDREN",
+    "TOOL_CALL_MIN_OUTPUT",
     "Step",
     "child_session",
     "draw_plan",
@@ -28,6 +29,7 @@ __all__ = [
     "scaled",
     "session_plan",
     "tool_schemas",
+    "top_sessions",
 ]
 
 # A session spawns at most this many sub-agents in all (their session numbers are
@@ -35,6 +37,10 @@ __all__ = [
 MAX_CHILDREN = 64
 # Template tokens around the summary message that follows a compaction (its role markers).
 _SUMMARY_FRAMING = 8
+# The shortest reply a plan asks of a step whose reply must call a tool: a call's markup is
+# ~25 tokens and its arguments some more (the simulated server writes content only below
+# 48: servers/simulated/tools.py MIN_TOOL_REPLY_TOKENS).
+TOOL_CALL_MIN_OUTPUT = 48
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +94,15 @@ def scaled(plan: tuple[Step, ...], scale: float) -> tuple[Step, ...]:
 
 def child_session(users: int, parent: int, index: int) -> int:
     """The session number of ``parent``'s sub-agent number ``index`` (0-based, in spawn
-    order): past every user's session, unique in the repetition. Pure."""
+    order): past every top-level session (``users``: how many a repetition numbers, see
+    :func:`top_sessions`), unique in the repetition. Pure."""
     return users + parent * MAX_CHILDREN + index
+
+
+def top_sessions(scenario: Scenario) -> int:
+    """How many top-level session numbers a repetition of ``scenario`` may use: ``users``,
+    or a fleet's ``max_sessions`` (its slots' sessions follow one another). Pure."""
+    return scenario.fleet.max_sessions if scenario.fleet is not None else scenario.users
 
 
 def plan_steps(plan: tuple[Step, ...]) -> int:
@@ -120,8 +133,8 @@ def planned_requests(scenario: Scenario) -> int | None:
     that plays a trace (its plans are in the file). Pure."""
     if scenario.agent is None:
         return scenario.total_turns()
-    if scenario.agent.trace is not None:
-        return None
+    if scenario.agent.trace is not None or scenario.fleet is not None:
+        return None  # a trace's plans are in its file; a fleet is bounded by time
     reps = scenario.repetitions.warmup + scenario.repetitions.measured
     cells = scenario.cells()
     if sum(c.concurrency for c in cells) * reps > _COUNT_SESSIONS:
@@ -165,11 +178,22 @@ def draw_plan(scenario: Scenario, sizes: random.Random, pauses: random.Random) -
         return tuple(steps)
     system = s.shared_prefix_tokens or 0  # what a compaction keeps (configured figures)
     left = 0  # steps left in the current human request
+    opening_request = False  # this step is a human request (its loop's length drawn)
     children = 0
     length = s.turns
     if agent.steps_per_session is not None:
         length = min(max(1, draw_tokens(agent.steps_per_session, sizes)), s.turns)
-    for turn in range(1, length + 1):
+    for turn in range(1, s.turns + 1):
+        if left <= 0:  # a human request starts here, unless the session ends first
+            left = max(1, draw_tokens(agent.steps_per_request, sizes))
+            done = turn - 1
+            # A session ends between human requests, never inside the autonomous loop of
+            # one: once it has played its drawn length it starts no request (the first is
+            # always played), so every loop keeps its steps-per-request draw; the played
+            # length is the drawn one plus the last loop's overshoot.
+            if done > 0 and done >= length:
+                break
+            opening_request = True
         compaction = agent.compaction
         if compaction is not None and turn > 1 and context > compaction.at_tokens:
             out = draw_tokens(compaction.summary_tokens, sizes)
@@ -178,8 +202,8 @@ def draw_plan(scenario: Scenario, sizes: random.Random, pauses: random.Random) -
             context = system + out + _SUMMARY_FRAMING
             continue
         spawned: tuple[tuple[Step, ...], ...] = ()
-        if left <= 0:
-            left = max(1, draw_tokens(agent.steps_per_request, sizes))
+        if opening_request:
+            opening_request = False
             kind: StepKind = "human"
             new = draw_tokens(agent.request_tokens, sizes)
             pause = draw_seconds(think, pauses) * scale
@@ -197,7 +221,34 @@ def draw_plan(scenario: Scenario, sizes: random.Random, pauses: random.Random) -
         out = draw_tokens(s.output_tokens, sizes)
         steps.append(Step(turn, kind, new, out, pause, context, spawned))
         context += new + out
-    return tuple(steps)
+    return _calls_fit(steps)
+
+
+def _calls_fit(steps: list[Step]) -> tuple[Step, ...]:
+    """The plan with every reply that must call a tool (the next step is a tool result or a
+    sub-agent's step) at least :data:`TOOL_CALL_MIN_OUTPUT` tokens long (a call's markup
+    alone is ~25 tokens), the later steps' prior contexts moved by what that added (until a
+    compaction, which starts the context afresh)."""
+    out: list[Step] = []
+    shift = 0
+    for i, step in enumerate(steps):
+        following = steps[i + 1].kind if i + 1 < len(steps) else None
+        extra = 0
+        if (
+            step.kind != "compaction"
+            and following in ("tool", "subagent")
+            and step.output_tokens < TOOL_CALL_MIN_OUTPUT
+        ):
+            extra = TOOL_CALL_MIN_OUTPUT - step.output_tokens
+        if shift or extra:
+            step = dataclasses.replace(
+                step,
+                prior_tokens=step.prior_tokens + shift,
+                output_tokens=step.output_tokens + extra,
+            )
+        shift = 0 if step.kind == "compaction" else shift + extra
+        out.append(step)
+    return tuple(out)
 
 
 def _child_plan(
@@ -216,7 +267,7 @@ def _child_plan(
         pause = 0.0 if turn == 1 else draw_seconds(s.pacing.tool_time, pauses) * s.pacing.time_scale
         steps.append(Step(turn, "subagent", new, out, pause, context))
         context += new + out
-    return tuple(steps)
+    return _calls_fit(steps)
 
 
 def _tool(name: str, summary: str, **params: str) -> dict[str, Any]:

@@ -324,7 +324,12 @@ class Conversation:
         stream = self._turns.get(turn)
         if stream is None:
             style: Style = "chat" if self.kinds.get(turn) == "human" else self.style
-            stream = self.corpus.turn_stream(style, self.seed, self.session, turn)
+            # a tool result is the output of the tool the last reply called
+            calls = self.messages[-1].get("tool_calls") if self.messages else None
+            tool = None
+            if calls and self.kinds.get(turn, "tool") == "tool":
+                tool = str((calls[0].get("function") or {}).get("name") or "") or None
+            stream = self.corpus.turn_stream(style, self.seed, self.session, turn, tool)
             if turn in self.heads:
                 stream = stream.prefixed(self.heads[turn] + "\n\n")
             self._turns[turn] = stream

@@ -265,22 +265,30 @@ class Corpus:
             return TextStream(_chain(head, self._file_dumps(rng)))
         return TextStream(_chain(["I'm working on this code:\n"], self._files(rng)))
 
-    def turn_stream(self, style: Style, seed: int, session: int, turn: int) -> TextStream:
-        """Turn ``turn``'s new content: a follow-up and a tool result (file read, grep hits,
-        test log or diff) for agents; a question about a piece of code for chat."""
+    def turn_stream(
+        self, style: Style, seed: int, session: int, turn: int, tool: str | None = None
+    ) -> TextStream:
+        """Turn ``turn``'s new content: for agents a tool result of the tool the reply
+        called (``tool``, a name of the coding tool set: a file read for read, grep or glob
+        hits, a command's log for bash, a diff for edit and write), a follow-up and a
+        drawn one of those without a known call; a question about a piece of code for
+        chat."""
         rng = self.rng(seed, "turn", session, turn)
         if style == "chat":
             lead = rng.choice(_QUESTIONS) if turn == 1 else rng.choice(_CHAT_FOLLOW_UPS)
             return TextStream(_chain([lead, "\n\n"], self._snippets(rng)))
         kinds: dict[str, Callable[[random.Random], Iterator[str]]] = {
-            "read_file": self._file_dumps,
+            "read": self._file_dumps,
             "grep": self._grep_hits,
-            "run_tests": self._test_log,
-            "apply_patch": self._diffs,
+            "bash": self._test_log,
+            "edit": self._diffs,
         }
-        kind = list(kinds)[(turn + rng.randrange(4)) % 4]
-        header = f"{rng.choice(_FOLLOW_UPS)}\n\n[tool result: {kind}]\n"
-        return TextStream(_chain([header], kinds[kind](rng)))
+        also = {"glob": "grep", "write": "edit"}
+        drawn = list(kinds)[(turn + rng.randrange(4)) % 4]
+        if tool is not None and (tool in kinds or tool in also):
+            return TextStream(kinds[also.get(tool, tool)](rng))
+        header = f"{rng.choice(_FOLLOW_UPS)}\n\n[tool result: {drawn}]\n"
+        return TextStream(_chain([header], kinds[drawn](rng)))
 
     def block_stream(self, seed: int, block: int) -> TextStream:
         """The text of a trace's prompt block (a Mooncake hash id): excerpts of files,

@@ -31,6 +31,7 @@ __all__ = [
     "Compaction",
     "Content",
     "Distribution",
+    "Fleet",
     "Pacing",
     "Repetitions",
     "Sampling",
@@ -324,6 +325,20 @@ class Agent(Frozen):
     trace: str | None = None
 
 
+class Fleet(Frozen):
+    """A fleet in steady state: ``users`` slots, each playing one agent session after
+    another (a session that ends is replaced by a fresh one, with its own nonce and drawn
+    plan) for as long as the run lasts, so sessions keep their real lengths and the server
+    sees sessions starting, running and ending at once. Time bounds the run, not turns:
+    each repetition is a **fleet window** of ``window_s`` seconds of one continuous fleet
+    (the warm-up's first, then the measured ones); a step belongs to the window it is sent
+    in, and no step is sent after the last window (steps in flight then finish).
+    ``max_sessions`` bounds the sessions a cell's fleet starts (each has a fresh nonce)."""
+
+    window_s: float = Field(gt=0.0, le=86_400.0)
+    max_sessions: int = Field(default=1024, ge=1, le=65_536)
+
+
 @dataclass(frozen=True, slots=True)
 class Cell:
     """One coordinate of a run: its concurrency and its prior depth. A scenario without sweep
@@ -398,13 +413,22 @@ class Scenario(Frozen):
     # A real agent's session (human requests, tool steps, compaction, sub-agents); None:
     # every turn adds turn_tokens, the fixed shape of the hand-made records.
     agent: Agent | None = None
-    # Tool schemas sent with every request (``tool_choice: "auto"``): "coding" is a coding
-    # agent's tool set (read, edit, write, bash, grep, glob, task); a list gives your own
-    # OpenAI-style tool objects; "none" sends none.
+    # Tool schemas sent with every request: "coding" is a coding agent's tool set (read,
+    # edit, write, bash, grep, glob, task); a list gives your own OpenAI-style tool objects;
+    # "none" sends none.
     tools: Literal["none", "coding"] | list[dict[str, Any]] = "none"
+    # How a request with tools asks for calls. "plan" (the default): the plan decides, so
+    # every arm sends the same steps and each step follows the reply it needs: a request
+    # whose next step is a tool result sends tool_choice "required", one whose next step is
+    # a human request or a compaction (or that ends the session) "none" (vLLM, SGLang and
+    # llama.cpp --jinja honour both). "auto": no tool_choice is sent; the model decides and
+    # the plan is played as drawn whatever it did.
+    tool_choice: Literal["plan", "auto"] = "plan"
     # The SLO each request is judged by (latency limits, per step kind if wanted): the
     # result then has goodput and session goodput (workloads.core.goodput). None: no SLO.
     slo: Slo | None = None
+    # A steady-state fleet of agent sessions bounded by time (agent scenarios, free pacing).
+    fleet: Fleet | None = None
 
     @model_validator(mode="after")
     def _counts_in_range(self) -> Scenario:
@@ -443,6 +467,21 @@ class Scenario(Frozen):
             raise ValueError(
                 f"shared_prefix_tokens ({self.shared_prefix_tokens}) must fit in the opening "
                 f"context ({smallest} tokens); raise opening_tokens or lower it"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _fleet_plays_agents(self) -> Scenario:
+        if self.fleet is None:
+            return self
+        if self.agent is None or self.agent.trace is not None:
+            raise ValueError("fleet: needs an [agent] table with drawn plans (not a trace)")
+        if self.pacing.mode != "free":
+            raise ValueError(f"fleet: needs pacing.mode = 'free' (got {self.pacing.mode!r})")
+        if self.fleet.max_sessions < self.users:
+            raise ValueError(
+                f"fleet.max_sessions: {self.fleet.max_sessions} is fewer than users "
+                f"({self.users}): every slot needs a session"
             )
         return self
 

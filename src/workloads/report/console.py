@@ -19,7 +19,7 @@ from workloads.core.traces import observed_hit_rate
 from workloads.model.results import RunResult
 from workloads.model.scenario import Scenario, describe
 from workloads.model.summary import Percentiles, TurnSummary
-from workloads.report import agent_trace, agents, goodput, rates
+from workloads.report import agent_trace, agents, flow, goodput, rates
 from workloads.report.table import Block, Line, ReportTable
 from workloads.report.text import (
     BOUNDS_NOTE,
@@ -67,6 +67,31 @@ def _effectiveness(t: TurnSummary) -> str:
     return f"{mark}{t.cache_effectiveness:.0%}"
 
 
+# A fleet's per-turn tables show its first turns: later turn numbers are reached by fewer and
+# fewer sessions (a session's length is drawn), so their rows say little; the per-kind table
+# and result.json have every step.
+FLEET_TURN_ROWS = 16
+
+
+def shown_turns(result: RunResult) -> list[TurnSummary]:
+    """The per-turn summaries the per-turn tables show: all, or a fleet's first
+    :data:`FLEET_TURN_ROWS`."""
+    turns = result.summary.turns
+    return turns[:FLEET_TURN_ROWS] if result.scenario.fleet is not None else turns
+
+
+def fleet_turns_line(result: RunResult) -> str | None:
+    """What a fleet's per-turn tables leave out; None when they show every turn."""
+    turns = result.summary.turns
+    if result.scenario.fleet is None or len(turns) <= FLEET_TURN_ROWS:
+        return None
+    return (
+        f"per-turn tables: turns 1–{FLEET_TURN_ROWS} of {len(turns)} (a fleet: later turns "
+        "are steps of fewer, longer sessions; the per-kind table counts every step, and "
+        "result.json has every turn)"
+    )
+
+
 def turn_table(result: RunResult) -> ReportTable:
     """Per-turn rates and latency. Rates: medians over measured repetitions (min–max); TTFT
     and prefill: medians over the measured requests (min–max)."""
@@ -81,7 +106,7 @@ def turn_table(result: RunResult) -> ReportTable:
     )
     notes = []
     partial = []
-    for t in result.summary.turns:
+    for t in shown_turns(result):
         missing = NO_VALID if not t.valid else "—"
         cells = [format_band(f.read(t), missing=missing) for f in figures]
         if t.partial_repetitions:
@@ -171,7 +196,7 @@ def cache_table(result: RunResult) -> ReportTable:
             "the responses carry none (the window's acceptance, from the server's counters, "
             "is below)"
         )
-    for t in result.summary.turns:
+    for t in shown_turns(result):
         table.add_row(
             str(t.turn),
             *([num(t.configured_prompt_tokens, 0)] if configured else []),
@@ -210,7 +235,10 @@ def what_if_table(result: RunResult) -> ReportTable | None:
     def pct(value: float | None) -> str:
         return "—" if value is None else f"{value:.0%}"
 
+    last = shown_turns(result)[-1].turn if result.summary.turns else 0
     for w in result.cache_what_if:
+        if w.turn > last:
+            continue
         table.add_row(
             str(w.turn), pct(observed.get(w.turn)), pct(w.lru_hit_rate), pct(w.unlimited_hit_rate)
         )
@@ -263,6 +291,14 @@ def coordinates_line(result: RunResult) -> str:
             if s.agent is not None
             else plural(s.turns, "turn")
         )
+        if s.fleet is not None:
+            windows = plural(result.summary.run.measured_repetitions, "measured window")
+            return (
+                f"{users_label(result)} · actual prompt tokens {actual} (server count) · "
+                f"{agents.sizes_line(result)} · a fleet: each slot plays session after "
+                f"session (up to {plural(s.turns, 'step')} each) for {windows} of "
+                f"{s.fleet.window_s:g} s"
+            )
         return (
             f"{users_label(result)} · actual prompt tokens {actual} (server count) · "
             f"{agents.sizes_line(result)} · {steps} × {repetitions}"
@@ -563,7 +599,7 @@ def latency_table(result: RunResult) -> ReportTable | None:
             key=2,
             name="latency",
         )
-        for t in result.summary.turns:
+        for t in shown_turns(result):
             _latency_rows(
                 table,
                 [str(t.turn)],
@@ -714,6 +750,8 @@ def _agent_blocks(result: RunResult) -> list[Block]:
         return parts
     if (kinds := agents.kind_table(result)) is not None:
         parts.append(kinds)
+    if (flowed := flow.flow_line(result)) is not None:
+        parts.append(Line(flowed))
     if (cliff := agents.cache_cliff_line(result)) is not None:
         parts.append(Line(cliff))
     if (drawn := agents.drawn_sizes_table(result)) is not None:
@@ -741,6 +779,8 @@ def blocks(result: RunResult) -> list[Block]:
         parts += [Line(text) for text in agent_trace.lines(result)]
         line = agent_trace.coordinates(result) or coordinates(result)
         parts += [Line(line), turn_table(result), cache_table(result)]
+        if (cut := fleet_turns_line(result)) is not None:
+            parts.append(Line(cut))
         parts += _agent_blocks(result)
         if (latency := latency_table(result)) is not None:
             parts.append(latency)

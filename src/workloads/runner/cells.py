@@ -310,6 +310,34 @@ class Run:
             s.measured,
         )
         opened: float | None = None
+
+        async def open_window() -> None:
+            nonlocal opened
+            log.debug("cell %d: the measured window opens", cell.index + 1)
+            await self.telemetry.start()  # the window opens: sized, nothing sent yet
+            opened = time.time()
+            if m.window_start is None:
+                m.window_start = opened
+
+        if m.scenario.for_cell(cell).fleet is not None:
+            # One continuous fleet: its windows are the repetitions; the measured window
+            # opens when the warm-up's windows end, while the fleet plays on.
+            fleet = Repetition(cell=cell, index=0, warmup=s.warmup > 0)
+            if isinstance(self.players, LocalPlayers):
+                self.players.on_measured = open_window
+            nonces = await self.players.open(fleet)
+            m.nonces.append(nonces)
+            if self.writer is not None:
+                self.writer.write_line(meta_line("nonces", nonces.model_dump(mode="json")))
+            if self.stop.is_set():
+                self.stopped = True
+                return
+            if s.warmup == 0:
+                await open_window()
+            if not await self.players.play(fleet):
+                self.stopped = True
+            await self._close(cell, opened)
+            return
         for index in range(s.warmup + s.measured):
             if self.stop.is_set():
                 self.stopped = True
@@ -323,16 +351,18 @@ class Run:
                 self.stopped = True
                 break
             if not repetition.warmup and opened is None:
-                log.debug("cell %d: the measured window opens", cell.index + 1)
-                await self.telemetry.start()  # the window opens: sized, nothing sent yet
-                opened = time.time()
-                if m.window_start is None:
-                    m.window_start = opened
+                await open_window()
             finished = await self.players.play(repetition)
             await self.players.learn(repetition)
             if not finished:
                 self.stopped = True
                 break
+        await self._close(cell, opened)
+
+    async def _close(self, cell: Cell, opened: float | None) -> None:
+        """Close the cell's measured window (opened at ``opened``; None: it never opened)
+        and keep its telemetry and the what-if oracle's traces."""
+        m = self.measured
         if opened is None:
             return  # stopped before the cell's first measured request: no window
         m.window_end = time.time()  # every measured response of the cell has ended

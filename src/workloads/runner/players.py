@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, Protocol
 
 from workloads.core.corpus import Corpus
 from workloads.model.results import ClientHealth, RepetitionNonces
 from workloads.model.scenario import Cell, Scenario
+from workloads.runner.fleet import FleetPlay
 from workloads.runner.monitor import ClientMonitor
 from workloads.runner.options import SessionIO, Stopping
 from workloads.runner.order import OpeningOrder
@@ -128,11 +129,22 @@ class LocalPlayers:
         self.start = start
         self.monitor = monitor
         self.sessions: list[Session] = []  # the repetition being played
+        self.fleet: FleetPlay | None = None  # a fleet's cell (scenario fleet): one continuous play
+        # A fleet's: called when its warm-up windows end (the run opens its measured window).
+        self.on_measured: Callable[[], Awaitable[None]] | None = None
         self.traced: dict[int, list[Session]] = {}  # measured sessions, per cell
 
     async def open(self, repetition: Repetition) -> RepetitionNonces:
         sizing = self.sizings[repetition.cell.index]
-        if self.replay is not None:
+        self.fleet = None
+        if sizing.scenario.fleet is not None:
+            self.fleet = FleetPlay(
+                repetition, sizing=sizing, corpus=self.corpus, entropy=self.entropy, io=self.io
+            )
+            self.fleet.on_measured = self.on_measured
+            self.sessions = await self.fleet.open()
+            nonces = self.fleet.nonce_record()
+        elif self.replay is not None:
             self.sessions, nonces = replay_sessions(
                 repetition,
                 self.replay,
@@ -203,7 +215,9 @@ class LocalPlayers:
             if not playing.done():  # we were cancelled: the turns go too, and record so
                 playing.cancel()
                 await asyncio.wait({playing})
-        if not repetition.warmup:  # with their sub-agents
+        if self.fleet is not None:  # every session the fleet started, windows mixed
+            sessions = self.fleet.sessions
+        if not repetition.warmup or self.fleet is not None:  # with their sub-agents
             self.traced.setdefault(repetition.cell.index, []).extend(
                 s for session in sessions for s in session.family()
             )
@@ -217,6 +231,8 @@ class LocalPlayers:
         barrier: Barrier | None,  # None: this process alone
     ) -> Coroutine[Any, Any, bool]:
         """What plays the repetition (the scenario's pacing; a trace replay overrides it)."""
+        if self.fleet is not None:
+            return self.fleet.play(sessions, self.stop)
         return play(
             sessions,
             repetition,
@@ -229,6 +245,8 @@ class LocalPlayers:
 
     def observations(self) -> list[Observation]:
         """What the repetition just played taught about estimate sizing."""
+        if self.fleet is not None:
+            return self.fleet.observations()
         return [o for session in self.sessions for s in session.family() for o in s.observations]
 
     async def learn(self, repetition: Repetition) -> None:

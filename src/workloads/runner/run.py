@@ -144,6 +144,13 @@ async def run_async(
         stop_grace_s=stop_grace_s,
     )
     sharded = workers > 1 or ray is not None
+    if scenario.fleet is not None and (sharded or replay is not None or trace is not None):
+        what = f"workers={workers}" if workers > 1 else ("ray" if ray else "replay/trace")
+        raise OptionsError(
+            f"{what} cannot be combined with the scenario's fleet: a fleet plays from this "
+            "process (workers=1) and draws its own sessions",
+            option="workers" if sharded else ("replay" if replay is not None else "trace"),
+        )
     if trace is not None and not isinstance(trace, MooncakeTrace):
         trace = read_trace(trace, scenario.trace)  # bad input: one line, before --out exists
     if trace is not None:

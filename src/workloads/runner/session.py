@@ -145,6 +145,24 @@ class Session:
             return 0, True  # nothing of this session reached the server yet
         return estimated_shareable(self.last), False
 
+    def tool_choice(self, turn: int) -> str | None:
+        """What turn ``turn``'s request asks of tool calls (scenario ``tool_choice``): with
+        "plan", "required" when the plan's next step is a tool result (or a sub-agent's
+        next step), "none" when it is a human request or a compaction, or the session ends
+        there; a compaction's own request is "none" (the summary is text: the tools stay in
+        the prompt, its cached prefix holds them). None: send none ("auto"). A model that
+        disobeys is not corrected: the next step is sent as planned (a tool result after a
+        reply without calls goes in a user message; a human request answers stray calls with
+        a short result), and the per-kind report counts how often steps followed replies."""
+        if self.step(turn).kind == "compaction":
+            return "none"
+        if self.scenario.tool_choice != "plan":
+            return None
+        following = self.plan[turn] if turn < len(self.plan) else None
+        if following is not None and following.kind in ("tool", "subagent"):
+            return "required"
+        return "none"
+
     def step(self, turn: int) -> Step:
         """Turn ``turn``'s step of the plan."""
         return self.plan[turn - 1]
@@ -251,10 +269,10 @@ class Session:
             output_tokens=step.output_tokens,
             tools=self.tools,
         )
-        if step.kind == "compaction" and self.tools:
-            # The summary is text: the tools stay in the prompt (its cached prefix holds
-            # them), but no call is wanted.
-            body["tool_choice"] = "none"
+        if self.tools:
+            choice = self.tool_choice(turn)
+            if choice is not None:
+                body["tool_choice"] = choice
         sent = list(prepared.messages)  # the history list grows with the reply below
         head = RecordHead(
             repetition=self.repetition,

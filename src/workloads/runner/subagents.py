@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import time
 
-from workloads.core.agent import child_session
+from workloads.core.agent import child_session, top_sessions
 from workloads.core.clock import sleep_until_or
 from workloads.core.conversation import Conversation
 from workloads.core.tokens import TokenizeError
@@ -35,7 +35,7 @@ async def spawn(parent: Session, turn: int, stop: asyncio.Event) -> None:
             corpus=me.corpus,
             style=me.style,
             seed=me.seed,
-            session=child_session(parent.scenario.users, me.session, index),
+            session=child_session(top_sessions(parent.scenario), me.session, index),
             nonce=f"{me.nonce}/{index}",
             run_nonce=me.run_nonce,
         )

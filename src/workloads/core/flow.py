@@ -1,0 +1,82 @@
+"""How an agent's sessions flowed, from their records: whether each step followed the reply it
+needs (a tool result one that called tools, a human request one that did not), how many
+steps a human request caused, how long sessions ran and how often they compacted. Pure:
+records in, :class:`SessionFlow` out (the report computes it from a result's records; it is
+not saved).
+
+A session is its records of one (cell, repetition, session) — of one (cell, session) in a
+fleet, whose sessions span its windows; sub-agents' sessions are left out (their steps
+follow their own task). Records of every window count, the warm-up's too: a session's shape
+is the plan's and the model's, not the window's.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from workloads.model.records import TurnRecord
+
+__all__ = ["SessionFlow", "session_flow"]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFlow:
+    """How the users' own agent sessions flowed (see the module docstring)."""
+
+    sessions: int
+    longest_session: int  # steps of the longest session (its last turn)
+    compactions: int
+    human_requests: int
+    steps_per_request: float | None  # mean steps a human request caused, itself included
+    tool_steps: int  # tool steps whose previous reply is known (tools offered)
+    tool_after_calls: int  # of them, those after a reply with tool calls
+    human_steps: int  # human steps past a session's first whose previous reply is known
+    human_after_text: int  # of them, those after a reply without tool calls
+
+
+def session_flow(records: Iterable[TurnRecord], *, fleet: bool = False) -> SessionFlow | None:
+    """The flow of the users' own agent sessions in ``records`` (None: no record has a
+    step kind). ``fleet``: sessions are numbered per cell, not per repetition. Pure."""
+    sessions: dict[tuple[int, int, int], list[TurnRecord]] = defaultdict(list)
+    for r in records:
+        if r.step_kind is None or r.parent_session is not None:
+            continue
+        sessions[(r.cell, 0 if fleet else r.repetition, r.session)].append(r)
+    if not sessions:
+        return None
+    tool_steps = tool_after_calls = human_steps = human_after_text = 0
+    loops: list[int] = []  # steps of each human request, the request included
+    compactions = 0
+    longest = 0
+    for steps in sessions.values():
+        steps.sort(key=lambda r: r.turn)
+        longest = max(longest, steps[-1].turn)
+        for before, r in zip([None, *steps], steps, strict=False):
+            if r.step_kind == "compaction":
+                compactions += 1
+                continue
+            if r.step_kind == "human":
+                loops.append(0)
+            if loops:
+                loops[-1] += 1
+            if before is None or before.turn != r.turn - 1 or before.tool_calls is None:
+                continue  # the reply before it is not known (or tools were not offered)
+            if r.step_kind == "tool":
+                tool_steps += 1
+                tool_after_calls += before.tool_calls > 0
+            elif r.step_kind == "human":
+                human_steps += 1
+                human_after_text += before.tool_calls == 0
+    return SessionFlow(
+        sessions=len(sessions),
+        longest_session=longest,
+        compactions=compactions,
+        human_requests=len(loops),
+        steps_per_request=sum(loops) / len(loops) if loops else None,
+        tool_steps=tool_steps,
+        tool_after_calls=tool_after_calls,
+        human_steps=human_steps,
+        human_after_text=human_after_text,
+    )

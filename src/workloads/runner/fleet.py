@@ -1,0 +1,216 @@
+"""A fleet in steady state (scenario ``fleet``): ``users`` slots, each playing one agent
+session after another for the run's whole time, so sessions keep their real lengths (median
+15 steps, p90 135) and the server sees sessions start, run and end at once.
+
+One continuous fleet plays a cell: its repetitions are **fleet windows** of
+``fleet.window_s`` seconds (the warm-up's first, then the measured ones). A step belongs to
+the window it is sent in (its record's ``repetition`` and ``warmup``); at the end of the last
+window no step starts, and steps in flight finish. A session that ends is replaced at once by
+a fresh one (its own nonce and drawn plan; its first step waits its think time), up to
+``fleet.max_sessions`` sessions a cell. The run opens the measured window when the warm-up's
+windows end (:attr:`FleetPlay.on_measured`), and the warm-up's exactly sized steps teach quiet
+sizing then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+from workloads.core import tokens
+from workloads.core.clock import sleep_until_or
+from workloads.core.conversation import Conversation, make_nonces, probe_nonce
+from workloads.core.corpus import Corpus
+from workloads.model.results import RepetitionNonces
+from workloads.model.scenario import nominal
+from workloads.runner.options import SessionIO
+from workloads.runner.order import LocalOpeningOrder
+from workloads.runner.repetition import Repetition
+from workloads.runner.session import Session
+from workloads.runner.sizing import CellSizing
+from workloads.runner.subagents import spawn
+
+__all__ = ["FleetPlay"]
+
+
+class FleetPlay:
+    """One cell's fleet: :meth:`open` sizes the slots' first sessions (nothing sent),
+    :meth:`play` runs every window."""
+
+    def __init__(
+        self,
+        repetition: Repetition,
+        *,
+        sizing: CellSizing,
+        corpus: Corpus,
+        entropy: bytes,
+        io: SessionIO,
+    ) -> None:
+        s = sizing.scenario
+        assert s.fleet is not None
+        self.repetition = repetition
+        self.scenario = s
+        self.sizing = sizing
+        self.corpus = corpus
+        self.io = io
+        self.fleet = s.fleet
+        self.nonces = make_nonces(
+            entropy,
+            cell=repetition.cell.index,
+            repetition=0,
+            users=s.fleet.max_sessions,
+            mode=s.nonce,
+        )
+        self.n_system = 0
+        self.first_ids: list[int] | None = None  # an opening every session shares a prefix of
+        self.first_exact = True
+        self.sessions: list[Session] = []  # every session started, in start order
+        # Called once, when the warm-up's windows end (the run opens its measured window).
+        self.on_measured: Callable[[], Awaitable[None]] | None = None
+        self.start: float | None = None
+
+    def nonce_record(self) -> RepetitionNonces:
+        return RepetitionNonces(
+            cell=self.repetition.cell.index,
+            repetition=0,
+            warmup=self.repetition.warmup,
+            run_nonce=self.nonces.run,
+            sessions=self.nonces.sessions,
+        )
+
+    def _session(self, number: int) -> Session:
+        s = self.scenario
+        conversation = Conversation(
+            corpus=self.corpus,
+            style=s.content.style,
+            seed=s.content.seed,
+            session=number,
+            nonce=self.nonces.sessions[number],
+            run_nonce=self.nonces.run,
+        )
+        session = Session(
+            io=self.io,
+            scenario=s,
+            conversation=conversation,
+            sizing=self.sizing,
+            repetition=self.repetition.index,
+            warmup=self.repetition.warmup,
+            cell=self.repetition.cell.index,
+        )
+        self.sessions.append(session)
+        return session
+
+    def _share(self, session: Session) -> None:
+        """Turn 1's shareable prefix: with nonce = "run", the part of its opening another
+        session's shares (the system prompt and tools); nothing with nonce = "session"."""
+        if self.scenario.nonce != "run" or self.first_ids is None:
+            session.peer_shared = 0
+            return
+        session.peer_shared = tokens.common_prefix_length(session.opening_ids, self.first_ids)
+        session.peer_shared_exact = session.opening_exact and self.first_exact
+
+    async def open(self) -> list[Session]:
+        """The slots' first sessions, each opened and its turn 1 prepared; nothing sent."""
+        s = self.scenario
+        first = [self._session(i) for i in range(s.users)]
+        if nominal(s.opening_tokens) > 0:
+            self.n_system = await self.sizing.fit_shared(
+                first[0].conversation, probe_nonce(self.nonces)
+            )
+        async with asyncio.TaskGroup() as tg:
+            for session in first:
+                tg.create_task(session.open(self.n_system))
+        # Each shares the system prompt of the others; the first of them to send (they
+        # start after their think times) finds nothing the server has seen.
+        order = LocalOpeningOrder()
+        for i, session in enumerate(first if len(first) > 1 else []):
+            other = first[(i + 1) % len(first)]
+            self.first_ids, self.first_exact = other.opening_ids, other.opening_exact
+            self._share(session)
+            session.order = order
+        self.first_ids, self.first_exact = first[0].opening_ids, first[0].opening_exact
+        async with asyncio.TaskGroup() as tg:
+            for session in first:
+                tg.create_task(session.prepare(1))
+        return first
+
+    def window(self, now: float) -> tuple[int, bool]:
+        """The fleet window (repetition index) a step sent at ``now`` belongs to, and
+        whether it is a warm-up window."""
+        assert self.start is not None
+        reps = self.scenario.repetitions
+        last = reps.warmup + reps.measured - 1
+        index = min(max(0, int((now - self.start) // self.fleet.window_s)), last)
+        return index, index < reps.warmup
+
+    def observations(self) -> list[tuple[int, int, int, int]]:
+        return [o for session in self.sessions for s in session.family() for o in s.observations]
+
+    async def play(self, first: list[Session], stop: asyncio.Event) -> bool:
+        """Every window of the fleet; False when ``stop`` cut it short."""
+        reps = self.scenario.repetitions
+        self.start = start = time.perf_counter()
+        end = start + (reps.warmup + reps.measured) * self.fleet.window_s
+        measured_at = start + reps.warmup * self.fleet.window_s
+        stopped = False
+
+        async def boundary() -> None:
+            if reps.warmup == 0 or await sleep_until_or(measured_at, stop) is None:
+                return
+            # as a warm-up repetition's end does (players.learn): estimate sizing learns
+            if not self.sizing.exact:
+                self.sizing.learn(self.observations())
+            if self.on_measured is not None:
+                await self.on_measured()
+
+        async def slot(session: Session | None) -> None:
+            nonlocal stopped
+            for _ in range(self.fleet.max_sessions):  # bounded: a slot's sessions
+                if session is None:
+                    if len(self.sessions) >= self.fleet.max_sessions:
+                        return
+                    session = self._session(len(self.sessions))
+                    self._phase(session, time.perf_counter())
+                    await session.open(self.n_system)
+                    self._share(session)
+                    await session.prepare(1)
+                if not await self._run(session, end, stop):
+                    stopped = stopped or stop.is_set()
+                    return
+                session = None
+
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(boundary())
+            for session in first:
+                tg.create_task(slot(session))
+        return not stopped
+
+    def _phase(self, session: Session, now: float) -> None:
+        session.repetition, session.warmup = self.window(now)
+
+    async def _run(self, session: Session, end: float, stop: asyncio.Event) -> bool:
+        """Every step of ``session``'s plan on its own clock until ``end``: True when the
+        plan ended (the slot starts another session), False when time or stop ended it."""
+        since = time.perf_counter()
+        for step in session.plan:
+            turn = step.turn
+            due = since + step.pause_s
+            if due >= end:
+                return False
+            if turn > 1:  # turn 1 was prepared when the session opened
+                self._phase(session, due)
+                if step.children:
+                    await spawn(session, turn, stop)
+                    due = time.perf_counter()
+                await session.prepare(turn)
+            late = await sleep_until_or(due, stop)
+            if late is None:
+                return False
+            now = time.perf_counter()
+            if now >= end:
+                return False
+            self._phase(session, now)
+            await session.send(turn, lag_ns=round(late * 1e9))
+            since = time.perf_counter()
+        return time.perf_counter() < end
