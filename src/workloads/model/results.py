@@ -72,7 +72,7 @@ __all__ = [
 # history are above _LOADERS); tests/model/test_results.py fails when a saved model's
 # fields change and these do not.
 FORMAT_VERSION = 6
-FORMAT_MINOR = 1
+FORMAT_MINOR = 2
 RESULT_FILE = "result.json"
 RECORDS_FILE = "records.jsonl"
 
@@ -560,6 +560,13 @@ def _upgrade_6(data: dict[str, Any]) -> dict[str, Any]:
 #       wire/arrival.py) or "event loop" (when the loop handed the read over: TLS, other
 #       platforms). No model changed; older files lack the entry (their reads were
 #       stamped by the event loop), as do runs through a caller's own client (not known).
+#   6.2 — 2026-12-02: steps after a pause apart from sessions' first steps:
+#       KindSummary.first_step (a kind's first steps, True, or its later ones, False; None
+#       in older files: both pooled) and Summary.pause_pressure (PausePressure: what other
+#       sessions wrote into the KV over each human request's pause, against the KV
+#       capacity); ServerTelemetry.kv_capacity_tokens (vLLM's cache_config_info). All
+#       optional; load_result recomputes the summaries from the records (and the saved
+#       window telemetry's capacity).
 _LOADERS = {
     1: _upgrade_1,
     2: _upgrade_2,
