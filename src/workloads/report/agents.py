@@ -233,9 +233,15 @@ def _fold(times: float) -> str:
 
 
 def _times_kv(tokens: float, capacity: int | None) -> str:
-    """``tokens`` with, where the capacity is known, how many KV caches that is."""
+    """``tokens`` with, where the capacity is known, what share of the KV that is: 5,270
+    (5.3% of the KV), 114,771 (1.1× the KV)."""
     text = f"{tokens:,.0f}"
-    return text if capacity is None else f"{text} ({tokens / capacity:.2g}× the KV)"
+    if capacity is None:
+        return text
+    share = tokens / capacity
+    if share >= 1:
+        return f"{text} ({_fold(share)}× the KV)"
+    return f"{text} ({'<0.1' if share < 0.001 else f'{share * 100:.2g}'}% of the KV)"
 
 
 def _row(result: RunResult, kind: str, first: bool) -> KindSummary | None:
@@ -290,10 +296,15 @@ def pause_pressure_line(result: RunResult) -> str | None:
         )
     else:
         room = f"the KV capacity, {room} (its usage was not sampled)"
-    text += (
-        f"; within {room}: {_hit_n(pp.below_hit_rate, pp.below)}, past it "
-        f"{_hit_n(pp.above_hit_rate, pp.above)}"
-    )
+    if pp.above == 0:
+        text += f"; all {pp.below} within {room}"
+    elif pp.below == 0:
+        text += f"; all {pp.above} past {room}"
+    else:
+        text += (
+            f"; hit rate within {room}: {_hit_n(pp.below_hit_rate, pp.below)}, past it: "
+            f"{_hit_n(pp.above_hit_rate, pp.above)}"
+        )
     return text + _attribution(pp, after, tool)
 
 
@@ -319,10 +330,8 @@ def _attribution(pp: PausePressure, after: KindSummary, tool: KindSummary | None
     if lower and pp.above == 0:
         return (
             ": no pause saw that much of this run's traffic, so its eviction does not "
-            "explain the lower hit rate (other traffic on the server may)"
+            "explain the lower hit rate after a pause (other traffic on the server may)"
         )
-    if not lower and pp.above == 0:
-        return ": every pause saw less of other sessions' traffic than that room holds"
     return ""
 
 
