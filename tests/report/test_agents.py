@@ -157,3 +157,35 @@ def test_a_small_kv_evicts_prefixes_over_a_pause_and_the_report_says_so():
     assert pp.room_tokens is not None and pp.above > 0
     line = agents.pause_pressure_line(result)
     assert line is not None and "eviction by other sessions' traffic" in line
+
+
+def test_a_kinds_first_steps_and_later_steps_read_apart():
+    from workloads.model.summary import KindSummary
+
+    def label(kind, first):
+        k = KindSummary(
+            kind=kind,
+            first_step=first,
+            records=1,
+            valid=1,
+            hit_rate=None,
+            cache_effectiveness=None,
+            shareable_exact=False,
+            ttft_percentiles=None,
+            ttft_content_percentiles=None,
+            per_user_rate=None,
+            prompt_tokens=None,
+            new_tokens=None,
+            output_tokens=None,
+            pause_s=None,
+            tool_calls=None,
+        )
+        return agents.kind_label(k)
+
+    assert label("human", True) == "human request (first step)"
+    assert label("human", False) == "human request (after a pause)"
+    assert label("subagent", True) == "sub-agent (first step)"
+    assert label("subagent", False) == "sub-agent (later steps)"
+    assert label("tool", False) == "tool result" and label("compaction", False) == "compaction"
+    assert label("tool", True) == "tool result (first step)"  # a trace's session may open so
+    assert label("human", None) == "human request"  # a summary saved before format 6.2

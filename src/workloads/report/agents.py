@@ -56,11 +56,13 @@ def kind_label(k: KindSummary) -> str:
     requests, sub-agents) whether the row is its first steps or its later ones (a human
     request's are "after a pause")."""
     label = KIND_LABELS[k.kind]
-    if k.first_step is None or k.kind in ("tool", "compaction"):
+    if k.first_step is None:
         return label
     if k.kind == "human" and not k.first_step:
         return _AFTER_PAUSE
-    return label + _FIRST_STEP[k.first_step]
+    if k.first_step or k.kind == "subagent":  # a trace's session may open with a tool step
+        return label + _FIRST_STEP[k.first_step]
+    return label
 
 
 def _pct(value: float | None) -> str:
@@ -273,10 +275,12 @@ def pause_pressure_line(result: RunResult) -> str | None:
         head += f" vs {_pct(tool.hit_rate)} for tool results"
     p, capacity = pp.pressure_tokens, pp.kv_capacity_tokens
     if p is None:
-        return head + (
-            f"; pause pressure not known for any of the {pp.steps} steps (a request over "
-            f"the pause had no usage, or cached tokens {NOT_REPORTED})"
+        why = (
+            "the records' stamps are several hosts' clocks"
+            if len({r.host for r in result.records}) > 1
+            else f"a request over each pause had no usage, or cached tokens {NOT_REPORTED}"
         )
+        return head + f"; pause pressure not known for any of the {pp.steps} steps ({why})"
     text = (
         f"{head}. Pause pressure (the tokens other sessions wrote into the KV over a pause: "
         f"their uncached prompt and completion tokens): median {_times_kv(p.p50, capacity)}, "
