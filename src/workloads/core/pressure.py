@@ -50,6 +50,7 @@ __all__ = [
     "kv_capacity_tokens",
     "kv_figures",
     "kv_room_tokens",
+    "kv_usage",
     "step_pressures",
 ]
 

@@ -262,8 +262,8 @@ def pause_pressure_line(result: RunResult) -> str | None:
     tool steps', the pause pressure (median and p90 of the tokens other sessions wrote into
     the KV over each pause, and in KV capacities where known), the hit rate of the steps
     whose pressure stayed within the KV's room for idle prefixes and of those past it, and
-    what that says. None without steps after a pause (or for
-    a sweep, whose cells each have their own)."""
+    what that says. None without steps after a pause with cached tokens reported (or for a
+    sweep, whose cells each have their own)."""
     pp = result.summary.pause_pressure
     if pp is None or result.cells is not None:
         return None
