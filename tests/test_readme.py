@@ -152,6 +152,14 @@ SHORTENED: dict[str, list[str]] = {
         "--no-plots",
     ],
     "python -m workloads run coding-agents": [*AGENTS, "--set", "users=2", "--set", "turns=3"],
+    # a KV of 100,000 tokens (as written): what it reports, not how long it takes
+    "python -m workloads run coding-agents --sim kv_capacity_tokens=100000": [
+        *AGENTS,
+        "--set",
+        "users=2",
+        "--set",
+        "turns=3",
+    ],
     # one user (the 10 turns carry its context past 27,000 tokens: one compaction)
     "python -m workloads run coding-agents --set users=2 --set turns=10 --set "
     "agent.compaction.at_tokens=27000": [*AGENTS, "--set", "users=1"],

@@ -58,6 +58,20 @@ def test_eviction_takes_the_least_recently_freed_and_a_sequence_tail_first():
     assert len(pool.longest_hit(block_hashes(list(range(100, 108)), 4), 2)) == 2
 
 
+def test_a_prefix_used_again_is_evicted_after_one_used_less_recently():
+    # Least recently *used*, not first cached: session A's prefix, cached first, is hit
+    # again (and freed again) after B's; a full pool then evicts B's, and A's stays.
+    pool = BlockPool(4)
+    a, b = list(range(8)), list(range(100, 108))
+    pool.free(fill(pool, a))
+    pool.free(fill(pool, b))
+    pool.free(fill(pool, a))  # A's next step: a hit on both blocks, freed again
+    pool.allocate(2)  # another session's new tokens: the pool is full of cached blocks
+    assert pool.evictions == 2
+    assert len(pool.longest_hit(block_hashes(a, 4), 2)) == 2
+    assert len(pool.longest_hit(block_hashes(b, 4), 2)) == 0
+
+
 def test_referenced_blocks_are_never_evicted():
     pool = BlockPool(2)
     held = fill(pool, list(range(8)))

@@ -399,10 +399,17 @@ def test_a_format_4_result_reads_as_4_0_and_saves_as_the_current_format(tmp_path
 
 
 def as_saved_in_5_0(summary: Any) -> Any:
-    """A summary dump without what formats 5.1, 5.2 and 6 added to it (the percentiles'
-    bounds, the per-turn spec decoding counts, the cancelled turns), which the stored 5.0
-    sweep could not save."""
-    later = {"bounds", "spec_draft_tokens", "spec_accepted_tokens", "cancelled"}
+    """A summary dump without what formats 5.1, 5.2, 6 and 6.2 added to it (the
+    percentiles' bounds, the per-turn spec decoding counts, the cancelled turns, the first
+    steps apart and the pause pressure), which the stored 5.0 sweep could not save."""
+    later = {
+        "bounds",
+        "spec_draft_tokens",
+        "spec_accepted_tokens",
+        "cancelled",
+        "first_step",
+        "pause_pressure",
+    }
     if isinstance(summary, dict):
         return {k: as_saved_in_5_0(v) for k, v in summary.items() if k not in later}
     if isinstance(summary, list):

@@ -255,6 +255,27 @@ def test_kv_peak_is_the_highest_sample_and_engines_take_the_max():
     assert t.gauges["kv_usage"].samples == 5 and t.gauges["kv_usage"].inside == 3
 
 
+def cache_config(*engines: tuple[str, str, str]) -> str:
+    """vLLM's cache_config_info per engine: (engine, num_gpu_blocks, block_size)."""
+    return "# TYPE vllm:cache_config_info gauge\n" + "".join(
+        f'vllm:cache_config_info{{block_size="{size}",enable_prefix_caching="True",'
+        f'engine="{engine}",num_gpu_blocks="{blocks}"}} 1.0\n'
+        for engine, blocks, size in engines
+    )
+
+
+def test_the_kv_capacity_is_read_from_vllms_cache_config_summed_over_engines():
+    one = parse_metrics(cache_config(("0", "6250", "16")))
+    t, _ = figures(VLLM, one, one, records=[])
+    assert t.kv_capacity_tokens == 100_000
+    two = parse_metrics(cache_config(("0", "6250", "16"), ("1", "6250", "16")))
+    assert figures(VLLM, two, two, records=[])[0].kv_capacity_tokens == 200_000
+    # Before the engine has sized its cache vLLM prints "None": unknown, not 0.
+    unsized = parse_metrics(cache_config(("0", "None", "16")))
+    assert figures(VLLM, unsized, unsized, records=[])[0].kv_capacity_tokens is None
+    assert figures(VLLM, vllm(), vllm(), records=[])[0].kv_capacity_tokens is None
+
+
 def llama(uncached, cached, predicted, draft=0, accepted=0, drafts=0):
     def g(v):  # llama.cpp prints %g: 6 significant digits
         return f"{v:g}"

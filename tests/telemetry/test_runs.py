@@ -46,6 +46,8 @@ def test_sim_window_deltas_equal_the_measured_usage_exactly(run_scenario, tiny_s
     assert t.prefix_cache_hit_rate == pytest.approx(cached / prompt)
     assert t.preemptions == 0
     assert t.kv_usage_peak is not None and 0 < t.kv_usage_peak < 1
+    # The simulator exports its KV capacity as vLLM does (cache_config_info).
+    assert t.kv_capacity_tokens == result.target.simulator_profile["kv_capacity_tokens"]
     assert cached > 0  # later turns hit the cache, so "reconciles" is not 0 == 0
     assert [r.verdict for r in t.reconciliation] == ["reconciles"] * 5
     assert t.reconciles is True

@@ -47,7 +47,10 @@ the streams counts and the per-user median count the users' own sessions only (r
 ``parent_session`` None); a sub-agent's steps have turn numbers of its own session, which are
 not the users' turns. Totals over all requests count them: records, valid, errors, request
 rate, latency distributions, wall throughput. :func:`kinds` summarises every step kind,
-sub-agents' included, and :func:`cache_cliff` the hit rate right after compactions.
+sub-agents' included, sessions' first steps apart from their later steps;
+:func:`cache_cliff` the hit rate right after compactions, and :func:`pause_pressure` what
+other sessions wrote into the KV before each human request after a pause
+(:mod:`workloads.core.pressure`).
 
 Only valid turns enter the rates; invalid and failed turns are counted and shown. A turn
 cancelled in flight by a stop (``error_kind`` "cancelled") is counted apart, as
@@ -60,7 +63,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from workloads.core import goodput, stats
+from workloads.core import goodput, pressure, stats
 from workloads.core.gate import rejudged
 from workloads.model.goodput import Goodput
 from workloads.model.records import StepKind, TurnRecord
@@ -70,6 +73,7 @@ from workloads.model.summary import (
     BandSummary,
     CacheCliff,
     KindSummary,
+    PausePressure,
     Percentiles,
     RunSummary,
     Summary,
@@ -87,6 +91,7 @@ __all__ = [
     "itl_gaps_s",
     "judged_goodput",
     "kinds",
+    "pause_pressure",
     "repetitions",
     "summarize",
     "summarized",
@@ -393,7 +398,14 @@ def spec_acceptance(records: Iterable[TurnRecord]) -> float | None:
     return None if not drafted or accepted is None else accepted / drafted
 
 
-def summarize(records: Iterable[TurnRecord], *, users: int, lockstep: bool = True) -> Summary:
+def summarize(
+    records: Iterable[TurnRecord],
+    *,
+    users: int,
+    lockstep: bool = True,
+    kv_capacity_tokens: int | None = None,
+    kv_usage: float | None = None,
+) -> Summary:
     """The summary of ``records``: per turn, per run and per step kind, computed the one way
     a run computes what it saves and ``show`` what it prints. Warm-up records are counted
     (``warmup_records``), never summarized.
@@ -405,9 +417,11 @@ def summarize(records: Iterable[TurnRecord], *, users: int, lockstep: bool = Tru
     ``users`` is the concurrency the records ran at (the scenario's ``users``; in a sweep,
     the cell's ``concurrency``): a turn's aggregate rate needs that many valid streams.
     ``lockstep``: False under free or arrivals pacing (no aggregate: see the module's doc).
-    Summarize one cell at a time; records of several cells pool, without aggregate figures.
-    A run's records come from :func:`workloads.load_result` (records.jsonl, also of a
-    killed run) or ``on_record``.
+    ``kv_capacity_tokens``: the server's KV capacity, and ``kv_usage`` the mean fraction of
+    it running requests held over the window: the pause pressure is compared with the rest
+    (None: not known; the pressure is still given in tokens). Summarize one cell at a time;
+    records of several cells pool, without aggregate figures. A run's records come from
+    :func:`workloads.load_result` (records.jsonl, also of a killed run) or ``on_record``.
     """
     everything = list(records)
     measured = [r for r in everything if not r.warmup]
@@ -456,14 +470,23 @@ def summarize(records: Iterable[TurnRecord], *, users: int, lockstep: bool = Tru
         if pooled
         else stats.band(_request_rate(group) for group in _per_rep(measured).values()),
     )
-    return Summary(turns=turns, run=run, kinds=kinds(measured), cache_cliff=cache_cliff(measured))
+    return Summary(
+        turns=turns,
+        run=run,
+        kinds=kinds(measured),
+        cache_cliff=cache_cliff(measured),
+        pause_pressure=pause_pressure(
+            everything, kv_capacity_tokens=kv_capacity_tokens, kv_usage=kv_usage
+        ),
+    )
 
 
 _KINDS: tuple[StepKind, ...] = ("human", "tool", "subagent", "compaction")
 
 
 def kinds(records: Iterable[TurnRecord]) -> list[KindSummary] | None:
-    """Per step kind present, in the order human, tool, subagent, compaction: the figures
+    """Per step kind present, in the order human, tool, subagent, compaction, and within a
+    kind its sessions' first steps (``first_step`` True) before its later ones: the figures
     of :class:`~workloads.model.summary.KindSummary` over the measured records of that kind
     (sub-agents' steps included). None when no measured record carries a step kind."""
     measured = [r for r in records if not r.warmup and r.step_kind is not None]
@@ -471,32 +494,68 @@ def kinds(records: Iterable[TurnRecord]) -> list[KindSummary] | None:
         return None
     out = []
     for kind in _KINDS:
-        mine = [r for r in measured if r.step_kind == kind]
-        if not mine:
-            continue
-        valid = [r for r in mine if r.valid]
-        offered = [r.tool_calls for r in mine if r.tool_calls is not None]
-        out.append(
-            KindSummary(
-                kind=kind,
-                records=len(mine),
-                valid=len(valid),
-                hit_rate=_hit_rate(valid),
-                cache_effectiveness=_effectiveness(valid),
-                shareable_exact=bool(valid) and all(r.shareable_exact for r in valid),
-                ttft_percentiles=stats.percentiles(_ttft_s(r) for r in valid),
-                ttft_content_percentiles=stats.percentiles(
-                    r.ttft_content_ns / 1e9 for r in valid if r.ttft_content_ns
-                ),
-                per_user_rate=stats.median(_rates(valid)),
-                prompt_tokens=stats.median(r.prompt_tokens for r in valid),
-                new_tokens=stats.percentiles(r.new_tokens for r in mine),
-                output_tokens=stats.percentiles(r.output_tokens for r in mine),
-                pause_s=stats.percentiles(r.pause_s for r in mine),
-                tool_calls=sum(offered) if offered else None,
-            )
-        )
+        for first in (True, False):
+            mine = [r for r in measured if r.step_kind == kind and pressure.first_step(r) == first]
+            if mine:
+                out.append(_kind_summary(kind, first, mine))
     return out
+
+
+def _kind_summary(kind: StepKind, first: bool, mine: Sequence[TurnRecord]) -> KindSummary:
+    valid = [r for r in mine if r.valid]
+    offered = [r.tool_calls for r in mine if r.tool_calls is not None]
+    return KindSummary(
+        kind=kind,
+        first_step=first,
+        records=len(mine),
+        valid=len(valid),
+        hit_rate=_hit_rate(valid),
+        cache_effectiveness=_effectiveness(valid),
+        shareable_exact=bool(valid) and all(r.shareable_exact for r in valid),
+        ttft_percentiles=stats.percentiles(_ttft_s(r) for r in valid),
+        ttft_content_percentiles=stats.percentiles(
+            r.ttft_content_ns / 1e9 for r in valid if r.ttft_content_ns
+        ),
+        per_user_rate=stats.median(_rates(valid)),
+        prompt_tokens=stats.median(r.prompt_tokens for r in valid),
+        new_tokens=stats.percentiles(r.new_tokens for r in mine),
+        output_tokens=stats.percentiles(r.output_tokens for r in mine),
+        pause_s=stats.percentiles(r.pause_s for r in mine),
+        tool_calls=sum(offered) if offered else None,
+    )
+
+
+def pause_pressure(
+    records: Sequence[TurnRecord],
+    *,
+    kv_capacity_tokens: int | None = None,
+    kv_usage: float | None = None,
+) -> PausePressure | None:
+    """The pause pressure of the valid measured steps after a pause (human requests past a
+    session's first step; :mod:`workloads.core.pressure`), and their hit rate within and
+    past the KV's room for idle prefixes: ``kv_capacity_tokens`` × (1 − ``kv_usage``, the
+    mean fraction running requests held), or the whole capacity when the usage is not
+    known. ``records``: every request of the run or cell, warm-ups included (their writes
+    count). None without such steps."""
+    steps = pressure.step_pressures(records)
+    if not steps:
+        return None
+    known = [(r, p) for r, p in steps if p is not None]
+    room = pressure.kv_room_tokens(kv_capacity_tokens, kv_usage)
+    below = [r for r, p in known if room is not None and p < room]
+    above = [r for r, p in known if room is not None and p >= room]
+    return PausePressure(
+        steps=len(steps),
+        known=len(known),
+        pressure_tokens=stats.percentiles(p for _, p in known),
+        kv_capacity_tokens=kv_capacity_tokens,
+        kv_usage=kv_usage if kv_capacity_tokens is not None else None,
+        room_tokens=room,
+        below=len(below),
+        below_hit_rate=_hit_rate(below),
+        above=len(above),
+        above_hit_rate=_hit_rate(above),
+    )
 
 
 def cache_cliff(records: Iterable[TurnRecord]) -> CacheCliff | None:
@@ -533,12 +592,23 @@ def cache_cliff(records: Iterable[TurnRecord]) -> CacheCliff | None:
 
 
 def cell_figures(
-    records: Sequence[TurnRecord], *, users: int, lockstep: bool = True
+    records: Sequence[TurnRecord],
+    *,
+    users: int,
+    lockstep: bool = True,
+    kv_capacity_tokens: int | None = None,
+    kv_usage: float | None = None,
 ) -> dict[str, object]:
     """One sweep cell's computed figures: its summary and its generation-rate band (the
     fields of :class:`~workloads.model.results.CellSummary` that come from records)."""
     return {
-        "summary": summarize(records, users=users, lockstep=lockstep),
+        "summary": summarize(
+            records,
+            users=users,
+            lockstep=lockstep,
+            kv_capacity_tokens=kv_capacity_tokens,
+            kv_usage=kv_usage,
+        ),
         "generation_rate": generation_rate(records),
     }
 
@@ -551,7 +621,12 @@ def summarized(result: RunResult) -> RunResult:
         return result
     lockstep = result.scenario.pacing.mode == "lockstep"
     update: dict[str, object] = {
-        "summary": summarize(result.records, users=result.scenario.users, lockstep=lockstep)
+        "summary": summarize(
+            result.records,
+            users=result.scenario.users,
+            lockstep=lockstep,
+            **pressure.kv_figures(result.window.server, result.target),
+        )
     }
     if result.gate is not None:
         update["gate"] = rejudged(result.gate)
@@ -561,7 +636,12 @@ def summarized(result: RunResult) -> RunResult:
         update["cells"] = [
             cell.model_copy(
                 update={
-                    **cell_figures(cell_records, users=cell.concurrency, lockstep=lockstep),
+                    **cell_figures(
+                        cell_records,
+                        users=cell.concurrency,
+                        lockstep=lockstep,
+                        **pressure.kv_figures(cell.window.server, result.target),
+                    ),
                     "goodput": judged_goodput(cell_records, slo),
                 }
             )

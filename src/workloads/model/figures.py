@@ -77,6 +77,10 @@ class ServerTelemetry(Frozen):
     kv_usage_peak: float | None = None
     gauges: dict[str, GaugeSummary] = Field(default_factory=dict)
     reconciliation: list[Reconciliation] = Field(default_factory=list)
+    # Format 6.2: the KV cache's capacity in tokens as the server exports it (vLLM's
+    # cache_config_info: num_gpu_blocks × block_size, summed over engines); None: not
+    # exported. What the pause pressure is compared with.
+    kv_capacity_tokens: int | None = None
 
     @property
     def reconciles(self) -> bool | None:

@@ -72,7 +72,7 @@ __all__ = [
 # history are above _LOADERS); tests/model/test_results.py fails when a saved model's
 # fields change and these do not.
 FORMAT_VERSION = 6
-FORMAT_MINOR = 4
+FORMAT_MINOR = 3
 RESULT_FILE = "result.json"
 RECORDS_FILE = "records.jsonl"
 
@@ -495,9 +495,9 @@ def _upgrade_5(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _upgrade_6(data: dict[str, Any]) -> dict[str, Any]:
-    """Before 6.4 no request asked tool_choice by the plan: such a scenario reads "auto"."""
+    """Before 6.3 no request asked tool_choice by the plan: such a scenario reads "auto"."""
     scenario = data.get("scenario")
-    if data.get("format_minor", 0) < 4 and isinstance(scenario, dict):
+    if data.get("format_minor", 0) < 3 and isinstance(scenario, dict):
         scenario.setdefault("tool_choice", "auto")
     return data
 
@@ -564,12 +564,18 @@ def _upgrade_6(data: dict[str, Any]) -> dict[str, Any]:
 #       wire/arrival.py) or "event loop" (when the loop handed the read over: TLS, other
 #       platforms). No model changed; older files lack the entry (their reads were
 #       stamped by the event loop), as do runs through a caller's own client (not known).
-#   6.4 — 2026-12-03: the scenario's "fleet" (a steady-state fleet bounded by time: its
+#   6.2 — 2026-12-02: steps after a pause apart from sessions' first steps:
+#       KindSummary.first_step (a kind's first steps, True, or its later ones, False; None
+#       in older files: both pooled) and Summary.pause_pressure (PausePressure: what other
+#       sessions wrote into the KV over each human request's pause, against the KV
+#       capacity); ServerTelemetry.kv_capacity_tokens (vLLM's cache_config_info). All
+#       optional; load_result recomputes the summaries from the records (and the saved
+#       window telemetry's capacity).
+#   6.3 — 2026-12-03: the scenario's "fleet" (a steady-state fleet bounded by time: its
 #       repetitions are fleet windows; None before) and "tool_choice" ("plan": each request
 #       asks "required" or "none" as the plan's next step needs; older runs sent none but
-#       "none" on a compaction, which "auto" now names). Older files load with their
-#       scenario's defaults: fleet None, tool_choice "plan" (what they sent is not known
-#       from the file: their transcripts have no tool_choice either).
+#       "none" on a compaction, which "auto" names). Older files load with fleet None and
+#       tool_choice "auto" (_upgrade_6 sets it for a file before 6.3).
 _LOADERS = {
     1: _upgrade_1,
     2: _upgrade_2,

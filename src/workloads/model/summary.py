@@ -12,6 +12,7 @@ __all__ = [
     "CacheCliff",
     "ConcurrencySummary",
     "KindSummary",
+    "PausePressure",
     "Percentiles",
     "RunSummary",
     "Summary",
@@ -152,7 +153,11 @@ class KindSummary(Frozen):
     compaction) over the measured records of that kind: sub-agents' steps included, pooled
     over turns and repetitions. Rates and latencies over the valid records; the drawn sizes
     (new tokens, output tokens asked for, the pause before) over every measured record of
-    the kind, valid or not: they are what the scenario drew."""
+    the kind, valid or not: they are what the scenario drew.
+
+    A kind whose steps include sessions' first steps (human, sub-agent) has two rows: its
+    first steps (``first_step`` True: cold but for a shared system prefix, by construction)
+    and its later steps (False; a human request's are **after a pause**)."""
 
     kind: StepKind
     records: int
@@ -170,6 +175,36 @@ class KindSummary(Frozen):
     output_tokens: Percentiles | None  # drawn reply length asked for
     pause_s: Percentiles | None  # think or tool time waited before the step (time_scale'd)
     tool_calls: int | None  # Σ tool calls in the replies; None: no request offered tools
+    # Format 6.2: True: the kind's first steps only (turn 1 of a session, a user's or a
+    # sub-agent's); False: its steps past the first; None (older files): both together.
+    first_step: bool | None = None
+
+
+class PausePressure(Frozen):
+    """What other sessions put into the server's KV cache while a session paused before a
+    human request past its first step (a step **after a pause**): per such step, its
+    **pause pressure** — the tokens other sessions' requests wrote over the interval from
+    the end of the session's previous step's stream to this step's send (their uncached
+    prompt tokens spread over the request's prefill, sent → first content; their completion
+    tokens over its decode, first → last content) — and the hit rate of the steps whose
+    pressure stayed within the KV's room for idle prefixes beside that of those past it
+    (:mod:`workloads.core.pressure`). Counts this run's requests only: other traffic on the
+    server is not seen."""
+
+    steps: int  # valid after-pause steps with cached tokens known
+    known: int  # of them, with a known pressure (every overlapping request's usage known)
+    pressure_tokens: Percentiles | None  # per step, tokens; None: no pressure known
+    kv_capacity_tokens: int | None  # the server's KV capacity in tokens; None: not known
+    # The mean fraction of the KV held by running requests over the window (the kv_usage
+    # gauge); None: not sampled. The rest is where idle prefixes stay cached.
+    kv_usage: float | None = None
+    # The KV's room for idle prefixes: capacity × (1 − kv_usage), or the capacity where the
+    # usage is not known; None without a capacity. The split below:
+    room_tokens: int | None = None
+    below: int = 0  # steps with pressure < room_tokens
+    below_hit_rate: float | None = None  # Σ cached / Σ prompt over those steps
+    above: int = 0  # steps with pressure ≥ room_tokens
+    above_hit_rate: float | None = None
 
 
 class CacheCliff(Frozen):
@@ -196,6 +231,8 @@ class Summary(Frozen):
     # the hit rate right after compactions (None without compactions).
     kinds: list[KindSummary] | None = None
     cache_cliff: CacheCliff | None = None
+    # Format 6.2 (optional; None without steps after a pause): their pause pressure.
+    pause_pressure: PausePressure | None = None
 
 
 class ConcurrencySummary(Frozen):

@@ -742,9 +742,9 @@ def header_line(result: RunResult) -> str:
 
 
 def _agent_blocks(result: RunResult) -> list[Block]:
-    """An agent's steps: the per-kind table, the cache after compactions, the drawn sizes
-    and what compressed pauses change (none of them for a fixed-shape run, whose steps are
-    all alike: its records still say which step was the human's)."""
+    """An agent's steps: the per-kind table, the cache after compactions and after a pause,
+    the drawn sizes and what compressed pauses change (none of them for a fixed-shape run,
+    whose steps are all alike: its records still say which step was the human's)."""
     parts: list[Block] = []
     if not result.scenario.sizes_vary:
         return parts
@@ -754,6 +754,8 @@ def _agent_blocks(result: RunResult) -> list[Block]:
         parts.append(Line(flowed))
     if (cliff := agents.cache_cliff_line(result)) is not None:
         parts.append(Line(cliff))
+    if (pause := agents.pause_pressure_line(result)) is not None:
+        parts.append(Line(pause))
     if (drawn := agents.drawn_sizes_table(result)) is not None:
         parts.append(drawn)
     if (scale := agents.time_scale_line(result)) is not None:

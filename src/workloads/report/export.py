@@ -120,6 +120,7 @@ def _kind_row(cell: int, concurrency: int, prior: int, k: KindSummary) -> dict[s
         "concurrency": concurrency,
         "prior_tokens": prior,
         "step_kind": k.kind,
+        "first_step": k.first_step,
         "records": k.records,
         "valid": k.valid,
         "per_user_tok_s_median": k.per_user_rate,
@@ -138,7 +139,8 @@ def _kind_row(cell: int, concurrency: int, prior: int, k: KindSummary) -> dict[s
 
 def csv_text(result: RunResult) -> str:
     """One row per (cell, turn) of raw, unrounded figures: seconds, tokens, tok/s; with step
-    kinds, then one row per (cell, step kind) (``turn`` empty, ``step_kind`` set). An empty
+    kinds, then one row per (cell, step kind, first step or not) (``turn`` empty,
+    ``step_kind`` and ``first_step`` set; a kind's goodput columns cover both). An empty
     field is a figure that is not known (not reported, no valid turns), never 0. The
     throughput columns follow the console's (see the module's doc). Each percentile has its
     bounds (``_p90_low``, ``_p90_high``), and with an SLO each row its goodput

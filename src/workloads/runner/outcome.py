@@ -15,6 +15,7 @@ from workloads.core import aggregate
 from workloads.core.concurrency import concurrency
 from workloads.core.corpus import Corpus
 from workloads.core.goodput import missing_figure
+from workloads.core.pressure import kv_figures
 from workloads.core.replay import judged
 from workloads.core.tokens import TargetTokenizer
 from workloads.core.traces import observed_hit_rate
@@ -159,13 +160,19 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
                 **cell_coordinates(s, cell),
                 window=m.windows.get(cell.index, Window()),
                 cache_what_if=_what_if(m, cell.index),
-                **aggregate.cell_figures(mine, users=cell.concurrency, lockstep=lockstep),
+                **aggregate.cell_figures(
+                    mine,
+                    users=cell.concurrency,
+                    lockstep=lockstep,
+                    **kv_figures(m.windows.get(cell.index, Window()).server, m.target),
+                ),
                 goodput=aggregate.judged_goodput(mine, s.slo),
             )
             for cell in m.cells
             if (mine := [r for r in m.records if r.cell == cell.index])
         ]
     identity = m.target.server.model_copy(update={"system_fingerprint": m.fingerprint})
+    run_window = m.windows.get(0, Window()) if not s.swept else window(m.window_start, m.window_end)
     result = RunResult(
         created_unix=time.time(),
         complete=complete,
@@ -175,8 +182,13 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
         target=m.target.model_copy(update={"server": identity}),
         corpus=corpus_info(m.corpus),
         nonces=m.nonces,
-        window=m.windows.get(0, Window()) if not s.swept else window(m.window_start, m.window_end),
-        summary=aggregate.summarize(m.records, users=s.users, lockstep=lockstep),
+        window=run_window,
+        summary=aggregate.summarize(
+            m.records,
+            users=s.users,
+            lockstep=lockstep,
+            **kv_figures(run_window.server, m.target),
+        ),
         cells=cells,
         cache_what_if=None if s.swept else _what_if(m, 0),
         sizing=_sizing(m),

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from workloads.model.figures import GaugeSummary, Reconciliation, ServerTelemetry
 from workloads.model.records import TurnRecord
 from workloads.telemetry.prometheus import Snapshot
-from workloads.telemetry.servers import CounterFigure, Read, ServerNames, UsageSum
+from workloads.telemetry.servers import (
+    CounterFigure,
+    Read,
+    ServerNames,
+    UsageSum,
+    kv_capacity_tokens,
+)
 
 __all__ = ["UsageSums", "counter_delta", "window_figures"]
 
@@ -259,6 +265,7 @@ def window_figures(
         ),
         gauges=gauges,
         reconciliation=rows,
+        kv_capacity_tokens=kv_capacity_tokens(end) or kv_capacity_tokens(start),
     )
     return telemetry, warnings
 

@@ -32,6 +32,7 @@ __all__ = [
     "ServerNames",
     "UsageSum",
     "detect_server",
+    "kv_capacity_tokens",
     "server_names",
 ]
 
@@ -236,6 +237,30 @@ SERVERS: tuple[ServerNames, ...] = (VLLM, SGLANG, LLAMACPP, TGI)
 def server_names(server: str | None) -> ServerNames | None:
     """The table of a server family by its display name (as saved in a result)."""
     return next((names for names in SERVERS if names.server == server), None)
+
+
+def kv_capacity_tokens(snapshot: Snapshot) -> int | None:
+    """The KV cache's capacity in tokens as the server exports it, else None. vLLM:
+    ``vllm:cache_config_info`` (a gauge fixed at 1 whose labels are the CacheConfig's
+    fields), ``num_gpu_blocks`` × ``block_size`` per engine (else its
+    ``kv_cache_size_tokens``), summed over the ``engine`` label: data-parallel engines each
+    hold their own KV. A label that is not a whole number ("None" before the engine has
+    sized its cache) makes it unknown."""
+    rows = snapshot.rows("vllm:cache_config_info")
+    if not rows:
+        return None
+    per_engine: dict[str, int] = {}
+    for labels, _ in rows.items():
+        have = dict(labels)
+        try:
+            if "num_gpu_blocks" in have and "block_size" in have:
+                tokens = int(have["num_gpu_blocks"]) * int(have["block_size"])
+            else:
+                tokens = int(have["kv_cache_size_tokens"])
+        except (KeyError, ValueError):
+            return None
+        per_engine.setdefault(have.get("engine", ""), tokens)
+    return sum(per_engine.values()) or None
 
 
 def detect_server(snapshot: Snapshot) -> ServerNames | None:

@@ -92,6 +92,8 @@ class _EngineCollector(Collector):
             gauge = GaugeMetricFamily(name, doc, labels=labels)
             gauge.add_metric(values, value)
             yield gauge
+        # The KV capacity as vLLM exports it (its CacheConfig's fields as labels of a gauge
+        # fixed at 1, with the engine's index): what the window telemetry reads it from.
         p = e.profile
         info = GaugeMetricFamily(
             "vllm:cache_config_info",
@@ -99,6 +101,7 @@ class _EngineCollector(Collector):
             labels=[
                 "block_size",
                 "enable_prefix_caching",
+                "engine",
                 "kv_cache_size_tokens",
                 "num_gpu_blocks",
             ],
@@ -107,6 +110,7 @@ class _EngineCollector(Collector):
             [
                 str(p.block_size),
                 str(p.prefix_caching),
+                "0",
                 str(p.num_blocks * p.block_size),
                 str(p.num_blocks),
             ],
