@@ -87,6 +87,9 @@ AGENTS = [
     "--no-plots",
 ]
 
+# coding-agents is a fleet bounded by time: one window of 2 s instead of 4 of 70
+FLEET = ["--set", "fleet.window_s=2"]
+
 SHORTENED: dict[str, list[str]] = {
     "python -m workloads run five-user-coding --target http://gpu-box:8000/v1 --model "
     "Qwen/Qwen3-8B --out runs/qwen-c5 --label baseline --note "
@@ -151,10 +154,18 @@ SHORTENED: dict[str, list[str]] = {
         *sim_args(QUICK_ENGINE),
         "--no-plots",
     ],
-    "python -m workloads run coding-agents": [*AGENTS, "--set", "users=2", "--set", "turns=3"],
+    "python -m workloads run coding-agents": [
+        *AGENTS,
+        *FLEET,
+        "--set",
+        "users=2",
+        "--set",
+        "turns=3",
+    ],
     # a KV of 100,000 tokens (as written): what it reports, not how long it takes
     "python -m workloads run coding-agents --sim kv_capacity_tokens=100000": [
         *AGENTS,
+        *FLEET,
         "--set",
         "users=2",
         "--set",
@@ -162,7 +173,7 @@ SHORTENED: dict[str, list[str]] = {
     ],
     # one user (the 10 turns carry its context past 27,000 tokens: one compaction)
     "python -m workloads run coding-agents --set users=2 --set turns=10 --set "
-    "agent.compaction.at_tokens=27000": [*AGENTS, "--set", "users=1"],
+    "agent.compaction.at_tokens=27000": [*AGENTS, *FLEET, "--set", "users=1"],
     "python -m workloads run depth-sweep --set prior_tokens=[512,1024] --set output_tokens=16": [
         "--set",
         "repetitions.measured=1",

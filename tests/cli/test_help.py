@@ -102,6 +102,7 @@ def test_run_help_names_every_file_a_run_writes_and_only_those(tmp_path, capsys)
             *sets(
                 "users=2",
                 "turns=3",
+                "fleet=none",
                 "opening_tokens=300",
                 "shared_prefix_tokens=100",
                 "output_tokens.max=32",

@@ -13,7 +13,14 @@ from statistics import NormalDist
 import pytest
 
 import workloads
-from workloads.core.agent import MAX_CHILDREN, child_session, draw_plan, plan_steps, scaled
+from workloads.core.agent import (
+    MAX_CHILDREN,
+    TOOL_CALL_MIN_OUTPUT,
+    child_session,
+    draw_plan,
+    plan_steps,
+    scaled,
+)
 from workloads.core.draws import draw_seconds, draw_tokens
 
 TOLERANCE = 0.05  # every published figure is checked to within 5% (relative)
@@ -32,9 +39,9 @@ def near(value, published):
     return abs(value - published) <= TOLERANCE * published
 
 
-# --- calibration: 170 sessions of 1,000 steps (170,000 steps, ~19,000 human requests) -------
+# --- calibration: 230 sessions of 1,000 steps (230,000 steps, ~26,000 human requests) -------
 
-SESSIONS, TURNS = 170, 1000
+SESSIONS, TURNS = 230, 1000
 
 
 class AtQuantile(random.Random):
@@ -60,32 +67,55 @@ def coding_agents(overrides: list[str]) -> workloads.Scenario:
     return s.model_copy(update={"agent": s.agent.model_copy(update={"steps_per_session": None})})
 
 
-def test_steps_per_session_median_15_p90_135():
-    # A session's length is the second draw of its sizes generator (after the opening), so
-    # fixed step sizes, no pauses and no sub-agents leave every length the preset's own and
-    # make the 480,000 steps of these plans cheap to draw.
+def test_played_sessions_have_median_15_p90_135_steps_and_whole_loops():
+    # Fixed step sizes, no pauses and no sub-agents leave every length and every loop the
+    # preset's own draws (the length is the sizes generator's second draw, each loop's
+    # length drawn when its human request starts) and make 5,000 plans cheap to draw.
     s = workloads.load_scenario("coding-agents").with_overrides(
         [
-            "turns=1000",
             "output_tokens=100",
             "turn_tokens=100",
             "agent.request_tokens=100",
-            "agent.steps_per_request=5",
             'pacing.think_time={kind="constant", median=0}',
             'pacing.tool_time={kind="constant", median=0}',
             "agent.subagents.share=0",
         ]
     )
-    lengths = [len(draw_plan(s, *rngs("length", i))) for i in range(10_000)]
+    plans = [draw_plan(s, *rngs("length", i)) for i in range(5_000)]
+    lengths = [len(plan) for plan in plans]
     assert near(statistics.median(lengths), 15)
     assert near(percentile(lengths, 0.9), 135)
-    capped = workloads.load_scenario("coding-agents")  # turns = 16 caps them
-    assert max(len(draw_plan(capped, *rngs("length", i))) for i in range(200)) == 16
+    assert max(lengths) <= s.turns
+    # Every request's loop plays to its end (a session ends only before a human request),
+    # so steps per request keep the published mean of 8.8 (within 15%).
+    loops = []
+    for plan in plans:
+        starts = [i for i, step in enumerate(plan) if step.kind == "human"]
+        assert starts[0] == 0
+        loops += [b - a for a, b in zip(starts, [*starts[1:], len(plan)], strict=True)]
+    assert abs(statistics.mean(loops) - 8.8) < 0.15 * 8.8
+
+
+def test_a_reply_that_must_call_a_tool_is_long_enough_for_one():
+    s = workloads.load_scenario("coding-agents").with_overrides(["output_tokens.min=8"])
+    for i in range(300):
+        plan = draw_plan(s, *rngs("floor", i))
+        for step, following in itertools.pairwise(plan):
+            assert step.prior_tokens >= 0
+            if following.kind == "tool":
+                assert step.output_tokens >= TOOL_CALL_MIN_OUTPUT
+            if following.kind in ("tool", "human") and step.kind != "compaction":
+                assert following.prior_tokens == (
+                    step.prior_tokens + step.new_tokens + step.output_tokens
+                )
 
 
 @pytest.fixture(scope="module")
 def preset():
-    return coding_agents(["pacing.time_scale=1", f"turns={TURNS}"])
+    # no compaction: its steps would take the place of requests in the 1,000 steps
+    return coding_agents(
+        ["pacing.time_scale=1", f"turns={TURNS}", "agent.compaction.at_tokens=2000000"]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -112,17 +142,17 @@ def test_output_tokens_median_214_p90_under_1700(steps):
     assert near(p90, 214 * math.exp(NormalDist().inv_cdf(0.9) * 1.3))
 
 
-def test_tool_results_median_250(steps):
+def test_tool_results_median_400(steps):
     new = [s.new_tokens for s in steps if s.kind == "tool"]
-    assert near(statistics.median(new), 250)
+    assert near(statistics.median(new), 400)
 
 
-FIRST_REQUESTS = 60  # every session of the calibration completes this many
+FIRST_REQUESTS = 45  # every session of the calibration completes this many
 
 
 def request_lengths(plans):
     """Steps per human request (compactions are not steps of a request): each session's
-    first 60 requests. Picked by their index, not by where they end, they are independent
+    first 45 requests. Picked by their index, not by where they end, they are independent
     draws; keeping every request that ends inside the session would favour short ones, and
     every request that starts early enough, the long ones (the inspection paradox: the
     request a cut falls in is length-biased, which moves the p99 by ~13%)."""
@@ -130,7 +160,7 @@ def request_lengths(plans):
     for plan in plans:
         kinds = [s.kind for s in plan if s.kind != "compaction"]
         starts = [i for i, k in enumerate(kinds) if k == "human"]
-        assert len(starts) > FIRST_REQUESTS, "a session ended before its 60th request did"
+        assert len(starts) > FIRST_REQUESTS, "a session ended before its 45th request did"
         lengths += [b - a for a, b in itertools.pairwise(starts[: FIRST_REQUESTS + 1])]
     return lengths
 

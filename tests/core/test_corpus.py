@@ -46,7 +46,22 @@ def test_tool_results_cover_file_reads_grep_test_logs_and_diffs():
         for turn in range(1, 9):
             head = STDLIB.turn_stream("agent", 0, session, turn).take(60)
             kinds.add(head.split("[tool result: ")[1].split("]")[0])
-    assert kinds == {"read_file", "grep", "run_tests", "apply_patch"}
+    assert kinds == {"read", "grep", "bash", "edit"}  # the coding tool set's names
+
+
+def test_a_tool_result_is_the_output_of_the_tool_called():
+    # read: a file dump; grep and glob: hits; bash: a command's log; edit and write: a diff
+    # (no drawn header: the text is that tool's output)
+    for tool, drawn in [("read", "read"), ("glob", "grep"), ("bash", "bash"), ("write", "edit")]:
+        got = STDLIB.turn_stream("agent", 0, 1, 2, tool).take(200)
+        assert "[tool result:" not in got
+        for turn in range(1, 40):  # the same kind drawn without a call has the same shape
+            head = STDLIB.turn_stream("agent", 0, 1, turn).take(60)
+            if f"[tool result: {drawn}]" in head:
+                break
+        else:
+            raise AssertionError(f"no drawn {drawn} result")
+    assert STDLIB.turn_stream("agent", 0, 1, 2, "task").take(60).count("[tool result:") == 1
 
 
 def test_chat_turns_are_questions_about_code():

@@ -30,6 +30,8 @@ def agents_run(tmp_path_factory):
             "--set",
             "turns=6",
             "--set",
+            "fleet=none",
+            "--set",
             "repetitions.warmup=0",
             "--set",
             "repetitions.measured=1",

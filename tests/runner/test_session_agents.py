@@ -29,6 +29,7 @@ SHORT = [
     "agent.subagents.steps=2",
     "pacing.time_scale=0.00005",
     "gate=off",
+    "fleet=none",  # repetitions of fixed sessions (tests/runner/test_fleet.py plays fleets)
 ]
 COMPACT_AT = 9000
 SMALL = [

@@ -253,7 +253,11 @@ def read_trace(
     if kind == "mooncake":
         return read(path, scenario.trace), scenario
     base = (
-        scenario if named else workloads.load_scenario("coding-agents").with_overrides(sets or [])
+        scenario
+        if named
+        else workloads.load_scenario("coding-agents")
+        .model_copy(update={"fleet": None})  # the trace's sessions, not a fleet's
+        .with_overrides(sets or [])
     )
     if base.agent is None:
         raise ScenarioError(

@@ -30,7 +30,7 @@ class SessionFlow:
     compactions: int
     human_requests: int
     steps_per_request: float | None  # mean steps a human request caused, itself included
-    tool_steps: int  # tool steps whose previous reply is known (tools offered)
+    tool_steps: int  # tool steps whose previous reply is known (tools offered), not a summary
     tool_after_calls: int  # of them, those after a reply with tool calls
     human_steps: int  # human steps past a session's first whose previous reply is known
     human_after_text: int  # of them, those after a reply without tool calls
@@ -61,8 +61,15 @@ def session_flow(records: Iterable[TurnRecord], *, fleet: bool = False) -> Sessi
                 loops.append(0)
             if loops:
                 loops[-1] += 1
-            if before is None or before.turn != r.turn - 1 or before.tool_calls is None:
-                continue  # the reply before it is not known (or tools were not offered)
+            if (
+                before is None
+                or before.turn != r.turn - 1
+                or before.tool_calls is None
+                or before.step_kind == "compaction"
+            ):
+                # the reply before it is not known, tools were not offered, or it is a
+                # compaction's summary (the history starts afresh from it)
+                continue
             if r.step_kind == "tool":
                 tool_steps += 1
                 tool_after_calls += before.tool_calls > 0

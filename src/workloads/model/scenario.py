@@ -475,9 +475,15 @@ class Scenario(Frozen):
         if self.fleet is None:
             return self
         if self.agent is None or self.agent.trace is not None:
-            raise ValueError("fleet: needs an [agent] table with drawn plans (not a trace)")
+            raise ValueError(
+                "fleet: needs an [agent] table with drawn plans, not a trace (fleet=none "
+                "plays repetitions of fixed sessions)"
+            )
         if self.pacing.mode != "free":
-            raise ValueError(f"fleet: needs pacing.mode = 'free' (got {self.pacing.mode!r})")
+            raise ValueError(
+                f"fleet: needs pacing.mode = 'free' (got {self.pacing.mode!r}; fleet=none "
+                "plays repetitions of fixed sessions)"
+            )
         if self.fleet.max_sessions < self.users:
             raise ValueError(
                 f"fleet.max_sessions: {self.fleet.max_sessions} is fewer than users "
@@ -644,7 +650,7 @@ def apply_overrides(scenario: Scenario, assignments: Iterable[str]) -> Scenario:
     """Apply ``FIELD=VALUE`` assignments (``repetitions.measured=1``, ``users=2``).
 
     VALUE is read as a TOML value (``2``, ``1.5``, ``true``, ``[1, 2]``, ``"text"``); a bare
-    word is a string.
+    word is a string; ``none`` turns an optional table off (``fleet=none``).
     """
     data = copy.deepcopy(scenario.model_dump())
     for assignment in assignments:
@@ -666,5 +672,9 @@ def apply_overrides(scenario: Scenario, assignments: Iterable[str]) -> Scenario:
                 f"scenario override {assignment!r}: no field {field!r}; fields here: "
                 f"{', '.join(sorted(node))}"
             )
-        node[parts[-1]] = parse_value(value.strip())
+        current = node.get(parts[-1])
+        if value.strip() == "none" and (isinstance(current, dict) or current is None):
+            node[parts[-1]] = None  # an optional table turned off (fleet=none, slo=none)
+        else:
+            node[parts[-1]] = parse_value(value.strip())
     return _validate(data, "scenario overrides")

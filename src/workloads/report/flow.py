@@ -17,7 +17,7 @@ def _share(part: int, whole: int) -> str:
 
 
 def flow_line(result: RunResult) -> str | None:
-    """"sessions: 31 (longest 212 steps, 2 compactions) · 8.4 steps per human request
+    """ "sessions: 31 (longest 212 steps, 2 compactions) · 8.4 steps per human request
     (mean of 57) · tool results after a reply with tool calls 99.6% of 412 · human requests
     after a reply without 100.0% of 26"; None without agent steps."""
     flow = session_flow(result.records, fleet=result.scenario.fleet is not None)

@@ -98,6 +98,7 @@ class FleetPlay:
             warmup=self.repetition.warmup,
             cell=self.repetition.cell.index,
         )
+        session.window = self.window
         self.sessions.append(session)
         return session
 
@@ -210,7 +211,6 @@ class FleetPlay:
             now = time.perf_counter()
             if now >= end:
                 return False
-            self._phase(session, now)
-            await session.send(turn, lag_ns=round(late * 1e9))
+            await session.send(turn, lag_ns=round(late * 1e9))  # in the window it is sent
             since = time.perf_counter()
         return time.perf_counter() < end

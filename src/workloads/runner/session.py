@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import time
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from workloads.core import tokens
 from workloads.core.agent import Step, session_plan, tool_schemas
@@ -90,6 +90,9 @@ class Session:
         self.parent = parent  # a sub-agent's: the session that spawned it
         self.kid_scripts = kid_scripts  # replay: the recorded sub-agents' turns, by session
         self.tools = tool_schemas(scenario.tools)
+        # A fleet's (runner/fleet.py): the window (repetition, warm-up) a step sent now
+        # belongs to; its sub-agents take it too. None: this session's repetition.
+        self.window: Callable[[float], tuple[int, bool]] | None = None
         self.children: list[Session] = []  # sub-agents spawned, in order
         self._compacted = False  # the last step sent was a compaction
         self._opening: list[Message] = []  # the opening messages (set by open)
@@ -254,6 +257,8 @@ class Session:
         # Sends that fall due together (a repetition's first turns) go out a slice per loop
         # iteration, so the sockets are read between them; the wait is pacing lag.
         waiting = time.perf_counter_ns()
+        if self.window is not None:
+            self.repetition, self.warmup = self.window(time.perf_counter())
         await send_slice()
         if lag_ns is not None:
             lag_ns += time.perf_counter_ns() - waiting

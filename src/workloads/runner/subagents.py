@@ -55,6 +55,7 @@ async def spawn(parent: Session, turn: int, stop: asyncio.Event) -> None:
             parent=me.session,
             script=script,
         )
+        kid.window = parent.window  # a fleet's windows
         parent.children.append(kid)
         kids.append(kid)
     results = await asyncio.gather(*(play_alone(kid, stop) for kid in kids))
