@@ -23,6 +23,8 @@ def one_turn(scenario: workloads.Scenario) -> workloads.Scenario:
         'pacing.think_time={kind="constant", median=0}',  # a table's draws too
         'pacing.tool_time={kind="constant", median=0}',
     ]
+    if scenario.fleet is not None:  # each slot's first session, its one turn, and no more
+        overrides += ["fleet.window_s=30", f"fleet.max_sessions={min(scenario.users, 2)}"]
     if scenario.concurrency is not None:
         overrides.append("concurrency=[1, 2]")
     if scenario.prior_tokens is not None:
