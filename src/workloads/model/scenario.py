@@ -310,8 +310,9 @@ class Agent(Frozen):
     """A real agent's session: a run of human requests, each followed by autonomous tool
     steps. A human request (``request_tokens`` of new text, after ``pacing.think_time``)
     starts ``steps_per_request`` steps in all: the first answers the human, the others each
-    add a tool result (``turn_tokens``, after ``pacing.tool_time``). A session plays
-    ``steps_per_session`` steps (drawn; None: ``turns``), never more than ``turns``
+    add a tool result (``turn_tokens``, after ``pacing.tool_time``). A session starts no
+    human request once it has played ``steps_per_session`` steps (drawn; None: ``turns``):
+    a request's loop always runs to its end, never past ``turns`` steps in all
     (compactions included)."""
 
     steps_per_session: TokenCount | None = None
