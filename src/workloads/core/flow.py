@@ -16,9 +16,14 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from workloads.core.agent import Step, session_plan
 from workloads.model.records import TurnRecord
+from workloads.model.scenario import Scenario
 
-__all__ = ["SessionFlow", "session_flow"]
+__all__ = ["SessionFlow", "planned_steps_per_request", "session_flow"]
+
+# Past this many sessions the report does not draw their plans again.
+_PLANNED_SESSIONS = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,11 +39,31 @@ class SessionFlow:
     tool_after_calls: int  # of them, those after a reply with tool calls
     human_steps: int  # human steps past a session's first whose previous reply is known
     human_after_text: int  # of them, those after a reply without tool calls
+    # A fleet's: the mean steps per human request of the same sessions' whole plans (None
+    # otherwise): what the played mean reads below when the run's end cut loops.
+    planned_steps_per_request: float | None = None
 
 
-def session_flow(records: Iterable[TurnRecord], *, fleet: bool = False) -> SessionFlow | None:
+def planned_steps_per_request(plans: Iterable[tuple[Step, ...]]) -> float | None:
+    """The mean steps per human request over ``plans`` (compactions are not steps of a
+    request); None without a human request. Pure."""
+    loops: list[int] = []
+    for plan in plans:
+        for step in plan:
+            if step.kind == "human":
+                loops.append(0)
+            if loops and step.kind != "compaction":
+                loops[-1] += 1
+    return sum(loops) / len(loops) if loops else None
+
+
+def session_flow(
+    records: Iterable[TurnRecord], scenario: Scenario | None = None
+) -> SessionFlow | None:
     """The flow of the users' own agent sessions in ``records`` (None: no record has a
-    step kind). ``fleet``: sessions are numbered per cell, not per repetition. Pure."""
+    step kind). ``scenario``: the run's; a fleet's sessions are numbered per cell, not per
+    repetition, and drawn plans give :attr:`SessionFlow.planned_steps_per_request`. Pure."""
+    fleet = scenario is not None and scenario.fleet is not None
     sessions: dict[tuple[int, int, int], list[TurnRecord]] = defaultdict(list)
     for r in records:
         if r.step_kind is None or r.parent_session is not None:
@@ -76,7 +101,20 @@ def session_flow(records: Iterable[TurnRecord], *, fleet: bool = False) -> Sessi
             elif r.step_kind == "human":
                 human_steps += 1
                 human_after_text += before.tool_calls == 0
+    planned = None
+    agent = scenario.agent if scenario is not None else None
+    # A fleet's sessions play until the run's end cuts them; others play their whole plans
+    # (and an older run's were drawn by an older draw_plan).
+    drawn = fleet and agent is not None and agent.trace is None
+    if scenario is not None and drawn and len(sessions) <= _PLANNED_SESSIONS:
+        cells = {c.index: scenario.for_cell(c) for c in scenario.cells()}
+        planned = planned_steps_per_request(
+            session_plan(cells[cell], cell, repetition, session)
+            for cell, repetition, session in sessions
+            if cell in cells
+        )
     return SessionFlow(
+        planned_steps_per_request=planned,
         sessions=len(sessions),
         longest_session=longest,
         compactions=compactions,

@@ -20,7 +20,7 @@ def flow_line(result: RunResult) -> str | None:
     """ "sessions: 31 (longest 212 steps, 2 compactions) · 8.4 steps per human request
     (mean of 57) · tool results after a reply with tool calls 99.6% of 412 · human requests
     after a reply without 100.0% of 26"; None without agent steps."""
-    flow = session_flow(result.records, fleet=result.scenario.fleet is not None)
+    flow = session_flow(result.records, result.scenario)
     if flow is None:
         return None
     parts = [
@@ -28,9 +28,15 @@ def flow_line(result: RunResult) -> str | None:
         f"{plural(flow.compactions, 'compaction')})"
     ]
     if flow.steps_per_request is not None:
+        planned = (
+            ""
+            if flow.planned_steps_per_request is None
+            else f"; {flow.planned_steps_per_request:.1f} in these sessions' whole plans, "
+            "whose loops the run's end may cut"
+        )
         parts.append(
             f"{flow.steps_per_request:.1f} steps per human request "
-            f"(mean of {flow.human_requests:,})"
+            f"(mean of {flow.human_requests:,}{planned})"
         )
     if flow.tool_steps or flow.human_steps:
         parts.append(
