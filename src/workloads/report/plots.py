@@ -49,6 +49,7 @@ from workloads.model.records import TurnRecord
 from workloads.model.results import CellSummary, RunResult
 from workloads.model.summary import BandSummary
 from workloads.report import rates
+from workloads.report.console import shown_turns
 
 __all__ = ["TimelineBar", "available", "figures", "timeline_bars", "write_plots"]
 
@@ -240,7 +241,7 @@ def _rates_figure(result: RunResult) -> Any:
     if result.cells is not None:
         return _sweep_rates(result)
     plt = _pyplot()
-    turns = result.summary.turns
+    turns = shown_turns(result)  # a fleet's first turns, as the tables show
     figures = rates.turn_rates(result)  # the console's columns, in its order
     fig, axes = plt.subplots(
         1,
@@ -302,7 +303,7 @@ def _ttft(result: RunResult, path: Path | IO[bytes]) -> None:
                     )
         axis.apply(ax, result.cells)
     else:
-        for t in result.summary.turns:
+        for t in shown_turns(result):
             values = [
                 r.ttft_ns / 1e9
                 for r in measured
@@ -313,7 +314,7 @@ def _ttft(result: RunResult, path: Path | IO[bytes]) -> None:
             if t.ttft_s is not None:
                 ax.hlines(t.ttft_s.median, t.turn - 0.25, t.turn + 0.25, colors="black")
         ax.set_xlabel("turn")
-        ax.set_xticks([t.turn for t in result.summary.turns])
+        ax.set_xticks([t.turn for t in shown_turns(result)])
     ax.set_ylabel("TTFT (s)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
