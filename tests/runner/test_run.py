@@ -186,3 +186,29 @@ def test_the_likelihood_probe_is_out_while_the_gate_goes():
     assert (
         result.gate is not None and result.records and all(r.status == "ok" for r in result.records)
     )
+
+
+def test_a_scenarios_simulator_overrides_apply_and_the_callers_win():
+    tiny = workloads.load_scenario("five-user-coding").with_overrides(
+        [
+            "users=1",
+            "turns=1",
+            "output_tokens=4",
+            "repetitions.warmup=0",
+            "repetitions.measured=1",
+            "gate=off",
+            'sim={kv_capacity_tokens=123456, model="scenario-model"}',
+        ]
+    )
+    result = workloads.run(tiny)
+    profile = result.target.simulator_profile
+    assert profile is not None and profile["kv_capacity_tokens"] == 123_456
+    assert result.target.model == "scenario-model"
+    result = workloads.run(tiny, sim={"model": "callers-model"})  # key by key
+    profile = result.target.simulator_profile
+    assert profile is not None and profile["kv_capacity_tokens"] == 123_456
+    assert result.target.model == "callers-model"
+    # a profile the caller names starts from that profile alone
+    result = workloads.run(tiny, sim={"profile": "h200-8b"})
+    profile = result.target.simulator_profile
+    assert profile is not None and profile["kv_capacity_tokens"] == 720_000

@@ -574,8 +574,10 @@ def _upgrade_6(data: dict[str, Any]) -> dict[str, Any]:
 #   6.3 — 2026-12-03: the scenario's "fleet" (a steady-state fleet bounded by time: its
 #       repetitions are fleet windows; None before) and "tool_choice" ("plan": each request
 #       asks "required" or "none" as the plan's next step needs; older runs sent none but
-#       "none" on a compaction, which "auto" names). Older files load with fleet None and
-#       tool_choice "auto" (_upgrade_6 sets it for a file before 6.3).
+#       "none" on a compaction, which "auto" names), and "sim" (the simulator overrides a
+#       scenario runs with on the embedded server; the target's simulator_profile says
+#       what ran). Older files load with fleet None, sim {} and tool_choice "auto"
+#       (_upgrade_6 sets it for a file before 6.3).
 _LOADERS = {
     1: _upgrade_1,
     2: _upgrade_2,

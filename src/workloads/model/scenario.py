@@ -430,6 +430,10 @@ class Scenario(Frozen):
     slo: Slo | None = None
     # A steady-state fleet of agent sessions bounded by time (agent scenarios, free pacing).
     fleet: Fleet | None = None
+    # Simulator overrides the scenario runs with on the embedded simulated server (no
+    # target), as ``--sim`` sets them (``kv_capacity_tokens = 165000``): the caller's own
+    # win key by key, and a caller's ``profile=NAME`` starts from that profile alone.
+    sim: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _counts_in_range(self) -> Scenario:

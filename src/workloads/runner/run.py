@@ -172,7 +172,12 @@ async def run_async(
         sim_profile = None if target is None else target.simulator_profile
         embedded = target is None  # the server this run starts, on this host's loopback
         if target is None:
-            sim_target, server = await stack.enter_async_context(_simulated_target(sim))
+            # the scenario's simulator overrides, the caller's winning (a profile named
+            # by the caller starts from that profile alone)
+            merged = (
+                dict(sim or {}) if "profile" in (sim or {}) else {**scenario.sim, **(sim or {})}
+            )
+            sim_target, server = await stack.enter_async_context(_simulated_target(merged))
             target = sim_target
             sim_profile = server.profile.model_dump()
         assert target is not None
