@@ -86,8 +86,9 @@ def progress_line(tally: _Tally, now_ns: int | None = None) -> str:
                 parts.append(f"ETA {_duration(tally.fleet_s - elapsed)}")
         else:
             parts = [f"{_duration(elapsed)}", f"{tally.done:,}/{tally.total:,} turns"]
-        if tally.fleet_s is None and 0 < tally.done < tally.total:
-            parts.append(f"ETA {_duration(elapsed / tally.done * (tally.total - tally.done))}")
+            if 0 < tally.done < tally.total:
+                left = elapsed / tally.done * (tally.total - tally.done)
+                parts.append(f"ETA {_duration(left)}")
         last = tally.last
         if last is None:
             parts.append("sizing prompts and sending the first turns")

@@ -37,9 +37,9 @@ __all__ = [
 MAX_CHILDREN = 64
 # Template tokens around the summary message that follows a compaction (its role markers).
 _SUMMARY_FRAMING = 8
-# The shortest reply a plan asks of a step whose reply must call a tool: a call's markup is
-# ~25 tokens and its arguments some more (the simulated server writes content only below
-# 48: servers/simulated/tools.py MIN_TOOL_REPLY_TOKENS).
+# The shortest reply a plan asks of a step whose reply must call a tool (a tool result follows
+# it in the loop): a call's markup is ~25 tokens and its arguments some more. The simulated
+# server writes content only below it (servers/simulated/tools.py).
 TOOL_CALL_MIN_OUTPUT = 48
 
 
@@ -219,36 +219,11 @@ def draw_plan(scenario: Scenario, sizes: random.Random, pauses: random.Random) -
                 pause = 0.0  # the tool's run time is the sub-agents'
         left -= 1
         out = draw_tokens(s.output_tokens, sizes)
+        if left > 0:  # a tool result follows: the reply must hold a call
+            out = max(out, TOOL_CALL_MIN_OUTPUT)
         steps.append(Step(turn, kind, new, out, pause, context, spawned))
         context += new + out
-    return _calls_fit(steps)
-
-
-def _calls_fit(steps: list[Step]) -> tuple[Step, ...]:
-    """The plan with every reply that must call a tool (the next step is a tool result or a
-    sub-agent's step) at least :data:`TOOL_CALL_MIN_OUTPUT` tokens long (a call's markup
-    alone is ~25 tokens), the later steps' prior contexts moved by what that added (until a
-    compaction, which starts the context afresh)."""
-    out: list[Step] = []
-    shift = 0
-    for i, step in enumerate(steps):
-        following = steps[i + 1].kind if i + 1 < len(steps) else None
-        extra = 0
-        if (
-            step.kind != "compaction"
-            and following in ("tool", "subagent")
-            and step.output_tokens < TOOL_CALL_MIN_OUTPUT
-        ):
-            extra = TOOL_CALL_MIN_OUTPUT - step.output_tokens
-        if shift or extra:
-            step = dataclasses.replace(
-                step,
-                prior_tokens=step.prior_tokens + shift,
-                output_tokens=step.output_tokens + extra,
-            )
-        shift = 0 if step.kind == "compaction" else shift + extra
-        out.append(step)
-    return tuple(out)
+    return tuple(steps)
 
 
 def _child_plan(
@@ -261,13 +236,16 @@ def _child_plan(
     n = max(1, draw_tokens(sub.steps, sizes))
     context = system
     steps: list[Step] = []
-    for turn in range(1, min(n, s.turns) + 1):
+    last = min(n, s.turns)
+    for turn in range(1, last + 1):
         new = draw_tokens(sub.task_tokens if turn == 1 else s.turn_tokens, sizes)
         out = draw_tokens(s.output_tokens, sizes)
+        if turn < last:  # a tool result follows: the reply must hold a call
+            out = max(out, TOOL_CALL_MIN_OUTPUT)
         pause = 0.0 if turn == 1 else draw_seconds(s.pacing.tool_time, pauses) * s.pacing.time_scale
         steps.append(Step(turn, "subagent", new, out, pause, context))
         context += new + out
-    return _calls_fit(steps)
+    return tuple(steps)
 
 
 def _tool(name: str, summary: str, **params: str) -> dict[str, Any]:

@@ -18,7 +18,6 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from workloads.core import tokens
 from workloads.core.clock import sleep_until_or
 from workloads.core.conversation import Conversation, make_nonces, probe_nonce
 from workloads.core.corpus import Corpus
@@ -26,7 +25,7 @@ from workloads.model.results import RepetitionNonces
 from workloads.model.scenario import nominal
 from workloads.runner.options import SessionIO
 from workloads.runner.order import LocalOpeningOrder
-from workloads.runner.repetition import Repetition
+from workloads.runner.repetition import Repetition, share_opening, share_openings
 from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
 from workloads.runner.subagents import spawn
@@ -63,8 +62,6 @@ class FleetPlay:
             mode=s.nonce,
         )
         self.n_system = 0
-        self.first_ids: list[int] | None = None  # an opening every session shares a prefix of
-        self.first_exact = True
         self.sessions: list[Session] = []  # every session started, in start order
         # Called once, when the warm-up's windows end (the run opens its measured window).
         self.on_measured: Callable[[], Awaitable[None]] | None = None
@@ -102,17 +99,10 @@ class FleetPlay:
         self.sessions.append(session)
         return session
 
-    def _share(self, session: Session) -> None:
-        """Turn 1's shareable prefix: with nonce = "run", the part of its opening another
-        session's shares (the system prompt and tools); nothing with nonce = "session"."""
-        if self.scenario.nonce != "run" or self.first_ids is None:
-            session.peer_shared = 0
-            return
-        session.peer_shared = tokens.common_prefix_length(session.opening_ids, self.first_ids)
-        session.peer_shared_exact = session.opening_exact and self.first_exact
-
     async def open(self) -> list[Session]:
-        """The slots' first sessions, each opened and its turn 1 prepared; nothing sent."""
+        """The slots' first sessions, each opened and its turn 1 prepared; nothing sent.
+        With nonce = "run" each shares the others' system prompt (as a repetition's
+        sessions do); the first of them to send finds nothing the server has seen."""
         s = self.scenario
         first = [self._session(i) for i in range(s.users)]
         if nominal(s.opening_tokens) > 0:
@@ -122,24 +112,27 @@ class FleetPlay:
         async with asyncio.TaskGroup() as tg:
             for session in first:
                 tg.create_task(session.open(self.n_system))
-        # Each shares the system prompt of the others; the first of them to send (they
-        # start after their think times) finds nothing the server has seen.
-        order = LocalOpeningOrder()
-        for i, session in enumerate(first if len(first) > 1 else []):
-            other = first[(i + 1) % len(first)]
-            self.first_ids, self.first_exact = other.opening_ids, other.opening_exact
-            self._share(session)
-            session.order = order
-        self.first_ids, self.first_exact = first[0].opening_ids, first[0].opening_exact
+        share_openings(dict(enumerate(first)), self.sizing, LocalOpeningOrder())
         async with asyncio.TaskGroup() as tg:
             for session in first:
                 tg.create_task(session.prepare(1))
         return first
 
+    async def _replacement(self) -> Session:
+        """A fresh session for a slot, opened and its turn 1 prepared: with nonce = "run"
+        it shares the system prompt every earlier session sent."""
+        session = self._session(len(self.sessions))
+        await session.open(self.n_system)
+        if self.scenario.nonce == "run":
+            share_opening(session, self.sessions[0], self.sizing)
+        await session.prepare(1)
+        return session
+
     def window(self, now: float) -> tuple[int, bool]:
         """The fleet window (repetition index) a step sent at ``now`` belongs to, and
-        whether it is a warm-up window."""
-        assert self.start is not None
+        whether it is a warm-up window (before the fleet starts: its first window)."""
+        if self.start is None:
+            return 0, self.repetition.warmup
         reps = self.scenario.repetitions
         last = reps.warmup + reps.measured - 1
         index = min(max(0, int((now - self.start) // self.fleet.window_s)), last)
@@ -171,11 +164,7 @@ class FleetPlay:
                 if session is None:
                     if len(self.sessions) >= self.fleet.max_sessions:
                         return
-                    session = self._session(len(self.sessions))
-                    self._phase(session, time.perf_counter())
-                    await session.open(self.n_system)
-                    self._share(session)
-                    await session.prepare(1)
+                    session = await self._replacement()
                 if not await self._run(session, end, stop):
                     stopped = stopped or stop.is_set()
                     return
@@ -187,9 +176,6 @@ class FleetPlay:
                 tg.create_task(slot(session))
         return not stopped
 
-    def _phase(self, session: Session, now: float) -> None:
-        session.repetition, session.warmup = self.window(now)
-
     async def _run(self, session: Session, end: float, stop: asyncio.Event) -> bool:
         """Every step of ``session``'s plan on its own clock until ``end``: True when the
         plan ended (the slot starts another session), False when time or stop ended it."""
@@ -200,7 +186,6 @@ class FleetPlay:
             if due >= end:
                 return False
             if turn > 1:  # turn 1 was prepared when the session opened
-                self._phase(session, due)
                 if step.children:
                     await spawn(session, turn, stop)
                     due = time.perf_counter()
@@ -208,8 +193,7 @@ class FleetPlay:
             late = await sleep_until_or(due, stop)
             if late is None:
                 return False
-            now = time.perf_counter()
-            if now >= end:
+            if time.perf_counter() >= end:
                 return False
             await session.send(turn, lag_ns=round(late * 1e9))  # in the window it is sent
             since = time.perf_counter()

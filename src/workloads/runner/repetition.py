@@ -30,7 +30,15 @@ from workloads.runner.session import Session
 from workloads.runner.sizing import CellSizing
 from workloads.runner.subagents import spawn
 
-__all__ = ["Barrier", "Repetition", "open_sessions", "play", "traced_plans"]
+__all__ = [
+    "Barrier",
+    "Repetition",
+    "open_sessions",
+    "play",
+    "share_opening",
+    "share_openings",
+    "traced_plans",
+]
 
 # Lock-step's barrier: called with the turn once this process's sessions have it sized; returns
 # the barrier's time (perf_counter), or None when the run stopped first. Across worker
@@ -117,7 +125,7 @@ async def open_sessions(
     async with asyncio.TaskGroup() as tg:
         for session in opened.values():
             tg.create_task(session.open(n_system))  # each at its plan's (drawn) opening
-    _share_openings(opened, sizing, order if order is not None else LocalOpeningOrder())
+    share_openings(opened, sizing, order if order is not None else LocalOpeningOrder())
     sessions = [opened[i] for i in mine]
     async with asyncio.TaskGroup() as tg:  # turn 1 sized before anything is sent
         for session in sessions:
@@ -212,7 +220,7 @@ async def _spawn_and_prepare(session: Session, turn: int, stop: asyncio.Event) -
     await session.prepare(turn)
 
 
-def _share_openings(sessions: dict[int, Session], sizing: CellSizing, order: OpeningOrder) -> None:
+def share_openings(sessions: dict[int, Session], sizing: CellSizing, order: OpeningOrder) -> None:
     """Turn 1's shareable prefix: with nonce = "run", the part of its opening this session
     has in common with another session of the repetition (0 alone, or with nonce = "session").
     ``sessions``: by index, each with the next one (wrapping round) among them.
@@ -220,15 +228,20 @@ def _share_openings(sessions: dict[int, Session], sizing: CellSizing, order: Ope
     users = sizing.scenario.users
     if sizing.scenario.nonce != "run" or users < 2:
         return
-    scale = 1.0 if sizing.exact else sizing.scale.get(1, 1.0)
     for i, session in sessions.items():
         session.order = order  # who has sent turn 1: the first finds nothing of the others
         other = sessions.get((i + 1) % users)
-        if other is None:
-            continue  # the neighbour opened only for its ids
-        common = tokens.common_prefix_length(session.opening_ids, other.opening_ids)
-        session.peer_shared = round(common * scale)
-        session.peer_shared_exact = session.opening_exact and other.opening_exact
+        if other is not None:  # else the neighbour opened only for its ids
+            share_opening(session, other, sizing)
+
+
+def share_opening(session: Session, other: Session, sizing: CellSizing) -> None:
+    """Set ``session``'s turn-1 shareable prefix: the part of its opening ``other``'s has
+    too (both opened; in estimated tokens, corrected as the warm-up taught)."""
+    scale = 1.0 if sizing.exact else sizing.scale.get(1, 1.0)
+    common = tokens.common_prefix_length(session.opening_ids, other.opening_ids)
+    session.peer_shared = round(common * scale)
+    session.peer_shared_exact = session.opening_exact and other.opening_exact
 
 
 async def _send_at(session: Session, turn: int, due: float, stop: asyncio.Event) -> bool:

@@ -136,6 +136,7 @@ async def run_async(
             update={"slo": parse_slo(slo) if isinstance(slo, str) else slo}
         )
     _check_options(
+        fleet=scenario.fleet is not None,
         workers=workers,
         ray=ray,
         client=client,
@@ -144,13 +145,6 @@ async def run_async(
         stop_grace_s=stop_grace_s,
     )
     sharded = workers > 1 or ray is not None
-    if scenario.fleet is not None and (sharded or replay is not None or trace is not None):
-        what = f"workers={workers}" if workers > 1 else ("ray" if ray else "replay/trace")
-        raise OptionsError(
-            f"{what} cannot be combined with the scenario's fleet: a fleet plays from this "
-            "process (workers=1) and draws its own sessions",
-            option="workers" if sharded else ("replay" if replay is not None else "trace"),
-        )
     if trace is not None and not isinstance(trace, MooncakeTrace):
         trace = read_trace(trace, scenario.trace)  # bad input: one line, before --out exists
     if trace is not None:
@@ -376,6 +370,7 @@ def run(
 
 def _check_options(
     *,
+    fleet: bool,
     workers: int,
     ray: str | None,
     client: ChatClient | None,
@@ -410,6 +405,20 @@ def _check_options(
             f"replay={str(replay)!r} cannot be combined with {sharding}: a replay sends from "
             "this process (workers=1)",
             option="replay",
+        )
+    if fleet and (sharding or replay is not None or trace is not None):
+        shown = trace.path if isinstance(trace, MooncakeTrace) else trace
+        option, what = (
+            ("workers", sharding)
+            if sharding
+            else ("replay", f"replay={str(replay)!r}")
+            if replay is not None
+            else ("trace", f"trace={str(shown)!r}")
+        )
+        raise OptionsError(
+            f"{what} cannot be combined with the scenario's fleet: a fleet plays from this "
+            "process (workers=1) and draws its own sessions",
+            option=option,
         )
     if trace is not None and (sharding or replay is not None):
         shown = trace.path if isinstance(trace, MooncakeTrace) else trace

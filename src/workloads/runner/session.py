@@ -90,8 +90,8 @@ class Session:
         self.parent = parent  # a sub-agent's: the session that spawned it
         self.kid_scripts = kid_scripts  # replay: the recorded sub-agents' turns, by session
         self.tools = tool_schemas(scenario.tools)
-        # A fleet's (runner/fleet.py): the window (repetition, warm-up) a step sent now
-        # belongs to; its sub-agents take it too. None: this session's repetition.
+        # A fleet's (runner/fleet.py): the window (repetition, warm-up) a step sized or sent
+        # now belongs to; its sub-agents take it too. None: this session's repetition.
         self.window: Callable[[float], tuple[int, bool]] | None = None
         self.children: list[Session] = []  # sub-agents spawned, in order
         self._compacted = False  # the last step sent was a compaction
@@ -148,6 +148,11 @@ class Session:
             return 0, True  # nothing of this session reached the server yet
         return estimated_shareable(self.last), False
 
+    def _take_window(self) -> None:
+        """A fleet's session: its repetition and warm-up are those of the window now."""
+        if self.window is not None:
+            self.repetition, self.warmup = self.window(time.perf_counter())
+
     def tool_choice(self, turn: int) -> str | None:
         """What turn ``turn``'s request asks of tool calls (scenario ``tool_choice``): with
         "plan", "required" when the plan's next step is a tool result (or a sub-agent's
@@ -179,6 +184,7 @@ class Session:
         :attr:`CellSizing.quiet`, and in a warm-up it teaches quiet sizing. A sub-agent's
         turns all run while others stream."""
         await pace()  # sizing is turn-end work: the loop reads its sockets first
+        self._take_window()  # quiet sizing or not: the window the sizing happens in
         step = self.step(turn)
         inside = turn > 1 or self.parent is not None
         quiet = inside and not self.warmup and self.sizing.quiet
@@ -257,8 +263,7 @@ class Session:
         # Sends that fall due together (a repetition's first turns) go out a slice per loop
         # iteration, so the sockets are read between them; the wait is pacing lag.
         waiting = time.perf_counter_ns()
-        if self.window is not None:
-            self.repetition, self.warmup = self.window(time.perf_counter())
+        self._take_window()
         await send_slice()
         if lag_ns is not None:
             lag_ns += time.perf_counter_ns() - waiting
@@ -351,7 +356,11 @@ class Session:
                         record.sent_ns,
                         turn,
                         array("i", prepared.ids if prepared.exact else ()),
-                        counted=record.valid and record.cached_tokens is not None,
+                        # a fleet's warm-up turns are traced (sessions span windows),
+                        # not counted; other warm-ups are not traced at all
+                        counted=record.valid
+                        and not record.warmup
+                        and record.cached_tokens is not None,
                         messages=None if prepared.exact else sent,
                         reply=response.text,
                     )

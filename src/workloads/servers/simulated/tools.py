@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from workloads.core.agent import TOOL_CALL_MIN_OUTPUT
 from workloads.core.corpus import Corpus
 from workloads.servers.simulated import tokenizer
 from workloads.servers.simulated.profiles import Profile
@@ -37,7 +38,9 @@ __all__ = [
     "reasoning_tokens",
 ]
 
-MIN_TOOL_REPLY_TOKENS = 48  # below this a reply is content only: a call's markup is ~25 tokens
+# below this a reply is content only (a call's markup is ~25 tokens): what a plan asks at least
+# of a reply that must call a tool
+MIN_TOOL_REPLY_TOKENS = TOOL_CALL_MIN_OUTPUT
 THINKING_TOKENS = 64  # reasoning of a request that asks enable_thinking from a profile with 0
 _CALL_OPEN = '\n<tool_call>\n{"name": '
 _CALL_MID = ', "arguments": '
