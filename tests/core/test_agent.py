@@ -16,12 +16,16 @@ import workloads
 from workloads.core.agent import (
     MAX_CHILDREN,
     TOOL_CALL_MIN_OUTPUT,
+    Step,
     child_session,
     draw_plan,
+    fleet_plan,
     plan_steps,
     scaled,
+    session_plan,
 )
 from workloads.core.draws import draw_seconds, draw_tokens
+from workloads.core.flow import planned_steps_per_request
 
 TOLERANCE = 0.05  # every published figure is checked to within 5% (relative)
 
@@ -94,6 +98,41 @@ def test_played_sessions_have_median_15_p90_135_steps_and_whole_loops():
         assert starts[0] == 0
         loops += [b - a for a, b in zip(starts, [*starts[1:], len(plan)], strict=True)]
     assert abs(statistics.mean(loops) - 8.8) < 0.15 * 8.8
+
+
+def test_a_steady_fleet_starts_where_a_long_running_one_would_be():
+    # 400 slots, each playing W steps from the start: its first session caught in mid-life
+    # (fleet_plan), then fresh ones. Steps per human request over those windows read the
+    # plans' own mean, as in a fleet's steady state; a fresh start reads it low (each slot
+    # begins at a request, and the run's end cuts the longest loops).
+    s = workloads.load_scenario("coding-agents").with_overrides(["users=400"])
+    fresh = [session_plan(s, 0, 0, 400 + i) for i in range(2_000)]
+    mean = planned_steps_per_request(fresh)
+    assert mean is not None
+
+    def windows(first: list[tuple[Step, ...]], width: int) -> list[list[Step]]:
+        more = itertools.cycle(fresh)
+        out = []
+        for plan in first:
+            steps = list(plan)
+            while len(steps) < width:
+                steps += next(more)
+            out.append(steps[:width])
+        return out
+
+    steady = [fleet_plan(s, 0, i) for i in range(400)]
+    assert fleet_plan(s, 0, 400) == session_plan(s, 0, 0, 400)  # a later session: fresh
+    fresh_start = s.with_overrides(["fleet.start=fresh"])
+    assert fleet_plan(fresh_start, 0, 3) == session_plan(s, 0, 0, 3)
+    for width in (10, 40):
+        read = planned_steps_per_request(windows(steady, width))
+        assert read is not None and abs(read - mean) < 0.15 * mean
+        cut = planned_steps_per_request(windows(fresh[:400], width))
+        assert cut is not None and cut < 0.8 * mean
+    # the history a caught session's first step carries is deeper than an opening
+    assert statistics.median(p[0].prior_tokens for p in steady) > 1.5 * statistics.median(
+        p[0].prior_tokens for p in fresh
+    )
 
 
 def test_a_reply_that_must_call_a_tool_is_long_enough_for_one():

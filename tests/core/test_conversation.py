@@ -8,6 +8,7 @@ from workloads.core.conversation import (
     SHORT_RESULT,
     SUMMARY_HEAD,
     Conversation,
+    complete_calls,
     make_nonces,
     probe_nonce,
 )
@@ -212,3 +213,13 @@ def test_a_compaction_after_tool_calls_answers_them_first():
 
 
 COMPACT = "Summarise the conversation so far."
+
+
+def test_a_tool_call_cut_before_its_arguments_closed_stays_out_of_the_history():
+    # a call cut by max_tokens: its arguments do not parse, an agent cannot run it and a
+    # server refuses to render it again (llama.cpp: HTTP 500)
+    whole = {"id": "a", "type": "function", "function": {"name": "read", "arguments": '{"p": 1}'}}
+    cut = {"id": "b", "type": "function", "function": {"name": "grep", "arguments": '{"pat'}}
+    listed = {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "[1]"}}
+    assert complete_calls([whole, cut, listed]) == [whole]
+    assert complete_calls(None) == []

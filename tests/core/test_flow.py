@@ -4,7 +4,7 @@ per human request, compactions, the longest session, what is left out."""
 from __future__ import annotations
 
 import workloads
-from workloads.core.agent import draw_plan
+from workloads.core.agent import draw_plan, fleet_plan
 from workloads.core.corpus import stream_rng
 from workloads.core.flow import planned_steps_per_request, session_flow
 from workloads.model.records import TurnRecord
@@ -63,6 +63,28 @@ def test_sessions_of_two_repetitions_are_two_unless_the_run_is_a_fleet():
     fleet = workloads.load_scenario("coding-agents")
     flow = session_flow(records, fleet)
     assert flow.sessions == 1  # in a fleet a session's number is its own in the cell
-    # the plan of session 0 of the fleet, as the runner draws it
-    plan = draw_plan(fleet, stream_rng(0, "sizes", 0, 0, 0), stream_rng(0, "pacing", 0, 0, 0))
+    # the steps session 0 of the fleet plays from its first (caught in mid-life) to its end
+    plan = fleet_plan(fleet, 0, 0)
+    assert plan != draw_plan(
+        fleet, stream_rng(0, "sizes", 0, 0, 0), stream_rng(0, "pacing", 0, 0, 0)
+    )
     assert flow.planned_steps_per_request == planned_steps_per_request([plan])
+
+
+def test_steps_before_a_sessions_first_request_count_and_the_interval_holds_the_ratio():
+    # a fleet's session caught inside a loop: two tool steps before its first request
+    records = [
+        step(0, 1, "tool", 1),
+        step(0, 2, "tool", 0),
+        step(0, 3, "human", 1),
+        step(0, 4, "tool", 0),
+        step(1, 1, "human", 0),
+        step(1, 2, "human", 0),
+    ]
+    flow = session_flow(records)
+    assert flow is not None and flow.human_requests == 3
+    assert flow.steps_per_request == 6 / 3  # not (2 + 1 + 1) / 3 with the first steps lost
+    low, high = flow.steps_per_request_band or (0, 0)
+    # resampled whole: session 0 alone reads 4, session 1 alone 1
+    assert 1.0 <= low < 2.0 < high <= 4.0
+    assert session_flow(records[:4]).steps_per_request_band is None  # one session

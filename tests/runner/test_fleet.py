@@ -11,7 +11,7 @@ import pytest
 
 import workloads
 from fakes import TIMELESS_ENGINE
-from workloads.core.agent import session_plan, top_sessions
+from workloads.core.agent import fleet_plan, session_plan, top_sessions
 from workloads.core.flow import session_flow
 from workloads.live import _Tally, progress_line
 from workloads.model.transcripts import read_transcripts
@@ -52,10 +52,11 @@ def test_slots_replace_the_sessions_that_end(fleet_run):
     assert max(own) < top_sessions(scenario)
     kids = {r.session for r in result.records if r.parent_session is not None}
     assert kids and min(kids) >= top_sessions(scenario)  # past every top-level session
-    # each session plays its own drawn plan, from its first step
-    for session in list(own)[:10]:
+    # each session plays its own drawn plan, the slots' first ones caught in mid-life
+    for session in sorted(own)[:10]:
         turns = sorted(r.turn for r in result.records if r.session == session)
-        plan = session_plan(scenario, 0, 0, session)
+        plan = fleet_plan(scenario, 0, session)
+        assert session >= scenario.users or plan != session_plan(scenario, 0, 0, session)
         assert turns == list(range(1, len(turns) + 1)) and len(turns) <= len(plan)
         kinds = [
             r.step_kind
@@ -63,6 +64,22 @@ def test_slots_replace_the_sessions_that_end(fleet_run):
             if r.session == session
         ]
         assert kinds == [step.kind for step in plan[: len(turns)]]
+
+
+def test_a_slots_first_session_carries_the_history_of_its_depth(fleet_run):
+    scenario, result, _ = fleet_run
+    first = {r.session: r for r in result.records if r.session < scenario.users and r.turn == 1}
+    assert set(first) == set(range(scenario.users))
+    for session, record in first.items():
+        step = fleet_plan(scenario, 0, session)[0]
+        assert record.configured_prompt_tokens == step.prior_tokens + step.new_tokens
+        # sized to its whole prompt, as any first step (within the sizing's tolerance)
+        assert record.prompt_tokens is not None
+        assert abs(record.prompt_tokens - record.configured_prompt_tokens) <= max(
+            8, 0.02 * record.configured_prompt_tokens
+        )
+    # caught in mid-life: deeper than a fresh session's opening (at most 4,000 here)
+    assert max(r.configured_prompt_tokens for r in first.values()) > 4000
 
 
 def test_a_step_belongs_to_the_window_it_was_sent_in(fleet_run):

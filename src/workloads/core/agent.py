@@ -24,6 +24,7 @@ __all__ = [
     "Step",
     "child_session",
     "draw_plan",
+    "fleet_plan",
     "plan_steps",
     "planned_requests",
     "scaled",
@@ -119,6 +120,50 @@ def session_plan(scenario: Scenario, cell: int, repetition: int, session: int) -
         scenario,
         stream_rng(seed, "sizes", cell, repetition, session),
         stream_rng(seed, "pacing", cell, repetition, session),
+    )
+
+
+# A steady fleet draws at most this many candidate plans for a slot's first session (each
+# kept with probability its length over ``turns``; the last one drawn is kept after).
+_STEADY_DRAWS = 4096
+
+
+def fleet_plan(scenario: Scenario, cell: int, session: int) -> tuple[Step, ...]:
+    """The steps fleet session ``session`` of ``cell`` plays (``scenario``: the cell's, with
+    a fleet). A later session, or any with ``fleet.start = "fresh"``, plays its whole plan
+    (:func:`session_plan`, repetition 0: a fleet is one continuous repetition). A slot's
+    first session (``session < users``) of a "steady" fleet is caught in mid-life, as at a
+    random moment of a fleet that has run for long: by the inspection paradox of renewal
+    processes the session in progress then is drawn in proportion to its length (candidate
+    plans kept with probability ``len / turns``), and the moment falls uniformly among its
+    steps (a compaction defers to the step after it). The steps from there are renumbered
+    from 1 (step 1's ``prior_tokens``, the depth reached, is the history its first request
+    carries); its pause is the part still to wait (a uniform share), and its sub-agents,
+    spawned before the moment, are not played. Pure."""
+    fleet = scenario.fleet
+    assert fleet is not None
+    if fleet.start == "fresh" or session >= scenario.users:
+        return session_plan(scenario, cell, 0, session)
+    seed = scenario.content.seed
+    pick = stream_rng(seed, "steady", cell, session)
+    plan: tuple[Step, ...] = ()
+    for draw in range(_STEADY_DRAWS):
+        plan = draw_plan(
+            scenario,
+            stream_rng(seed, "sizes", cell, 0, session, "steady", draw),
+            stream_rng(seed, "pacing", cell, 0, session, "steady", draw),
+        )
+        if pick.random() * scenario.turns < len(plan):
+            break
+    start = pick.randrange(len(plan))
+    while start < len(plan) - 1 and plan[start].kind == "compaction":
+        start += 1
+    first = dataclasses.replace(
+        plan[start], turn=1, pause_s=plan[start].pause_s * pick.random(), children=()
+    )
+    return (
+        first,
+        *(dataclasses.replace(step, turn=i) for i, step in enumerate(plan[start + 1 :], 2)),
     )
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -40,6 +41,7 @@ __all__ = [
     "SUMMARY_HEAD",
     "Conversation",
     "Nonces",
+    "complete_calls",
     "make_nonces",
     "probe_nonce",
 ]
@@ -266,6 +268,25 @@ def probe_nonce(nonces: Nonces) -> str:
     first = {s.split()[0] for s in nonces.sessions}
     word = next((w for w in NONCE_WORDS if w not in first), "x")
     return " ".join([word, *nonces.sessions[0].split()[1:-1]]) + " #probe"
+
+
+def complete_calls(tool_calls: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The tool calls of a reply an agent can run and a server can render again: those whose
+    arguments are a whole JSON object. A call cut by ``max_tokens`` has arguments that do
+    not parse; an agent cannot run it, and servers refuse a history that holds it
+    (llama.cpp answers HTTP 500 "Failed to parse tool call arguments as JSON", vLLM parses
+    them too), so it stays out of the history. Pure."""
+    complete = []
+    for call in tool_calls or []:
+        arguments = (call.get("function") or {}).get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                continue
+        if isinstance(arguments, dict):
+            complete.append(call)
+    return complete
 
 
 @dataclass

@@ -72,7 +72,7 @@ __all__ = [
 # history are above _LOADERS); tests/model/test_results.py fails when a saved model's
 # fields change and these do not.
 FORMAT_VERSION = 6
-FORMAT_MINOR = 3
+FORMAT_MINOR = 4
 RESULT_FILE = "result.json"
 RECORDS_FILE = "records.jsonl"
 
@@ -495,10 +495,15 @@ def _upgrade_5(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _upgrade_6(data: dict[str, Any]) -> dict[str, Any]:
-    """Before 6.3 no request asked tool_choice by the plan: such a scenario reads "auto"."""
+    """Before 6.3 no request asked tool_choice by the plan: such a scenario reads "auto";
+    before 6.4 a fleet started every slot at a session's first step: "fresh"."""
     scenario = data.get("scenario")
-    if data.get("format_minor", 0) < 3 and isinstance(scenario, dict):
+    minor = data.get("format_minor", 0)
+    if minor < 3 and isinstance(scenario, dict):
         scenario.setdefault("tool_choice", "auto")
+    fleet = scenario.get("fleet") if isinstance(scenario, dict) else None
+    if minor < 4 and isinstance(fleet, dict):
+        fleet.setdefault("start", "fresh")
     return data
 
 
@@ -578,6 +583,9 @@ def _upgrade_6(data: dict[str, Any]) -> dict[str, Any]:
 #       scenario runs with on the embedded server; the target's simulator_profile says
 #       what ran). Older files load with fleet None, sim {} and tool_choice "auto"
 #       (_upgrade_6 sets it for a file before 6.3).
+#   6.4 — 2026-12-03: the fleet's "start": "steady" (each slot's first session caught in
+#       mid-life, its played steps numbered from 1) or "fresh" (what 6.3 fleets did;
+#       _upgrade_6 sets it for a file before 6.4).
 _LOADERS = {
     1: _upgrade_1,
     2: _upgrade_2,

@@ -334,10 +334,18 @@ class Fleet(Frozen):
     each repetition is a **fleet window** of ``window_s`` seconds of one continuous fleet
     (the warm-up's first, then the measured ones); a step belongs to the window it is sent
     in, and no step is sent after the last window (steps in flight then finish).
-    ``max_sessions`` bounds the sessions a cell's fleet starts (each has a fresh nonce)."""
+    ``max_sessions`` bounds the sessions a cell's fleet starts (each has a fresh nonce).
+
+    ``start``: "steady" (default) catches each slot's first session in mid-life, as a
+    server that has been serving agents finds them: the session in progress at a random
+    moment, drawn in proportion to its length, at a step drawn uniformly within it (the
+    renewal process's stationary state); its first request carries the history of that
+    depth, which the server has not seen. "fresh" starts every slot at a session's first
+    step (all sessions young together: shallow contexts and short loops at first)."""
 
     window_s: float = Field(gt=0.0, le=86_400.0)
     max_sessions: int = Field(default=1024, ge=1, le=65_536)
+    start: Literal["steady", "fresh"] = "steady"
 
 
 @dataclass(frozen=True, slots=True)

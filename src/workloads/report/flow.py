@@ -17,9 +17,10 @@ def _share(part: int, whole: int) -> str:
 
 
 def flow_line(result: RunResult) -> str | None:
-    """ "sessions: 31 (longest 212 steps, 2 compactions) · 8.4 steps per human request
-    (mean of 57) · tool results after a reply with tool calls 99.6% of 412 · human requests
-    after a reply without 100.0% of 26"; None without agent steps."""
+    """ "sessions: 31 (longest 212 steps, 2 compactions) · 8.4 [6.9-10.2] steps per human
+    request (of 57 requests) · tool results after a reply with tool calls 99.6% of 412 ·
+    human requests after a reply without 100.0% of 26"; None without agent steps (the
+    interval: sessions resampled whole, 95%)."""
     flow = session_flow(result.records, result.scenario)
     if flow is None:
         return None
@@ -28,15 +29,17 @@ def flow_line(result: RunResult) -> str | None:
         f"{plural(flow.compactions, 'compaction')})"
     ]
     if flow.steps_per_request is not None:
+        band = flow.steps_per_request_band
+        interval = "" if band is None else f" [{band[0]:.1f}-{band[1]:.1f}]"
         planned = (
             ""
             if flow.planned_steps_per_request is None
-            else f"; {flow.planned_steps_per_request:.1f} in these sessions' whole plans, "
-            "whose loops the run's end may cut"
+            else f"; {flow.planned_steps_per_request:.1f} in these sessions' plans played to "
+            "their end"
         )
         parts.append(
-            f"{flow.steps_per_request:.1f} steps per human request "
-            f"(mean of {flow.human_requests:,}{planned})"
+            f"{flow.steps_per_request:.1f}{interval} steps per human request "
+            f"(of {plural(flow.human_requests, 'request')}{planned})"
         )
     if flow.tool_steps or flow.human_steps:
         parts.append(

@@ -1,6 +1,10 @@
 """A fleet in steady state (scenario ``fleet``): ``users`` slots, each playing one agent
 session after another for the run's whole time, so sessions keep their real lengths (median
-15 steps, p90 135) and the server sees sessions start, run and end at once.
+15 steps, p90 135) and the server sees sessions start, run and end at once. With
+``fleet.start = "steady"`` (the default) each slot's first session is caught in mid-life
+(:func:`workloads.core.agent.fleet_plan`): the server meets deep histories and long loops in
+progress from the first window, as at any moment of a fleet that has run for long; a
+session's played steps are numbered from 1.
 
 One continuous fleet plays a cell: its repetitions are **fleet windows** of
 ``fleet.window_s`` seconds (the warm-up's first, then the measured ones). A step belongs to
@@ -18,6 +22,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
+from workloads.core.agent import fleet_plan
 from workloads.core.clock import sleep_until_or
 from workloads.core.conversation import Conversation, make_nonces, probe_nonce
 from workloads.core.corpus import Corpus
@@ -94,6 +99,7 @@ class FleetPlay:
             repetition=self.repetition.index,
             warmup=self.repetition.warmup,
             cell=self.repetition.cell.index,
+            plan=fleet_plan(s, self.repetition.cell.index, number),
         )
         session.window = self.window
         self.sessions.append(session)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from workloads.core import tokens
 from workloads.core.agent import Step, session_plan, tool_schemas
 from workloads.core.clock import pace
-from workloads.core.conversation import Conversation
+from workloads.core.conversation import Conversation, complete_calls
 from workloads.core.send_slice import send_slice
 from workloads.core.tokens import Message, TokenizeError
 from workloads.model.records import TurnRecord
@@ -365,17 +365,17 @@ class Session:
                         reply=response.text,
                     )
                 )
-        # The server's real reply goes into the history, even a partial one; a turn with no
-        # reply at all keeps the roles alternating with a marker.
-        marker = f"(no reply: {response.error_kind or 'empty'})"
+        # The server's real reply goes into the history, even a partial one, but for tool
+        # calls cut before their arguments closed (complete_calls); a turn with no reply at
+        # all keeps the roles alternating with a marker.
+        calls = complete_calls(response.tool_calls)
+        cut = "a tool call cut off" if response.tool_calls else response.error_kind or "empty"
         self._compacted = step.kind == "compaction" and reached
         if self._compacted:  # the summary replaces the history after the system message
             self.conversation.compact(response.text)
         else:
-            self.conversation.add_reply(
-                response.text or marker if not response.tool_calls else response.text,
-                response.tool_calls,
-            )
+            marker = f"(no reply: {cut})"
+            self.conversation.add_reply(response.text if calls else response.text or marker, calls)
         reply = response.text if reached else None
         await slice_()
         record = record.model_copy(update=identity(sent, reply))
