@@ -74,3 +74,46 @@ async def test_the_gate_judges_smollm2_in_chat_form():
     gate = GateResult(mode="required", outputs=before)
     assert gate.form == "chat" and gate.echoed == 0, [(o.case, o.output) for o in before]
     assert {"json-echo", "recall"} <= set(gate.passed_cases), [(o.case, o.why) for o in before]
+
+
+async def test_a_tool_call_cut_off_is_kept_out_of_the_history_a_real_server_renders():
+    """A call cut by max_tokens comes back with arguments that do not parse. Sent again as it
+    came, llama.cpp refuses every later turn of the session (HTTP 500, "Failed to parse tool
+    call arguments as JSON"); the history keeps only the calls that closed
+    (core/conversation.complete_calls), and the session goes on."""
+    from workloads.core.conversation import complete_calls
+    from workloads.wire.client import HttpChatClient
+
+    whole = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "read", "arguments": '{"path": "src/parser.py"}'},
+    }
+    cut = {
+        "id": "call_2",
+        "type": "function",
+        "function": {"name": "grep", "arguments": '{"pattern": "def pars'},
+    }
+    question = {"role": "user", "content": "Find the parser and read it."}
+
+    def body(calls: list[dict[str, object]]) -> dict[str, object]:
+        reply = {"role": "assistant", "content": "Looking.", "tool_calls": calls}
+        results = [
+            {"role": "tool", "tool_call_id": str(c["id"]), "content": "def parse(): ..."}
+            for c in calls
+        ]
+        return {
+            "model": INSTRUCT_ALIAS,
+            "messages": [question, reply, *results],
+            "tools": tool_schemas("coding"),
+            "max_tokens": 8,
+            "temperature": 0.0,
+            "stream": True,
+        }
+
+    with LlamaCppServer(parallel=1, context_per_slot=4096, instruct=True) as server:
+        async with HttpChatClient(server.base_url, connections=1) as client:
+            as_sent = await client.stream_chat(body([whole, cut]))
+            kept = await client.stream_chat(body(complete_calls([whole, cut])))
+    assert as_sent.http_status == 500, (as_sent.http_status, as_sent.error_message)
+    assert kept.ok, (kept.http_status, kept.error_message)
