@@ -108,12 +108,13 @@ def low_overlap(overlap: float | None) -> bool:
     return overlap is not None and overlap < LOW_DECODE_OVERLAP
 
 
-def overstates_note(overlap: float, decoding: float | None, users: int) -> str:
-    """Why an aggregate carries :data:`OVERSTATES`, with the figures that say so."""
+def overstates_note(overlap: float, decoding: float | None, users: int, *, where: str = "") -> str:
+    """Why an aggregate carries :data:`OVERSTATES`, with the figures that say so; ``where``
+    names the turns it stands for ("turn 2: ")."""
     at_once = f", {decoding:.1f} of {users} decoding at a time" if decoding is not None else ""
     return (
-        f"{OVERSTATES} the streams decoded together {overlap:.0%} of their decode time "
-        f"(median{at_once}; under {LOW_DECODE_OVERLAP:.0%} marks it): the server did not "
-        "run them at once, and a stream decodes faster alone, so the Σ of their rates "
-        "overstates what it delivered; wall throughput (Σ tokens / span) leads"
+        f"{OVERSTATES} {where}the streams decoded together {overlap:.0%} of their decode "
+        f"time{at_once} (under {LOW_DECODE_OVERLAP:.0%} marks it): the server did not run "
+        "them at once, and a stream decodes faster alone, so the Σ of their rates "
+        "overstates what it delivered; read the wall throughput (Σ tokens / span)"
     )
