@@ -158,6 +158,11 @@ class MetricComparison:
         return self.b.median / self.a.median
 
     @property
+    def verdict_figure(self) -> str:
+        """The ratio alone, as another row's verdict quotes it: "0.48x"."""
+        return "no ratio" if (ratio := self.ratio) is None else f"{ratio:.2f}x"
+
+    @property
     def enough(self) -> bool:
         """Both arms have at least :data:`stats.MIN_REPETITIONS` values."""
         return self.test is not None
@@ -455,6 +460,12 @@ class _Overlap:
     def low(self) -> bool:
         return low_overlap(self.a) or low_overlap(self.b)
 
+    def overstated(self, arm: str) -> bool:
+        """Whether ``arm``'s ("A" or "B") streams decoded together less than the other's,
+        and too little for its Σ to be a throughput."""
+        mine, other = (self.a, self.b) if arm == "A" else (self.b, self.a)
+        return low_overlap(mine) and (other is None or mine is None or mine < other)
+
     def why(self) -> str:
         """Why per-stream rates and the wall throughput may part, in the arms' figures."""
         if self.a is None or self.b is None:
@@ -490,22 +501,25 @@ def _overlap(a: _Cell, b: _Cell) -> _Overlap:
     return _Overlap(median(a), median(b), (a.users, b.users))
 
 
-def _disagreements(metrics: list[MetricComparison]) -> list[MetricComparison]:
-    """Each per-stream rate row whose verdict goes against its cell's wall throughput,
-    significant the other way, marked with what the wall throughput says."""
+def _disagreements(
+    metrics: list[MetricComparison], overlaps: dict[str, _Overlap]
+) -> list[MetricComparison]:
+    """Each per-stream rate row whose verdict the cell's wall throughput does not bear out,
+    marked with what the wall throughput says: one that goes against a wall throughput
+    significantly the other way; and one in favour of an arm whose streams did not decode
+    together (its Σ overstates) unless the wall throughput, significantly, agrees."""
     walls = {m.cell: m for m in metrics if m.name == m.cell + WALL}
     out = []
     for m in metrics:
         wall = walls.get(m.cell)
-        if (
-            m.rate
-            and wall is not None
-            and wall.direction is not None
-            and m.direction is not None
-            and m.direction != wall.direction
-            and (ratio := wall.ratio) is not None
-        ):
-            m = dataclasses.replace(m, disagrees=f"wall throughput {ratio:.2f}x {wall.direction}")
+        if m.rate and wall is not None and m.direction is not None and m.withheld is None:
+            favoured = "B" if (m.direction == "better") else "A"
+            if wall.direction is not None and wall.direction != m.direction:
+                said = f"wall throughput {wall.verdict_figure} {wall.direction}"
+                m = dataclasses.replace(m, disagrees=said)
+            elif wall.direction is None and overlaps[m.cell].overstated(favoured):
+                said = f"wall throughput {wall.verdict_figure}, {wall.outcome}"
+                m = dataclasses.replace(m, disagrees=said)
         out.append(m)
     return out
 
@@ -695,22 +709,24 @@ def compare(
     free = any(r.scenario.pacing.mode != "lockstep" for r in (a, b))
     metrics: list[MetricComparison] = []
     why: dict[str, str] = {}
+    overlaps: dict[str, _Overlap] = {}
     overlap_notes = []
     for ca, cb in pairs:
         prefix = _where(ca, cb, swept)
         overlap = _overlap(ca, cb)
         why[prefix] = overlap.why()
+        overlaps[prefix] = overlap
         if overlap.low and not free:
             overlap_notes.append(overlap.note(prefix))
         metrics += _run_metrics(prefix, ca, cb, min_effect, free, overlap)
-    metrics = _disagreements(familywise(metrics))
+    metrics = _disagreements(familywise(metrics), overlaps)
     for prefix, reason in why.items():
         if any(m.cell == prefix and m.disagrees for m in metrics):
             overlap_notes.append(
                 f"arms disagree{' at ' + prefix.rstrip(' ·') if prefix else ''}: a per-stream "
                 "rate (the Σ or median of the streams' post-first rates, or prefill per "
-                "request) goes one way and the wall throughput, significantly, the other, so "
-                f"neither is called better: {reason}"
+                "request) goes one way and the wall throughput does not bear it out (it goes "
+                f"the other way, or is not significant where the Σ overstates): {reason}"
             )
     arms, tags = arm_problems(a, b)
     if arms and force:
