@@ -40,6 +40,18 @@ def test_the_ratio_is_of_geometric_means_with_an_interval_around_it():
     assert test.ratio == pytest.approx((71 * 73 * 72) ** (1 / 3) / (50 * 52 * 51) ** (1 / 3))
 
 
+def test_a_figure_at_0_is_tested_on_its_values_not_its_logarithms():
+    # A cache that stopped hitting: no logarithm of 0, but a difference all the same.
+    test = stats.mean_test([0.999, 0.998, 0.999], [0.0, 0.0, 0.0])
+    assert test is not None and test.significant and test.ratio == 0.0
+    assert test.low < test.mean_b - test.mean_a < test.high < 0
+    assert stats.mean_test([0.0] * 3, [0.0] * 3).significant is False
+    assert stats.mean_test([0.0] * 3, [0.5, 0.6, 0.5]).ratio == float("inf")
+    assert stats.mean_test([0.999, 0.998], [0.0, 0.0, 0.0]) is None
+    # Noise around 0 is no difference.
+    assert not stats.mean_test([0.0, 0.2, 0.0], [0.1, 0.0, 0.0]).significant
+
+
 def test_fewer_than_three_repetitions_a_side_give_no_test():
     assert ratio_test([1.0, 2.0], [3.0, 4.0, 5.0]) is None
     assert ratio_test([1.0, None, 2.0, 0.0], [3.0, 4.0, 5.0]) is None  # unknown, non-positive

@@ -401,9 +401,10 @@ def test_a_format_4_result_reads_as_4_0_and_saves_as_the_current_format(tmp_path
 
 
 def as_saved_in_5_0(summary: Any) -> Any:
-    """A summary dump without what formats 5.1, 5.2, 6 and 6.2 added to it (the
+    """A summary dump without what formats 5.1, 5.2, 6, 6.2 and 6.5 added to it (the
     percentiles' bounds, the per-turn spec decoding counts, the cancelled turns, the first
-    steps apart and the pause pressure), which the stored 5.0 sweep could not save."""
+    steps apart, the pause pressure and the decode overlap), which the stored 5.0 sweep
+    could not save."""
     later = {
         "bounds",
         "spec_draft_tokens",
@@ -411,6 +412,8 @@ def as_saved_in_5_0(summary: Any) -> Any:
         "cancelled",
         "first_step",
         "pause_pressure",
+        "decode_overlap",
+        "streams_decoding",
     }
     if isinstance(summary, dict):
         return {k: as_saved_in_5_0(v) for k, v in summary.items() if k not in later}

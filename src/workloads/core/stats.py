@@ -36,11 +36,13 @@ __all__ = [
     "ALPHA",
     "CONFIDENCE",
     "MIN_REPETITIONS",
+    "MeanTest",
     "RatioTest",
     "Verdict",
     "band",
     "binomial_cdf",
     "chunk_gaps_us",
+    "mean_test",
     "median",
     "needed_for_bound",
     "order_bounds",
@@ -232,6 +234,73 @@ def ratio_test(
     return RatioTest(
         ratio=math.exp(mb - ma), se=math.sqrt(se2), df=df, alpha=alpha, n_a=len(la), n_b=len(lb)
     )
+
+
+@dataclass(frozen=True, slots=True)
+class MeanTest:
+    """B against A where an arm has a value of 0 (a cache that stopped hitting): no
+    logarithm, so Welch's t on the values themselves, the difference of means B − A with
+    its two-sided (1 − alpha) interval. ``ratio`` is of the means (inf when A's is 0)."""
+
+    mean_a: float
+    mean_b: float
+    se: float  # standard error of the difference of means (0: no spread at all)
+    df: float
+    alpha: float
+    n_a: int
+    n_b: int
+
+    @property
+    def ratio(self) -> float:
+        if self.mean_a == 0.0:
+            return 1.0 if self.mean_b == 0.0 else math.inf
+        return self.mean_b / self.mean_a
+
+    @property
+    def p_value(self) -> float:
+        """Two-sided p-value of "no difference"."""
+        d = abs(self.mean_b - self.mean_a)
+        if self.se == 0.0:
+            return 1.0 if d == 0.0 else 0.0
+        return 2.0 * (1.0 - t_cdf(d / self.se, self.df))
+
+    @property
+    def significant(self) -> bool:
+        return self.p_value < self.alpha
+
+    def _half(self) -> float:
+        return 0.0 if self.se == 0.0 else t_quantile(1 - self.alpha / 2, self.df) * self.se
+
+    @property
+    def low(self) -> float:
+        """Lower end of the interval of B − A."""
+        return self.mean_b - self.mean_a - self._half()
+
+    @property
+    def high(self) -> float:
+        return self.mean_b - self.mean_a + self._half()
+
+
+def mean_test(
+    a: Iterable[float | None], b: Iterable[float | None], *, alpha: float = ALPHA
+) -> MeanTest | None:
+    """Welch's t-test on the values of arm ``a`` and arm ``b`` (non-negative figures, for
+    when a 0 rules out :func:`ratio_test`'s logarithms: 0.999 → 0.000 is a difference, not
+    "too few repetitions"). None when either arm has fewer than :data:`MIN_REPETITIONS`
+    values.
+
+        mean_test([0.999, 0.998, 0.999], [0.0, 0.0, 0.0]).significant  # True
+    """
+    xa, xb = _clean(a), _clean(b)
+    if min(len(xa), len(xb)) < MIN_REPETITIONS:
+        return None
+    ma, va = _mean_var(xa)
+    mb, vb = _mean_var(xb)
+    se2 = va / len(xa) + vb / len(xb)
+    df = float(len(xa) + len(xb) - 2)
+    if se2 > 0.0:
+        df = se2 * se2 / ((va / len(xa)) ** 2 / (len(xa) - 1) + (vb / len(xb)) ** 2 / (len(xb) - 1))
+    return MeanTest(ma, mb, math.sqrt(se2), df, alpha, len(xa), len(xb))
 
 
 def percentiles(values: Iterable[float | None]) -> Percentiles | None:

@@ -72,7 +72,7 @@ __all__ = [
 # history are above _LOADERS); tests/model/test_results.py fails when a saved model's
 # fields change and these do not.
 FORMAT_VERSION = 6
-FORMAT_MINOR = 4
+FORMAT_MINOR = 5
 RESULT_FILE = "result.json"
 RECORDS_FILE = "records.jsonl"
 
@@ -586,6 +586,12 @@ def _upgrade_6(data: dict[str, Any]) -> dict[str, Any]:
 #   6.4 — 2026-12-03: the fleet's "start": "steady" (each slot's first session caught in
 #       mid-life, its played steps numbered from 1) or "fresh" (what 6.3 fleets did;
 #       _upgrade_6 sets it for a file before 6.4).
+#   6.5 — 2026-12-03: did the streams decode together? TurnSummary.decode_overlap and
+#       streams_decoding (bands over the repetitions the aggregate sums) and
+#       RunSummary.decode_overlap and streams_decoding (medians over the (repetition, turn)s
+#       the aggregate takes): the share of each stream's decode time during which every
+#       other stream decoded too, and the streams decoding at a time. Optional: None in
+#       older files; load_result recomputes them from the records.
 _LOADERS = {
     1: _upgrade_1,
     2: _upgrade_2,

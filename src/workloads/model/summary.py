@@ -108,6 +108,13 @@ class TurnSummary(Frozen):
     # Format 6: in flight when the run was stopped (error_kind "cancelled"): neither valid
     # nor failed. None in older results, whose ``errors`` count them.
     cancelled: int | None = None
+    # Format 6.5 (optional): did the streams the aggregate sums decode together? Over the
+    # repetitions the aggregate sums: the decode overlap (mean over streams of the share of
+    # each one's decode time during which every other stream decoded too; 1: together,
+    # 0: never all at once) and the mean streams decoding at a time over the time any did
+    # (core/concurrency.py). None with one stream, in pooled summaries and older files.
+    decode_overlap: BandSummary | None = None
+    streams_decoding: BandSummary | None = None
 
 
 class RunSummary(Frozen):
@@ -146,6 +153,11 @@ class RunSummary(Frozen):
     request_rate: BandSummary | None = None
     # Measured turns cancelled by a stop, as in TurnSummary (None before format 6).
     cancelled: int | None = None
+    # Format 6.5 (optional): the median decode overlap and streams decoding at a time over
+    # the (repetition, turn)s the aggregate takes its median over (TurnSummary's figures);
+    # under LOW_DECODE_OVERLAP the aggregate overstates and wall throughput leads.
+    decode_overlap: float | None = None
+    streams_decoding: float | None = None
 
 
 class KindSummary(Frozen):

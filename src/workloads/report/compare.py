@@ -53,7 +53,16 @@ The figures are the report's (:mod:`workloads.core.aggregate`): per repetition, 
 figures of :func:`aggregate.repetitions`; per turn, each repetition's turn figures of
 :func:`aggregate.turn_repetitions` (aggregate, TTFT, prefill rate, cache effectiveness).
 With free or arrivals pacing a turn's streams need not overlap, so their Σ overstates
-throughput: such arms lead with wall throughput, and their Σ rows are "Σ streams †".
+throughput: such arms lead with wall throughput, and their Σ rows are "Σ streams †". In
+lock-step the same holds where an arm's streams did not decode together (its decode overlap
+under ``LOW_DECODE_OVERLAP``: a server that queued some): wall throughput leads and the
+aggregate rows carry ‡ with both arms' overlap. Whatever the overlap, a per-stream rate row
+(tok/s: aggregate, per-user, prefill) is never called better or worse against a wall
+throughput that is significantly the other way: such a row reads "arms disagree", with the
+wall throughput and why (a stream decodes faster alone, so per-stream rates rise while the
+server delivers less). A figure that is 0 in an arm (a cache that stopped hitting) has no
+logarithm: it is tested on its values (:func:`workloads.core.stats.mean_test`), "0.999 →
+0.000 … worse", never "too few repetitions".
 """
 
 from __future__ import annotations
@@ -67,6 +76,7 @@ from typing import Literal
 
 from workloads.core import aggregate, stats
 from workloads.core.aggregate import RepetitionFigures, TurnRepetitionFigures
+from workloads.core.concurrency import LOW_DECODE_OVERLAP
 from workloads.model.errors import IncomparableError
 from workloads.model.records import TurnRecord
 from workloads.model.results import RunResult, Window
@@ -79,6 +89,7 @@ from workloads.report.arms import (
     target_differences,
 )
 from workloads.report.identity import Completions, Identity, correctness, identities, likelihood
+from workloads.report.rates import OVERSTATES, low_overlap
 from workloads.report.table import Line, ReportTable
 from workloads.report.text import format_band
 
@@ -93,7 +104,13 @@ __all__ = [
 
 MatchClass = Literal["matched", "matched_with_tokenizer_delta", "unmatched"]
 Outcome = Literal[
-    "better", "worse", "not significant", "too few repetitions", "not reported", "no verdict"
+    "better",
+    "worse",
+    "arms disagree",
+    "not significant",
+    "too few repetitions",
+    "not reported",
+    "no verdict",
 ]
 TOKENIZER_DELTA_LIMIT = 0.01
 MIN_EFFECT = 0.02  # smaller differences are not called significant (same-host drift)
@@ -117,20 +134,33 @@ class MetricComparison:
     min_effect: float = MIN_EFFECT
     alpha: float = stats.ALPHA  # this row's share of the comparison's family-wise alpha
     withheld: str | None = None  # why no verdict is given ("B invalid"); None: one is
+    cell: str = ""  # the row's cell prefix ("" without a sweep): its wall throughput's
+    rate: bool = False  # a per-stream rate (tok/s, not the wall throughput)
+    # Set when this rate row goes against a significant wall throughput: what the wall
+    # throughput says and why they differ. The row then reads "arms disagree".
+    disagrees: str | None = None
 
     @functools.cached_property
-    def test(self) -> stats.RatioTest | None:
-        """Welch's t on log values; None with fewer than 3 repetitions a side."""
+    def test(self) -> stats.RatioTest | stats.MeanTest | None:
+        """Welch's t on log values, or on the values where an arm has a 0 (no logarithm);
+        None with fewer than 3 repetitions a side."""
+        if any(v <= 0 for v in (*self.a_values, *self.b_values)):
+            return stats.mean_test(self.a_values, self.b_values, alpha=self.alpha)
         return stats.ratio_test(self.a_values, self.b_values, alpha=self.alpha)
 
     @property
     def ratio(self) -> float | None:
         """B/A: of geometric means when tested, else of medians."""
         if (t := self.test) is not None:
-            return t.ratio
+            return t.ratio if t.ratio != float("inf") else None
         if self.a is None or self.b is None or self.a.median == 0:
             return None
         return self.b.median / self.a.median
+
+    @property
+    def verdict_figure(self) -> str:
+        """The ratio alone, as another row's verdict quotes it: "0.48x"."""
+        return "no ratio" if (ratio := self.ratio) is None else f"{ratio:.2f}x"
 
     @property
     def enough(self) -> bool:
@@ -148,20 +178,28 @@ class MetricComparison:
         return len(self.a_values), len(self.b_values)
 
     @property
+    def direction(self) -> Literal["better", "worse"] | None:
+        """The way a significant difference goes, whatever else the row says."""
+        t = self.test
+        if t is None or not self.significant:
+            return None
+        return "better" if (t.ratio > 1) == self.higher_is_better else "worse"
+
+    @property
     def outcome(self) -> Outcome:
-        """The verdict alone: "better", "worse", "not significant", "too few repetitions",
-        "not reported" (an arm has no value) or "no verdict" (an invalid or incomplete arm,
-        not forced)."""
+        """The verdict alone: "better", "worse", "arms disagree" (a per-stream rate against a
+        wall throughput that is significantly the other way), "not significant", "too few
+        repetitions", "not reported" (an arm has no value) or "no verdict" (an invalid or
+        incomplete arm, not forced)."""
         if self.a is None or self.b is None:
             return "not reported"
         if self.withheld:
             return "no verdict"
-        t = self.test
-        if t is None:
+        if self.test is None:
             return "too few repetitions"
-        if not self.significant:
+        if (direction := self.direction) is None:
             return "not significant"
-        return "better" if (t.ratio > 1) == self.higher_is_better else "worse"
+        return "arms disagree" if self.disagrees else direction
 
     @property
     def verdict(self) -> str:
@@ -177,15 +215,28 @@ class MetricComparison:
             return f"no value from {where}, {n}"
         t = self.test
         ratio = self.ratio
-        figure = (
-            f"{t.ratio:.2f}x [{t.low:.2f}-{t.high:.2f}]"
-            if t is not None
-            else f"{ratio:.2f}x"
-            if ratio is not None
-            else "no ratio (A is 0)"
-        )
+        if isinstance(t, stats.MeanTest):  # an arm at 0: the values, and B − A's interval
+            digits = 3 if self.unit in ("", "s") else 0
+            figure = (
+                f"{t.mean_a:,.{digits}f} → {t.mean_b:,.{digits}f} "
+                f"[B − A {t.low:+,.{digits}f} to {t.high:+,.{digits}f}]"
+            )
+        else:
+            figure = (
+                f"{t.ratio:.2f}x [{t.low:.2f}-{t.high:.2f}]"
+                if t is not None
+                else f"{ratio:.2f}x"
+                if ratio is not None
+                else "no ratio (A is 0)"
+            )
+        change = f" ({ratio - 1:+.1%})" if ratio is not None else ""
+        if t is not None and outcome == "arms disagree":
+            return (
+                f"{figure}{change} would read {self.direction}, but {self.disagrees}: "
+                f"the arms disagree, {n}"
+            )
         if t is not None and outcome in ("better", "worse"):
-            return f"{figure} ({t.ratio - 1:+.1%}) {outcome}, {n}"
+            return f"{figure}{change} {outcome}, {n}"
         if outcome == "no verdict":
             return f"{figure}, no verdict ({self.withheld}), {n}"
         if t is not None and outcome == "not significant" and t.significant:
@@ -217,6 +268,9 @@ class Comparison:
     cache: list[str] = field(default_factory=list)  # a replay on a warm cache, per arm
     targets: list[str] = field(default_factory=list)  # server identity, simulator profile
     free: bool = False  # an arm's streams need not overlap: wall throughput leads
+    # Per cell pair whose streams did not decode together in an arm: why its aggregate
+    # rows carry ‡ (wall throughput leads there); and where rate rows disagree, why.
+    overlap: list[str] = field(default_factory=list)
     prompts_excused: bool = False  # the prompts differ by the variable under test
 
     @property
@@ -367,6 +421,9 @@ def _values(figures: list[float | None]) -> tuple[float, ...]:
     return tuple(v for v in figures if v is not None)
 
 
+WALL = "wall throughput"
+
+
 def _row(
     prefix: str,
     name: str,
@@ -385,11 +442,90 @@ def _row(
         _values(xs),
         _values(ys),
         min_effect,
+        cell=prefix,
+        rate=unit == "tok/s" and name != WALL,
     )
 
 
+@dataclass(frozen=True)
+class _Overlap:
+    """Did each arm's streams decode together in a cell pair: the medians over the
+    (repetition, turn)s its aggregate takes (None: not known, or one stream)."""
+
+    a: float | None
+    b: float | None
+    users: tuple[int, int]
+
+    @property
+    def low(self) -> bool:
+        return low_overlap(self.a) or low_overlap(self.b)
+
+    def overstated(self, arm: str) -> bool:
+        """Whether ``arm``'s ("A" or "B") streams decoded together less than the other's,
+        and too little for its Σ to be a throughput."""
+        mine, other = (self.a, self.b) if arm == "A" else (self.b, self.a)
+        return low_overlap(mine) and (other is None or mine is None or mine < other)
+
+    def why(self) -> str:
+        """Why per-stream rates and the wall throughput may part, in the arms' figures."""
+        if self.a is None or self.b is None:
+            return (
+                "per-stream rates leave out the time a stream waited to decode; wall "
+                "throughput counts it"
+            )
+        low, high = ("A", "B") if self.a < self.b else ("B", "A")
+        return (
+            f"{low}'s streams decoded together {min(self.a, self.b):.0%} of their decode "
+            f"time, {high}'s {max(self.a, self.b):.0%}: a stream decodes faster alone, so "
+            "per-stream rates rise while the server delivers less"
+        )
+
+    def note(self, where: str) -> str:
+        shares = ", ".join(
+            f"{arm} {'—' if o is None else format(o, '.0%')}"
+            for arm, o in (("A", self.a), ("B", self.b))
+        )
+        return (
+            f"{OVERSTATES} {where}share of their decode time the streams decoded together "
+            f"(median over turns): {shares}; under {LOW_DECODE_OVERLAP:.0%} the Σ of their "
+            "rates overstates what the server delivered (a stream decodes faster alone), so "
+            "wall throughput leads"
+        )
+
+
+def _overlap(a: _Cell, b: _Cell) -> _Overlap:
+    def median(cell: _Cell) -> float | None:
+        turns = aggregate.turn_repetitions(cell.records, users=cell.users)
+        return stats.median(t.decode_overlap for t in turns if t.aggregate_rate is not None)
+
+    return _Overlap(median(a), median(b), (a.users, b.users))
+
+
+def _disagreements(
+    metrics: list[MetricComparison], overlaps: dict[str, _Overlap]
+) -> list[MetricComparison]:
+    """Each per-stream rate row whose verdict the cell's wall throughput does not bear out,
+    marked with what the wall throughput says: one that goes against a wall throughput
+    significantly the other way; and one in favour of an arm whose streams did not decode
+    together (its Σ overstates) unless the wall throughput, significantly, agrees."""
+    walls = {m.cell: m for m in metrics if m.name == m.cell + WALL}
+    out = []
+    for m in metrics:
+        wall = walls.get(m.cell)
+        if m.rate and wall is not None and m.direction is not None and m.withheld is None:
+            favoured = "B" if (m.direction == "better") else "A"
+            if wall.direction is not None and wall.direction != m.direction:
+                said = f"wall throughput {wall.verdict_figure} {wall.direction}"
+                m = dataclasses.replace(m, disagrees=said)
+            elif wall.direction is None and overlaps[m.cell].overstated(favoured):
+                said = f"wall throughput {wall.verdict_figure}, {wall.outcome}"
+                m = dataclasses.replace(m, disagrees=said)
+        out.append(m)
+    return out
+
+
 def _run_metrics(
-    prefix: str, a: _Cell, b: _Cell, min_effect: float, free: bool
+    prefix: str, a: _Cell, b: _Cell, min_effect: float, free: bool, overlap: _Overlap
 ) -> list[MetricComparison]:
     ra = aggregate.repetitions(a.records, users=a.users)
     rb = aggregate.repetitions(b.records, users=b.users)
@@ -401,10 +537,13 @@ def _run_metrics(
             prefix, name, unit, higher, [get(f) for f in ra], [get(f) for f in rb], min_effect
         )
 
-    summed = row(SUMMED if free else "aggregate", "tok/s", lambda f: f.aggregate_rate, True)
+    # Where the streams need not (free) or did not (low overlap) decode together, the Σ
+    # overstates throughput: the wall throughput leads, and the Σ rows say so in their name.
+    summed_name = SUMMED if free else f"aggregate {OVERSTATES}" if overlap.low else "aggregate"
+    summed = row(summed_name, "tok/s", lambda f: f.aggregate_rate, True)
     per_user = row("per-user median", "tok/s", lambda f: f.per_user_rate, True)
-    wall = row("wall throughput", "tok/s", lambda f: f.wall_aggregate_rate, True)
-    metrics = [wall, per_user, summed] if free else [summed, per_user, wall]
+    wall = row(WALL, "tok/s", lambda f: f.wall_aggregate_rate, True)
+    metrics = [wall, per_user, summed] if free or overlap.low else [summed, per_user, wall]
     metrics.append(row("TTFT median", "s", lambda f: f.ttft_s, False))
     # Window figures: one value per arm (the whole measured window), so shown, never tested.
     window_rows: list[tuple[str, str, bool, Callable[[Window], float | None]]] = [
@@ -429,7 +568,7 @@ def _run_metrics(
     ta = aggregate.turn_repetitions(a.records, users=a.users)
     tb = aggregate.turn_repetitions(b.records, users=b.users)
     per_turn: list[tuple[str, str, bool, Callable[[TurnRepetitionFigures], float | None]]] = [
-        (SUMMED if free else "aggregate", "tok/s", True, lambda f: f.aggregate_rate),
+        (summed_name, "tok/s", True, lambda f: f.aggregate_rate),
         ("TTFT median", "s", False, lambda f: f.ttft_s),
         ("prefill rate", "tok/s", True, lambda f: f.prefill_rate),
         ("cache effectiveness", "", True, lambda f: f.cache_effectiveness),
@@ -569,9 +708,26 @@ def compare(
         )
     free = any(r.scenario.pacing.mode != "lockstep" for r in (a, b))
     metrics: list[MetricComparison] = []
+    why: dict[str, str] = {}
+    overlaps: dict[str, _Overlap] = {}
+    overlap_notes = []
     for ca, cb in pairs:
-        metrics += _run_metrics(_where(ca, cb, swept), ca, cb, min_effect, free)
-    metrics = familywise(metrics)
+        prefix = _where(ca, cb, swept)
+        overlap = _overlap(ca, cb)
+        why[prefix] = overlap.why()
+        overlaps[prefix] = overlap
+        if overlap.low and not free:
+            overlap_notes.append(overlap.note(prefix))
+        metrics += _run_metrics(prefix, ca, cb, min_effect, free, overlap)
+    metrics = _disagreements(familywise(metrics), overlaps)
+    for prefix, reason in why.items():
+        if any(m.cell == prefix and m.disagrees for m in metrics):
+            overlap_notes.append(
+                f"arms disagree{' at ' + prefix.rstrip(' ·') if prefix else ''}: a per-stream "
+                "rate (the Σ or median of the streams' post-first rates, or prefill per "
+                "request) goes one way and the wall throughput does not bear it out (it goes "
+                f"the other way, or is not significant where the Σ overstates): {reason}"
+            )
     arms, tags = arm_problems(a, b)
     if arms and force:
         problems += [f"verdicts given although {p}" for p in arms]
@@ -599,6 +755,7 @@ def compare(
         targets=target_differences(a, b),
         free=free,
         prompts_excused=excuses and bool(prompt_problems),
+        overlap=overlap_notes,
     )
 
 
@@ -673,4 +830,5 @@ def comparison_table(result: Comparison, *, min_effect: float = MIN_EFFECT) -> R
             "† free or arrivals pacing: a turn's streams need not overlap in time, so their "
             "Σ overstates throughput; wall throughput (Σ tokens / span) leads"
         )
+    table.notes.extend(result.overlap)
     return table

@@ -15,10 +15,11 @@ from rich.console import Group
 from rich.text import Text
 
 from workloads.core.agent import planned_requests
+from workloads.core.concurrency import LOW_DECODE_OVERLAP
 from workloads.core.traces import observed_hit_rate
 from workloads.model.results import RunResult
 from workloads.model.scenario import Scenario, describe
-from workloads.model.summary import Percentiles, TurnSummary
+from workloads.model.summary import BandSummary, Percentiles, TurnSummary
 from workloads.report import agent_trace, agents, flow, goodput, rates
 from workloads.report.table import Block, Line, ReportTable
 from workloads.report.text import (
@@ -41,6 +42,7 @@ __all__ = [
     "concurrency_line",
     "coordinates_line",
     "latency_table",
+    "overstates_line",
     "records_notes",
     "render",
     "run_line",
@@ -106,9 +108,13 @@ def turn_table(result: RunResult) -> ReportTable:
     )
     notes = []
     partial = []
+    marked = []  # lock-step turns whose streams did not decode together: the aggregate ‡
     for t in shown_turns(result):
         missing = NO_VALID if not t.valid else "—"
         cells = [format_band(f.read(t), missing=missing) for f in figures]
+        if figures[0] is rates.AGGREGATE and rates.low_overlap(_median(t.decode_overlap)):
+            cells[0] += f" {rates.OVERSTATES}"
+            marked.append(t)
         if t.partial_repetitions:
             cells = [c + " *" if f.summed else c for f, c in zip(figures, cells, strict=True)]
             partial.append(t)
@@ -147,8 +153,26 @@ def turn_table(result: RunResult) -> ReportTable:
             f"* left out of {summed_name} and wall tok/s (a Σ over fewer streams is not the same "
             "figure): " + "; ".join(notes)
         )
+    if marked:
+        captions.append(_overstates_caption(marked, users))
     table.notes.extend(captions)
     return table
+
+
+def _median(b: BandSummary | None) -> float | None:
+    return b.median if b is not None else None
+
+
+def _overstates_caption(turns: list[TurnSummary], users: int) -> str:
+    """Why the marked turns' aggregate overstates, in the figures of the lowest overlap."""
+    t = min(turns, key=lambda t: _median(t.decode_overlap) or 0.0)
+    where = (
+        f"turn {t.turn}: "
+        if len(turns) == 1
+        else f"turns {', '.join(str(x.turn) for x in turns)} (the lowest, turn {t.turn}): "
+    )
+    overlap = _median(t.decode_overlap) or 0.0
+    return rates.overstates_note(overlap, _median(t.streams_decoding), users, where=where)
 
 
 def _spec_shown(result: RunResult) -> bool:
@@ -316,7 +340,9 @@ def run_line(result: RunResult) -> str:
     streams' post-first rates), the per-user median and the wall throughput. No headline from
     repetitions whose streams were not all valid: it says why instead (survivors decode
     faster, so such a figure reads high). With free pacing the streams need not overlap, so
-    no aggregate: the wall throughput, then the per-user median."""
+    no aggregate: the wall throughput, then the per-user median. Where lock-step streams did
+    not decode together (a low decode overlap) the wall throughput leads and the aggregate
+    carries ‡, which :func:`overstates_line` explains."""
     r = result.summary.run
     cut = f", {r.cancelled} cancelled" if r.cancelled else ""
     if r.per_user_rate is None and not r.valid:
@@ -340,15 +366,30 @@ def run_line(result: RunResult) -> str:
         head = f"per-user median {num(r.per_user_rate)} tok/s; {wall}"
     else:
         left_out = f", {r.partial_turns} partial left out" if r.partial_turns else ""
-        head = (
+        summed = (
             f"aggregate {num(r.aggregate_rate)} tok/s (median Σ of {r.users} streams over "
-            f"{plural(r.full_turns, 'turn')}{left_out}) · per-user median "
-            f"{num(r.per_user_rate)} tok/s · {wall}"
+            f"{plural(r.full_turns, 'turn')}{left_out})"
         )
+        per_user = f"per-user median {num(r.per_user_rate)} tok/s"
+        if rates.low_overlap(r.decode_overlap):  # the Σ overstates: the wall throughput leads
+            head = f"{wall} · {summed} {rates.OVERSTATES} · {per_user}"
+        else:
+            head = f"{summed} · {per_user} · {wall}"
     line = f"{head} · {ttft} · {valid}"
     if r.request_rate is not None:
         line += f" · {format_band(r.request_rate)} requests/s"
     return line
+
+
+def overstates_line(result: RunResult) -> str | None:
+    """Why the headline's aggregate carries ‡ (its streams did not decode together); None
+    when it carries none."""
+    r = result.summary.run
+    if r.aggregate_rate is None or r.decode_overlap is None:
+        return None
+    if rates.free_pacing(result) or not rates.low_overlap(r.decode_overlap):
+        return None
+    return rates.overstates_note(r.decode_overlap, r.streams_decoding, r.users)
 
 
 def sweep_table(result: RunResult) -> ReportTable:
@@ -367,6 +408,7 @@ def sweep_table(result: RunResult) -> ReportTable:
         key=2,
         name="cells",
     )
+    marked: list[str] = []  # cells whose streams did not decode together
     for cell in cells:
         first = cell.summary.turns[0] if cell.summary.turns else None
         rate = cell.generation_rate
@@ -380,7 +422,11 @@ def sweep_table(result: RunResult) -> ReportTable:
             f"{num(rate.low)}–{num(rate.high)}" if rate else "—",
         ]
         wall = run.wall_aggregate_rate.median if run.wall_aggregate_rate else None
-        row += [num(wall if free else run.aggregate_rate)] if concurrent else []
+        summed = num(wall if free else run.aggregate_rate)
+        if not free and run.aggregate_rate is not None and rates.low_overlap(run.decode_overlap):
+            summed += f" {rates.OVERSTATES}"
+            marked.append(f"C{cell.concurrency} {run.decode_overlap:.0%}")
+        row += [summed] if concurrent else []
         row += [
             num(run.ttft_s.median if run.ttft_s else None, 2),
             num(run.request_rate.median if run.request_rate else None),
@@ -388,6 +434,13 @@ def sweep_table(result: RunResult) -> ReportTable:
             + (f", {run.cancelled} cancelled" if run.cancelled else ""),
         ]
         table.add_row(*row)
+    if marked:
+        table.notes.append(
+            f"{rates.OVERSTATES} the streams decoded together under "
+            f"{LOW_DECODE_OVERLAP:.0%} of their decode time ({', '.join(marked)}; median "
+            "over turns): a stream decodes faster alone, so the Σ of their rates overstates "
+            "what the server delivered; read the cell's wall throughput"
+        )
     return table
 
 
@@ -789,6 +842,8 @@ def blocks(result: RunResult) -> list[Block]:
         if (oracle := what_if_table(result)) is not None:
             parts.append(oracle)
         parts.append(Line(run_line(result), "bold"))
+        if (overstates := overstates_line(result)) is not None:
+            parts.append(Line(overstates, "warning"))
     parts += goodput.blocks(result)
     for line in (sizing_line(result), concurrency_line(result), client_line(result)):
         if line is not None:

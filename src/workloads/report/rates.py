@@ -9,6 +9,11 @@ axes of ``rates.png`` and the HTML caption under it. One name, one definition:
   (``wall tok/s``; CSV ``wall_tok_s_*``) and the Σ keeps its † name (``Σ streams tok/s †``;
   CSV ``streams_sum_tok_s_*``), never "aggregate".
 
+In lock-step the aggregate presumes that the streams decoded together; where they did not (a
+server that queued some: the decode overlap under ``LOW_DECODE_OVERLAP``) it carries the mark
+‡ (:data:`OVERSTATES`) with :func:`overstates_note` saying why, and the headline and
+``compare`` lead with the wall throughput.
+
 CSV and JSON names carry no †: they are identifiers, with no footnote to point to (and a
 spreadsheet that opens the CSV as Latin-1 garbles the mark); their words say what it is.
 """
@@ -18,17 +23,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from workloads.core.concurrency import LOW_DECODE_OVERLAP
 from workloads.model.results import RunResult
 from workloads.model.summary import BandSummary, TurnSummary
 
 __all__ = [
     "AGGREGATE",
+    "OVERSTATES",
     "PER_USER",
     "STREAMS_SUM",
     "WALL",
     "Rate",
     "dagger_note",
     "free_pacing",
+    "low_overlap",
+    "overstates_note",
     "turn_rates",
 ]
 
@@ -87,4 +96,25 @@ def dagger_note(result: RunResult) -> str | None:
     return (
         f"† {result.scenario.pacing.mode} pacing: a turn's streams need not overlap in "
         "time, so their Σ overstates throughput; wall tok/s = Σ tokens / the turn's span"
+    )
+
+
+OVERSTATES = "‡"  # an aggregate over streams that did not decode together
+
+
+def low_overlap(overlap: float | None) -> bool:
+    """Whether a decode overlap is low enough that the aggregate overstates (None: not
+    known, or one stream: never)."""
+    return overlap is not None and overlap < LOW_DECODE_OVERLAP
+
+
+def overstates_note(overlap: float, decoding: float | None, users: int, *, where: str = "") -> str:
+    """Why an aggregate carries :data:`OVERSTATES`, with the figures that say so; ``where``
+    names the turns it stands for ("turn 2: ")."""
+    at_once = f", {decoding:.1f} of {users} decoding at a time" if decoding is not None else ""
+    return (
+        f"{OVERSTATES} {where}the streams decoded together {overlap:.0%} of their decode "
+        f"time{at_once} (under {LOW_DECODE_OVERLAP:.0%} marks it): the server did not run "
+        "them at once, and a stream decodes faster alone, so the Σ of their rates "
+        "overstates what it delivered; read the wall throughput (Σ tokens / span)"
     )
