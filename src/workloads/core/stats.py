@@ -25,7 +25,7 @@ import math
 from array import array
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, pairwise
 from typing import Literal, overload
@@ -290,14 +290,28 @@ def _sorted_percentiles(data: Sequence[float]) -> Percentiles:
     return Percentiles(p50=p50, p90=p90, p99=p99, max=data[-1], n=len(data), bounds=bounds)
 
 
-def chunk_gaps_us(arrivals_ns: Sequence[int] | None) -> array[int] | None:
+def chunk_gaps_us(
+    arrivals_ns: Sequence[int] | None, merged: Collection[int] = ()
+) -> array[int] | None:
     """Content-chunk arrival times (perf_counter_ns, in order) as the gaps between them in
     whole microseconds: what a TurnRecord keeps of them, a machine integer each (as an
     array, the record keeps it without checking every value again). Microseconds:
     inter-token gaps are milliseconds, and six digits a gap keep records.jsonl small. None
-    when not recorded."""
+    when not recorded. A gap that ends at a ``merged`` chunk (its index: one read with
+    later chunks after a client stall, so its stamp is theirs) is left out: it was not
+    measured."""
     if arrivals_ns is None:
         return None
+    if merged:
+        left_out = set(merged)
+        return array(
+            "q",
+            [
+                round((b - a) / 1000)
+                for i, (a, b) in enumerate(pairwise(arrivals_ns), 1)
+                if i not in left_out
+            ],
+        )
     return array("q", [round((b - a) / 1000) for a, b in pairwise(arrivals_ns)])
 
 

@@ -72,7 +72,7 @@ __all__ = [
 # history are above _LOADERS); tests/model/test_results.py fails when a saved model's
 # fields change and these do not.
 FORMAT_VERSION = 6
-FORMAT_MINOR = 3
+FORMAT_MINOR = 4
 RESULT_FILE = "result.json"
 RECORDS_FILE = "records.jsonl"
 
@@ -578,6 +578,11 @@ def _upgrade_6(data: dict[str, Any]) -> dict[str, Any]:
 #       scenario runs with on the embedded server; the target's simulator_profile says
 #       what ran). Older files load with fleet None, sim {} and tool_choice "auto"
 #       (_upgrade_6 sets it for a file before 6.3).
+#   6.4 — 2026-12-03: TurnRecord.merged_chunks: content chunks read together with later ones
+#       while the client's event loop stalled (wire/arrival.py), whose gaps records leave
+#       out of chunk_gaps_us and whose decode rate is None when the first or last chunk is
+#       one (0 in older files: not watched). ITL's Percentiles.bounds are cluster bounds
+#       (requests resampled whole, core/stats.py), recomputed by load_result from records.
 _LOADERS = {
     1: _upgrade_1,
     2: _upgrade_2,
