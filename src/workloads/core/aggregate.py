@@ -59,7 +59,7 @@ cancelled in flight by a stop (``error_kind`` "cancelled") is counted apart, as
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 

@@ -580,8 +580,8 @@ def _upgrade_6(data: dict[str, Any]) -> dict[str, Any]:
 #       (_upgrade_6 sets it for a file before 6.3).
 #   6.4 — 2026-12-03: TurnRecord.merged_chunks: content chunks read together with later ones
 #       while the client's event loop stalled (wire/arrival.py), whose gaps records leave
-#       out of chunk_gaps_us and whose decode rate is None when the first or last chunk is
-#       one (0 in older files: not watched). ITL's Percentiles.bounds are cluster bounds
+#       out of chunk_gaps_us and whose decode rate is None when the first chunk is one (0 in
+#       older files: not watched). ITL's Percentiles.bounds are cluster bounds
 #       (requests resampled whole, core/stats.py), recomputed by load_result from records.
 _LOADERS = {
     1: _upgrade_1,

@@ -124,9 +124,10 @@ def record_from_response(
     merged = figures.merged
     if completion is not None and completion > 1 and first is not None and last is not None:
         rate = (completion - 1) / ((last - first) / 1e9) if last > first else None
-    if merged and (merged[0] == 0 or merged[-1] == figures.content_events - 1):
-        # the first or last chunk carries a later chunk's stamp (a client stall): the span
-        # is not known, so neither is the rate (wire/arrival.py)
+    if merged and merged[0] == 0:
+        # the first chunk carries a later chunk's stamp (a client stall): the span is not
+        # known, so neither is the rate (wire/arrival.py). A merged last chunk is its read's
+        # last content: stamped when it arrived (the finish and [DONE] follow it at once)
         rate = None
     status: Status = "ok" if response.ok else "error"
     if response.error_kind == "cancelled":

@@ -39,9 +39,9 @@ written 50 ms apart on loopback, read after: four reads, one stamp; ``SO_TIMESTA
 on a 2.8 µs send-and-read, measured in a VM). What can be known is whether the loop stalled
 while a read's bytes arrived: :class:`StallWatch` wakes every :data:`WATCH_NS` and notes
 each wake later than :data:`STALL_NS`; a read that carries several content chunks with a
-stall since the read before is *merged* (wire/stream.py marks the chunks). A stall shorter
-than ``WATCH_NS + STALL_NS`` may go unseen, so the chunks of an unmarked read arrived within
-that of their stamp.
+stall that ended just before it (the loop catching up) is *merged* (wire/stream.py marks
+the chunks). A stall shorter than ``WATCH_NS + STALL_NS`` may go unseen, so the chunks of
+an unmarked read arrived within that of their stamp.
 """
 
 from __future__ import annotations
@@ -209,13 +209,17 @@ class StallWatch:
         self._arm(now)  # from now: a stall is one late wake, not a train of them
 
     def stalled(self, since_ns: int, until_ns: int) -> bool:
-        """Whether the loop stalled (over :data:`STALL_NS`) at some time in ``(since_ns,
-        until_ns)``: a noted stall that overlaps it, or a wake overdue now that was due in
-        it."""
+        """Whether a read made now, of bytes that arrived in ``(since_ns, until_ns]``, is the
+        loop catching up after a stall (over :data:`STALL_NS`) that began before its last
+        byte arrived: a wake overdue now that was due before it, or a noted stall that ended
+        after the read before and at most ``WATCH_NS + STALL_NS`` ago (the loop ran freely
+        since an older one: a byte arriving after it was read at once, as any read is)."""
+        now = clock()
         due = self._due
-        if due and since_ns < until_ns and due < until_ns and clock() - due > STALL_NS:
+        if due and due < until_ns and now - due > STALL_NS:
             return True
-        return any(end > since_ns and start < until_ns for start, end in self.stalls)
+        recent = max(since_ns, now - WATCH_NS - STALL_NS)
+        return any(end > recent and start < until_ns for start, end in self.stalls)
 
 
 _watches: dict[asyncio.AbstractEventLoop, StallWatch] = {}
