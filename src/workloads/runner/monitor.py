@@ -303,10 +303,14 @@ def merged_warning(records: Sequence[TurnRecord]) -> str | None:
         return None
     chunks = sum(r.merged_chunks for r in marked)
     no_rate = sum(1 for r in marked if r.decode_tokens_per_s is None)
+    rate = (
+        f", and {no_rate:,} of these requests have no decode rate (their first chunk was "
+        "one: their TTFT may read high by up to the stall)"
+        if no_rate
+        else ""
+    )
     return (
         f"{len(marked):,} of {len(valid):,} requests had chunks read together after the "
         f"client's event loop stalled ({chunks:,} chunks, each stamped when the last of its "
-        f"read arrived): their gaps are left out of ITL, and {no_rate:,} of these requests "
-        "have no decode rate (their first chunk was one: their TTFT may read high by up to "
-        "the stall)"
+        f"read arrived): their gaps are left out of ITL{rate}"
     )
