@@ -142,3 +142,53 @@ def test_the_share_interval_covers_as_claimed():
         assert interval is not None
         inside += interval[0] <= p <= interval[1]
     assert inside / trials >= 0.95 - 3 * math.sqrt(0.95 * 0.05 / trials)
+
+
+def _clustered_draws(rng: random.Random, requests: int, gaps: int) -> list[list[int]]:
+    """ITL-like gaps, µs: each request has its own pace (a lognormal factor, sigma 0.4: its
+    batch, its context length) and its gaps vary around it (sigma 0.3). With equal lengths
+    the pooled gaps are lognormal with sigma 0.5 exactly, so the true percentile is known."""
+    out = []
+    for _ in range(requests):
+        pace = rng.gauss(0.0, 0.4)
+        out.append([round(1e4 * math.exp(pace + rng.gauss(0.0, 0.3))) for _ in range(gaps)])
+    return out
+
+
+@pytest.mark.parametrize(("requests", "q"), [(45, 50.0), (45, 90.0), (5, 50.0), (29, 90.0)])
+def test_the_itl_bounds_cover_the_true_percentile_of_gaps_clustered_by_request(requests, q):
+    # Order-statistics bounds on the same pooled gaps cover it 17-19% of the time here (both
+    # sides; issue 35 measured 57-70% over 30 real runs): one request's gaps are one draw.
+    z = {50.0: 0.0, 90.0: 1.2815515655446004}[q]
+    truth = 1e4 * math.exp(0.5 * z)
+    rng = random.Random(35)
+    trials = 300
+    above = below = both = 0
+    for _ in range(trials):
+        p = stats.clustered_percentiles(_clustered_draws(rng, requests, 50), 1.0)
+        assert p is not None and p.bounds is not None
+        (b,) = [b for b in p.bounds if b.q == q]
+        assert b.low is not None and b.high is not None
+        above += b.high >= truth
+        below += b.low <= truth
+        both += b.low <= truth <= b.high
+    slack = 3 * math.sqrt(0.95 * 0.05 / trials)
+    assert above / trials >= 0.95 - slack
+    assert below / trials >= 0.95 - slack
+    assert both / trials >= 0.90 - 3 * math.sqrt(0.9 * 0.1 / trials)
+
+
+def test_itl_percentiles_without_enough_requests_have_no_bounds():
+    draws = _clustered_draws(random.Random(1), 28, 200)  # 5,600 gaps, 28 requests
+    p = stats.clustered_percentiles(draws, 1.0)
+    assert p is not None and p.n == 5_600 and p.bounds is not None
+    assert [b.q for b in p.bounds] == [50.0]  # p90 needs 29 requests, p99 299
+    assert stats.clustered_percentiles([[], []], 1.0) is None
+    # the figures are the pooled ones, as counted_percentiles gives them
+    pooled = stats.percentiles([v for d in draws for v in d])
+    assert pooled is not None and (p.p50, p.p90, p.p99, p.max) == (
+        pooled.p50,
+        pooled.p90,
+        pooled.p99,
+        pooled.max,
+    )

@@ -8,8 +8,9 @@ import time
 
 import workloads
 from fakes import FakeChatClient
+from workloads.model.records import TurnRecord
 from workloads.model.results import ClientHealth
-from workloads.runner.monitor import ClientMonitor, health_warnings
+from workloads.runner.monitor import ClientMonitor, health_warnings, merged_warning
 
 
 class _WrittenAtOnce(FakeChatClient):
@@ -198,3 +199,25 @@ def test_with_the_embedded_simulator_the_lag_warning_names_it_and_worker_process
     ) in embedded
     sharded = lagging.model_copy(update={"processes": 2})  # the server is not in theirs
     assert health_warnings(sharded, embedded=True) == health_warnings(sharded)
+
+
+def test_requests_with_merged_chunks_are_counted_in_one_warning():
+    def record(merged: int, rate: float | None, **fields: object) -> TurnRecord:
+        base = dict(repetition=0, warmup=False, session=0, turn=1, status="ok", valid=True)
+        return TurnRecord(
+            **{**base, **fields},  # type: ignore[arg-type]
+            configured_prior_tokens=0,
+            started_ns=0,
+            merged_chunks=merged,
+            decode_tokens_per_s=rate,
+        )
+
+    clean = [record(0, 50.0) for _ in range(5)]
+    assert merged_warning(clean) is None
+    marked = [*clean, record(38, None), record(4, 51.0), record(9, None, warmup=True)]
+    assert merged_warning(marked) == (
+        "2 of 7 requests had chunks read together after the client's event loop stalled "
+        "(42 chunks, each stamped when the last of its read arrived): their gaps are left out "
+        "of ITL, and 1 of these requests have no decode rate (their first chunk was one: their "
+        "TTFT may read high by up to the stall)"
+    )

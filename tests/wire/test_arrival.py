@@ -376,3 +376,69 @@ def test_a_kernel_stamp_before_the_request_was_sent_is_taken_as_sent(
     stamps = [response.first_content_ns, *(response.content_ns or []), response.done_ns]
     assert all(s is not None and s >= response.sent_ns for s in stamps), stamps
     assert list(response.content_ns or []) == sorted(response.content_ns or [])
+
+
+BLOCK_S = 0.2  # the client's loop is blocked this long (a callback that sleeps)
+STEP_S = 0.005  # the simulator's decode step: a token, one chunk, every 5 ms
+
+
+@both_loops
+def test_a_blocked_loop_marks_the_chunks_it_merged_and_drops_their_gaps_and_rate(
+    fast: bool,
+) -> None:
+    """The library's client against the embedded simulator streaming a token per chunk: the
+    client's loop is blocked (``time.sleep`` in a callback) from the server's first chunk
+    on for 0.2 s, so the chunks written meanwhile come out in one read with its one stamp
+    (TTFT high, their gaps 0, the decode rate high: 433 tok/s for a true 323 in issue 35).
+    The stall watch marks them: the record counts them, leaves their gaps out of ITL, and
+    has no decode rate (its first chunk is one), rather than a wrong one."""
+    from workloads.runner.turn import RecordHead, record_from_response
+    from workloads.servers.simulated import SimulatedServer
+
+    async def main(server: SimulatedServer) -> Any:
+        async with HttpChatClient(server.base_url) as client:
+            body = {"model": server.model, "messages": [{"role": "user", "content": "hi"}]}
+            task = asyncio.create_task(
+                client.stream_chat(
+                    body
+                    | {"max_tokens": 96, "ignore_eos": True, "stream": True}
+                    | {"stream_options": {"include_usage": True}}
+                )
+            )
+            await until(lambda: bool(server.truths()))  # the server has the request
+            blocked = asyncio.get_running_loop().create_future()
+
+            def block() -> None:  # a callback that holds the loop
+                for _ in range(10_000):  # ≤ 10 s, until the first chunk is written
+                    if server.truths()[0].first_written_ns is not None:
+                        break
+                    time.sleep(0.001)
+                time.sleep(BLOCK_S)
+                blocked.set_result(None)
+
+            asyncio.get_running_loop().call_soon(block)
+            await blocked
+            return await task
+
+    with SimulatedServer("fast", sim={"step_fixed_s": STEP_S}) as server:
+        response = run_loop(main(server), fast=fast)
+        (truth,) = server.truths()
+    assert response.error_kind is None, response.error_message
+    head = RecordHead(repetition=0, warmup=False, session=0, turn=1, configured_prior_tokens=0)
+    r = record_from_response(
+        response, head, output_tokens=96, exact_output=False, shareable_tokens=None,
+        shareable_exact=False,
+    )  # fmt: skip
+    merged = list(response.figures.merged)
+    # the first chunk and those written during the block (≥ 1 more: the server's own thread
+    # writes while the client sleeps) share one read after the stall: marked
+    assert merged[0] == 0 and len(merged) >= 2, merged
+    assert r.merged_chunks == len(merged)
+    assert merged == list(range(len(merged)))  # one read: the first chunks, in a row
+    # their gaps (0 within the read) are left out of ITL; the later gaps are all kept
+    assert r.chunk_gaps_us is not None
+    assert len(r.chunk_gaps_us) == r.content_events - len(merged)
+    # the decode rate is absent, not the inflated first-to-last one (completion − 1 over a
+    # span that starts at the read after the stall, not at the first chunk's arrival)
+    assert r.completion_tokens == truth.completion_tokens == 96
+    assert r.decode_tokens_per_s is None

@@ -66,7 +66,7 @@ cancelled in flight by a stop (``error_kind`` "cancelled") is counted apart, as
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -203,12 +203,10 @@ def e2e_s(r: TurnRecord) -> float | None:
 def _itl_percentiles(records: Iterable[TurnRecord]) -> Percentiles | None:
     """The pooled ITL distribution's percentiles, s: :func:`itl_gaps_s`'s values counted by
     their whole µs (the same figures; a float object per streamed token held the summaries'
-    memory peak: benchmarks/RESULTS.md, "Memory at the peak")."""
-    counts: Counter[int] = Counter()
-    for r in records:
-        if r.chunk_gaps_us:
-            counts.update(r.chunk_gaps_us)
-    return stats.counted_percentiles(counts, 1e6)
+    memory peak: benchmarks/RESULTS.md, "Memory at the peak"), with bounds that treat each
+    request's gaps as one cluster (:func:`~workloads.core.stats.clustered_percentiles`: the
+    gaps of one stream are no independent draws)."""
+    return stats.clustered_percentiles([r.chunk_gaps_us or () for r in records], 1e6)
 
 
 def itl_gaps_s(records: Iterable[TurnRecord]) -> Iterator[float]:

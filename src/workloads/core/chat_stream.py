@@ -181,6 +181,7 @@ class ChatStream:
         "first_content_ns",
         "first_text_ns",
         "last_content_ns",
+        "merged",
         "model",
         "request_id",
         "saw_done",
@@ -202,6 +203,10 @@ class ChatStream:
         # Every content chunk's arrival (one stamp per read: chunks read together share it),
         # for the inter-token latency distribution; 8 bytes a chunk.
         self.content_ns: array[int] = array("q")
+        # The content chunks (indices into content_ns) read together with later ones while
+        # the client's loop stalled: each carries its read's stamp, the last one's arrival,
+        # not its own (:meth:`merge`; wire/arrival.py says why no finer stamp exists).
+        self.merged: array[int] = array("q")
         self.done_ns: int | None = None
         self.content_events = 0
         self.finish_reason: str | None = None
@@ -287,6 +292,11 @@ class ChatStream:
         else:
             self.content_ns.extend([now] * events)
         self.content_events += events
+
+    def merge(self, first: int) -> None:
+        """The content chunks from index ``first`` on (those of the last read) arrived at
+        times the read cannot tell apart: mark them merged."""
+        self.merged.extend(range(first, self.content_events))
 
     def close(self, now: int) -> bool:
         """The body ended at ``now``: fold an event left without its blank line."""

@@ -25,7 +25,7 @@ import math
 from array import array
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, pairwise
 from typing import Literal, overload
@@ -42,6 +42,7 @@ __all__ = [
     "band",
     "binomial_cdf",
     "chunk_gaps_us",
+    "clustered_percentiles",
     "mean_test",
     "median",
     "needed_for_bound",
@@ -359,14 +360,88 @@ def _sorted_percentiles(data: Sequence[float]) -> Percentiles:
     return Percentiles(p50=p50, p90=p90, p99=p99, max=data[-1], n=len(data), bounds=bounds)
 
 
-def chunk_gaps_us(arrivals_ns: Sequence[int] | None) -> array[int] | None:
+def clustered_percentiles(clusters: Sequence[Sequence[int]], unit: float) -> Percentiles | None:
+    """:func:`counted_percentiles` of every value of every cluster (each divided by
+    ``unit``), with bounds that hold for values clustered by request: the pooled ITL, whose
+    gaps of one stream share its batch and its server's state and are no independent draws
+    (issue 35: order-statistics bounds on pooled gaps covered the true p50/p90 57–70% of the
+    time over 30 identical runs, against 90%). None when there are no values.
+
+    Woodruff's interval with a cluster-robust variance (Woodruff 1952; Francisco & Fuller
+    1991, "Quantile estimation with a complex survey design"): at the pooled percentile
+    x̂_q, the share of values ≤ x̂_q is a ratio Σcᵢ / Σmᵢ over the n clusters (cᵢ of cluster
+    i's mᵢ values), whose standard error comes from the clusters' residuals cᵢ − F̂·mᵢ
+    alone, however the values inside a cluster depend on each other; each one-sided 95%
+    bound is the pooled percentile at q ∓ t(0.95, n − 1)·se. A percentile is bounded from as
+    many clusters as :func:`needed_for_bound` asks values of (p50 5, p90 29, p99 299
+    requests): with fewer, the variance of a tail share rests on too few clusters (p90 from
+    5 requests: the upper bound held 16% of the time, p99 from 45: 56%), and the percentile
+    has no :class:`Bounds` entry. A side past the data is None."""
+    counts: Counter[int] = Counter()
+    sizes = []
+    for values in clusters:
+        if values:
+            counts.update(values)
+            sizes.append(len(values))
+    data = _Counted(counts, unit)
+    total = len(data)
+    if not total:
+        return None
+    p50, p90, p99 = (_sorted_percentile(data, q) for q in (50, 90, 99))
+    n = len(sizes)
+    bounds = []
+    if n >= needed_for_bound(50.0):
+        t = t_quantile(CONFIDENCE, n - 1)
+        cuts = [round(p * unit) for p in (p50, p90, p99)]  # the points, in counted units
+        below = [[0] * n for _ in cuts]  # cᵢ for each point
+        i = 0
+        for values in clusters:
+            if not values:
+                continue
+            ordered = sorted(values)
+            for row, cut in zip(below, cuts, strict=True):
+                row[i] = bisect_right(ordered, cut)
+            i += 1
+        for q, row in zip((50.0, 90.0, 99.0), below, strict=True):
+            if n < needed_for_bound(q):  # too few clusters for this tail: no bounds
+                continue
+            share = sum(row) / total
+            spread = sum((c - share * m) ** 2 for c, m in zip(row, sizes, strict=True))
+            se = math.sqrt(n / (n - 1) * spread) / total
+            low_rank = math.floor((q / 100 - t * se) * total)  # 1-based order statistics
+            high_rank = math.ceil((q / 100 + t * se) * total) + 1
+            bounds.append(
+                Bounds(
+                    q=q,
+                    low=data[low_rank - 1] if low_rank >= 1 else None,
+                    high=data[high_rank - 1] if high_rank <= total else None,
+                )
+            )
+    return Percentiles(p50=p50, p90=p90, p99=p99, max=data[-1], n=total, bounds=bounds)
+
+
+def chunk_gaps_us(
+    arrivals_ns: Sequence[int] | None, merged: Collection[int] = ()
+) -> array[int] | None:
     """Content-chunk arrival times (perf_counter_ns, in order) as the gaps between them in
     whole microseconds: what a TurnRecord keeps of them, a machine integer each (as an
     array, the record keeps it without checking every value again). Microseconds:
     inter-token gaps are milliseconds, and six digits a gap keep records.jsonl small. None
-    when not recorded."""
+    when not recorded. A gap that ends at a ``merged`` chunk (its index: one read with
+    later chunks after a client stall, so its stamp is theirs) is left out: it was not
+    measured."""
     if arrivals_ns is None:
         return None
+    if merged:
+        left_out = set(merged)
+        return array(
+            "q",
+            [
+                round((b - a) / 1000)
+                for i, (a, b) in enumerate(pairwise(arrivals_ns), 1)
+                if i not in left_out
+            ],
+        )
     return array("q", [round((b - a) / 1000) for a, b in pairwise(arrivals_ns)])
 
 
@@ -381,6 +456,7 @@ def chunk_gaps_us(arrivals_ns: Sequence[int] | None) -> array[int] | None:
 # bound: n is too small (p99 needs 299 values for a 95% upper bound).
 
 CONFIDENCE = 0.95  # of each one-sided bound
+
 Verdict = Literal["holds", "fails", "cannot tell"]
 
 

@@ -133,6 +133,11 @@ class TurnRecord(Frozen):
     # Gaps between consecutive content chunks' arrivals, integer microseconds (n − 1 values
     # for n chunks): the inter-token latency distribution, compact. None: not recorded.
     chunk_gaps_us: ChunkGaps = None
+    # Content chunks read together with later ones while the client's event loop stalled
+    # (format 6.6; 0 in older files): each carries the stamp of its read's last byte, not
+    # its own. The gaps that end at them are left out of chunk_gaps_us, and the decode rate
+    # is None when the first chunk is one (wire/arrival.py).
+    merged_chunks: int = 0
     # The host whose worker process sent this turn (--workers, --ray; format 3). Its stamps
     # are that host's monotonic clock: only compare them with records of the same host.
     # None: the run's own process sent it.

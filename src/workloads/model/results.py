@@ -72,7 +72,7 @@ __all__ = [
 # history are above _LOADERS); tests/model/test_results.py fails when a saved model's
 # fields change and these do not.
 FORMAT_VERSION = 6
-FORMAT_MINOR = 5
+FORMAT_MINOR = 6
 RESULT_FILE = "result.json"
 RECORDS_FILE = "records.jsonl"
 
@@ -592,6 +592,11 @@ def _upgrade_6(data: dict[str, Any]) -> dict[str, Any]:
 #       the aggregate takes): the share of each stream's decode time during which every
 #       other stream decoded too, and the streams decoding at a time. Optional: None in
 #       older files; load_result recomputes them from the records.
+#   6.6 — 2026-12-03: TurnRecord.merged_chunks: content chunks read together with later ones
+#       while the client's event loop stalled (wire/arrival.py), whose gaps records leave
+#       out of chunk_gaps_us and whose decode rate is None when the first chunk is one (0 in
+#       older files: not watched). ITL's Percentiles.bounds are cluster bounds
+#       (requests resampled whole, core/stats.py), recomputed by load_result from records.
 _LOADERS = {
     1: _upgrade_1,
     2: _upgrade_2,

@@ -41,6 +41,7 @@ __all__ = [
     "ClientMonitor",
     "health_warnings",
     "merged_health",
+    "merged_warning",
 ]
 
 LOOP_LAG_P99_LIMIT_MS = 5.0  # a chunk may wait this long to be stamped: 1% of wakes
@@ -290,3 +291,26 @@ def health_warnings(
             f"while playing (the loop runs on one){workers}"
         )
     return out
+
+
+def merged_warning(records: Sequence[TurnRecord]) -> str | None:
+    """The report's count of the valid measured requests with merged chunks (read together
+    with later ones while the client's loop stalled, wire/arrival.py), and what was left
+    out for them; None when there are none. Pure."""
+    valid = [r for r in records if r.valid and not r.warmup]
+    marked = [r for r in valid if r.merged_chunks]
+    if not marked:
+        return None
+    chunks = sum(r.merged_chunks for r in marked)
+    no_rate = sum(1 for r in marked if r.decode_tokens_per_s is None)
+    rate = (
+        f", and {no_rate:,} of these requests have no decode rate (their first chunk was "
+        "one: their TTFT may read high by up to the stall)"
+        if no_rate
+        else ""
+    )
+    return (
+        f"{len(marked):,} of {len(valid):,} requests had chunks read together after the "
+        f"client's event loop stalled ({chunks:,} chunks, each stamped when the last of its "
+        f"read arrived): their gaps are left out of ITL{rate}"
+    )

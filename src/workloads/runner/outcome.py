@@ -40,7 +40,7 @@ from workloads.model.results import (
 from workloads.model.scenario import Cell, Scenario
 from workloads.model.summary import Summary
 from workloads.model.whatif import WhatIfTurn
-from workloads.runner.monitor import health_warnings
+from workloads.runner.monitor import health_warnings, merged_warning
 from workloads.runner.sizing import CellSizing, sizing_warnings
 from workloads.runner.turn import TokenTrace
 from workloads.wire.arrival import KERNEL_STAMPS
@@ -210,6 +210,8 @@ def build_result(m: Measured, *, complete: bool) -> RunResult:
         embedded=m.target.simulated,
         kernel_stamps=result.environment.get("arrival_stamps") == KERNEL_STAMPS,
     )
+    if (merged := merged_warning(m.records)) is not None:
+        warnings.append(merged)
     if m.trace is None:  # a trace's prompts are its blocks, not sized depths
         warnings += sizing_warnings(
             m.records,

@@ -121,8 +121,14 @@ def record_from_response(
         ttft = figures.first_content_ns - response.sent_ns
     rate = None
     first, last = figures.first_content_ns, figures.last_content_ns
+    merged = figures.merged
     if completion is not None and completion > 1 and first is not None and last is not None:
         rate = (completion - 1) / ((last - first) / 1e9) if last > first else None
+    if merged and merged[0] == 0:
+        # the first chunk carries a later chunk's stamp (a client stall): the span is not
+        # known, so neither is the rate (wire/arrival.py). A merged last chunk is its read's
+        # last content: stamped when it arrived (the finish and [DONE] follow it at once)
+        rate = None
     status: Status = "ok" if response.ok else "error"
     if response.error_kind == "cancelled":
         status = "incomplete"
@@ -161,7 +167,8 @@ def record_from_response(
         last_content_ns=figures.last_content_ns,
         done_ns=response.done_ns,
         content_events=figures.content_events,
-        chunk_gaps_us=stats.chunk_gaps_us(figures.content_ns),
+        chunk_gaps_us=stats.chunk_gaps_us(figures.content_ns, merged),
+        merged_chunks=len(merged),
         resends=response.resends,
         request_id=figures.request_id,
         system_fingerprint=figures.system_fingerprint,

@@ -28,6 +28,20 @@ reads for at most the slice plus one read, however many streams are open.
 Only where the kernel can stamp: Linux, plain TCP (an ``http`` target, directly or through
 an HTTP proxy). TLS connections (``https``, a CONNECT tunnel) keep the event loop's
 transports, whose TLS layer reads the socket, and the loop's stamps.
+
+What a stamp cannot say: when the loop stalls (a long callback, a blocked thread), the
+chunks that arrive meanwhile wait in the receive queue and come out in one read, all with
+the last one's stamp. Per-segment stamps are not to be had: the kernel merges a segment into
+the queued one before it and keeps the newer stamp, so a 1-byte ``MSG_PEEK`` or reads cut at
+the segments' own boundaries all return the last arrival's stamp (four 200-byte segments
+written 50 ms apart on loopback, read after: four reads, one stamp; ``SO_TIMESTAMPING`` with
+``SOF_TIMESTAMPING_RX_SOFTWARE`` the same), and a peek costs a system call a read (+0.6 µs
+on a 2.8 µs send-and-read, measured in a VM). What can be known is whether the loop stalled
+while a read's bytes arrived: :class:`StallWatch` wakes every :data:`WATCH_NS` and notes
+each wake later than :data:`STALL_NS`; a read that carries several content chunks with a
+stall that ended just before it (the loop catching up) is *merged* (wire/stream.py marks
+the chunks). A stall shorter than ``WATCH_NS + STALL_NS`` may go unseen, so the chunks of
+an unmarked read arrived within that of their stamp.
 """
 
 from __future__ import annotations
@@ -51,12 +65,16 @@ __all__ = [
     "KERNEL_STAMPS",
     "LOOP_STAMPS",
     "READ_SLICE_NS",
+    "STALL_NS",
+    "WATCH_NS",
     "Receiver",
+    "StallWatch",
     "StampedTransport",
     "arrival_stamps",
     "kernel_stamped",
     "kernel_stamps",
     "open_stamped",
+    "stall_watch",
 ]
 
 # Read work one loop iteration does, at most (plus one read): as the send slice's budget
@@ -76,6 +94,13 @@ _unpack_timespec = _TIMESPEC.unpack
 _ANCILLARY_BYTES = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 clock = time.perf_counter_ns
 wall_clock = time.time_ns
+# The stall watch: a wake every 2 ms (500 timer callbacks a second while connections are
+# open: ~0.2% of a core at ~4 µs each) counts as a stall when over 2 ms late, twice the
+# loop timers' own millisecond (runner/monitor.py, TIMER_SLACK_S); a stall under 4 ms may
+# pass unseen.
+WATCH_NS = 2_000_000
+STALL_NS = 2_000_000
+STALLS_KEPT = 64  # the latest stalls, for reads whose window began before them
 # The result environment's "arrival_stamps": who stamped the run's streamed reads.
 KERNEL_STAMPS = "kernel"
 LOOP_STAMPS = "event loop"
@@ -132,6 +157,77 @@ def arrival_stamps(url: str) -> str:
     """Who stamps the library's streamed reads from ``url``: :data:`KERNEL_STAMPS` or
     :data:`LOOP_STAMPS` (the result's environment, ``arrival_stamps``)."""
     return KERNEL_STAMPS if kernel_stamped(tls=URL(url).scheme == "https") else LOOP_STAMPS
+
+
+class StallWatch:
+    """When one event loop could not read: its stalls, as (start, end) perf_counter_ns.
+
+    A timer wakes every :data:`WATCH_NS` while a connection holds the watch; a wake later
+    than :data:`STALL_NS` notes a stall from its due time to the wake. :meth:`stalled` says
+    whether one overlapped a window, the one under way included (a read can come before the
+    late wake in the same iteration: asyncio runs the poll's callbacks before its timers).
+
+        watch = stall_watch()
+        watch.hold()
+        ...
+        merged = watch.stalled(previous_stamp, stamp)
+        watch.release()
+    """
+
+    __slots__ = ("_due", "_handle", "_holders", "loop", "stalls")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.stalls: collections.deque[tuple[int, int]] = collections.deque(maxlen=STALLS_KEPT)
+        self._holders = 0
+        self._due = 0  # the next wake's due time; 0: not watching
+        self._handle: asyncio.TimerHandle | None = None
+
+    def hold(self) -> None:
+        """A connection is open: watch (from the first holder on)."""
+        self._holders += 1
+        if self._handle is None:
+            self._arm(clock())
+
+    def release(self) -> None:
+        """A connection closed: the last one stops the watch."""
+        self._holders -= 1
+        if self._holders <= 0 and self._handle is not None:
+            self._holders = 0
+            self._handle.cancel()
+            self._handle = None
+            self._due = 0
+
+    def _arm(self, now: int) -> None:
+        self._due = now + WATCH_NS
+        self._handle = self.loop.call_later(WATCH_NS / 1e9, self._wake)
+
+    def _wake(self) -> None:
+        now = clock()
+        if now - self._due > STALL_NS:
+            self.stalls.append((self._due, now))
+        self._arm(now)  # from now: a stall is one late wake, not a train of them
+
+    def stalled(self, since_ns: int, until_ns: int) -> bool:
+        """Whether a read made now, of bytes that arrived in ``(since_ns, until_ns]``, is the
+        loop catching up after a stall (over :data:`STALL_NS`) that began before its last
+        byte arrived: a wake overdue now that was due before it, or a noted stall that ended
+        after the read before and at most ``WATCH_NS + STALL_NS`` ago (the loop ran freely
+        since an older one: a byte arriving after it was read at once, as any read is)."""
+        now = clock()
+        due = self._due
+        if due and due < until_ns and now - due > STALL_NS:
+            return True
+        recent = max(since_ns, now - WATCH_NS - STALL_NS)
+        return any(end > recent and start < until_ns for start, end in self.stalls)
+
+
+_watches: dict[asyncio.AbstractEventLoop, StallWatch] = {}
+
+
+def stall_watch() -> StallWatch:
+    """This loop's :class:`StallWatch` (one per loop, made on first use)."""
+    return of_this_loop(_watches, StallWatch)[1]
 
 
 class _ReadSlice:

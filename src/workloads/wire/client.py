@@ -79,6 +79,7 @@ class StreamFigures:
     tool_calls: list[dict[str, Any]] | None = None
     content_events: int = 0
     content_ns: Sequence[int] | None = None
+    merged: Sequence[int] = ()  # content chunks read together after a stall (ChatStream)
     finish_reason: str | None = None
     usage: Usage | None = None
     timings: dict[str, Any] | None = None
@@ -98,6 +99,7 @@ class _Figures(TypedDict, total=False):
     tool_calls: list[dict[str, Any]] | None
     content_events: int
     content_ns: Sequence[int] | None
+    merged: Sequence[int]
     finish_reason: str | None
     usage: Usage | None
     timings: dict[str, Any] | None

@@ -31,7 +31,7 @@ from typing import Any, cast
 from workloads.core.chat_stream import ChatStream
 from workloads.core.send_slice import send_slice
 from workloads.model.errors import RequestError
-from workloads.wire.arrival import kernel_stamped, open_stamped
+from workloads.wire.arrival import kernel_stamped, open_stamped, stall_watch
 from workloads.wire.failures import connect_kind, retry_after, status_kind
 from workloads.wire.http1 import MalformedHTTP, ResponseHead, ResponseParser
 from workloads.wire.transport import Proxy, open_tunnel, tls_message
@@ -122,6 +122,7 @@ class Exchange:
     # --- called by the connection, where the bytes arrive -------------------------------------
 
     def feed(self, data: bytes, now: int) -> None:
+        since = self.last_ns  # this read's bytes arrived after the read before it
         self.last_ns = now
         self.received += len(data)
         try:
@@ -141,13 +142,13 @@ class Exchange:
                 body = self._decode(body)
             stream = self.stream
             if stream is not None:
-                if body and stream.feed(body, now):
+                if body and self._fold(stream, body, now, since):
                     self._finish(None)
                 elif self.parser.complete:
                     self._body_ended(stream, now)
             elif self.sniff:
                 if body or self.parser.complete:
-                    self._sniffed(body, now)
+                    self._sniffed(body, now, since)
             elif self.detail_limit:
                 self._add_detail(body)
             if self.parser.error is not None:  # after the body that came before it
@@ -239,7 +240,17 @@ class Exchange:
                 "malformed", f"a compressed body that does not decode: {err}"
             ) from err
 
-    def _sniffed(self, body: bytes, now: int) -> None:
+    def _fold(self, stream: ChatStream, body: bytes, now: int, since: int) -> bool:
+        """Fold a read into the stream (True: ``[DONE]``). A read that carried several
+        content chunks while the loop stalled (wire/arrival.py) may hold chunks that arrived
+        apart, all with its stamp: they are marked merged."""
+        before = stream.content_events
+        done = stream.feed(body, now)
+        if stream.content_events - before > 1 and self.conn.watch.stalled(since, now):
+            stream.merge(before)
+        return done
+
+    def _sniffed(self, body: bytes, now: int, since: int) -> None:
         """A 200 without Content-Type: an event stream unless its body looks like JSON or
         HTML (an error object, a proxy's page), whose text then becomes the error."""
         start = body.lstrip()
@@ -251,7 +262,7 @@ class Exchange:
             self._add_detail(body)
             return
         stream = self.stream = ChatStream()
-        if stream.feed(body, now):
+        if self._fold(stream, body, now, since):
             self._finish(None)
         elif self.parser.complete:
             self._body_ended(stream, now)
@@ -376,10 +387,15 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.idle_since = 0.0  # loop time it was last returned to the pool (or opened idle)
         self.carried = False  # has carried a request (a pre-opened one has not, yet)
+        self.watch = stall_watch()  # held while connected: merged reads (wire/arrival.py)
+        self.watching = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A read-write transport (uvloop's do not subclass asyncio.Transport: no isinstance).
         self.transport = cast(asyncio.Transport, transport)
+        if not self.watching:
+            self.watching = True
+            self.watch.hold()
 
     def data_received(self, data: bytes) -> None:
         self.received(data, clock())  # first thing: the arrival stamp
@@ -402,6 +418,9 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self.watching:
+            self.watching = False
+            self.watch.release()
         self.pool.forget(self)
         if self.exchange is not None:
             self.exchange.ended(clock(), exc)
