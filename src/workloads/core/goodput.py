@@ -39,7 +39,15 @@ from workloads.model.goodput import (
 from workloads.model.records import StepKind, TurnRecord
 from workloads.model.slo import ITL_REQUEST_PERCENTILE, LIMIT_KEYS, STEP_KINDS, Limit, Slo
 
-__all__ = ["ShareJudgement", "judge", "judge_share", "meets", "missing_figure", "request_figures"]
+__all__ = [
+    "ShareJudgement",
+    "judge",
+    "judge_share",
+    "meets",
+    "missing_figure",
+    "request_figures",
+    "sessions_to_show",
+]
 
 
 def request_figures(r: TurnRecord) -> dict[Limit, float | None]:
@@ -284,3 +292,17 @@ def judge_share(
     if len(reps) >= stats.MIN_REPETITIONS:
         verdict = "meets" if low >= goal else "fails" if high < goal else "measure more"
     return ShareJudgement(share=share, low=low, high=high, repetitions=len(reps), verdict=verdict)
+
+
+def sessions_to_show(goal: float, *, alpha: float = stats.ALPHA) -> int:
+    """The fewest sessions that can show session goodput at or above ``goal``: all of them
+    good, and the exact interval's low end, (alpha/2)^(1/n) for n good of n, at the goal.
+    A 95% goal needs 72 (C2's 30 repetitions hold 60: it cannot tell there)."""
+    if not 0.0 < goal < 1.0:
+        raise ValueError(f"goal must be in (0, 1), got {goal}")
+    n = math.ceil(math.log(alpha / 2) / math.log(goal))
+    while (alpha / 2) ** (1 / n) < goal:  # the float rounding of the ratio, either way
+        n += 1
+    while n > 1 and (alpha / 2) ** (1 / (n - 1)) >= goal:
+        n -= 1
+    return n

@@ -6,8 +6,11 @@ are :func:`workloads.report.text.percentile_text`'s.)
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from pathlib import Path
 
+from workloads.core.goodput import sessions_to_show
 from workloads.core.stats import CONFIDENCE, needed_for_bound
 from workloads.model.capacity import CapacityResult
 from workloads.model.goodput import Goodput, SloCheck
@@ -222,13 +225,19 @@ def capacity_blocks(result: CapacityResult) -> list[Block]:
     def load(x: float) -> str:
         return f"{x:g} {unit}" if result.axis == "rate" else f"C{x:g}"
 
+    verdicts = {p.load: p.verdict for p in result.points}
     if result.knee is not None:
         answer = f"capacity: {load(result.knee)} — the highest {word} shown to keep {goal}"
         if result.first_failing is not None:
-            answer += f"; {load(result.first_failing)} does not"
+            shown = verdicts.get(result.first_failing) == "fails"
+            answer += f"; {load(result.first_failing)} " + (
+                "does not" if shown else "could not tell"
+            )
     else:
         answer = f"capacity: not found — no {word} measured was shown to keep {goal}"
     parts.append(Line(answer, "bold"))
+    if (small := _too_small(result, load)) is not None:
+        parts.append(Line(small, "warning"))
     parts.append(
         Line(
             f"SLO: {result.slo.describe()} (per request) · goal: {goal}, a "
@@ -266,6 +275,38 @@ def capacity_blocks(result: CapacityResult) -> list[Block]:
     if result.stopped is not None:
         parts.append(Line(f"search stopped: {result.stopped}", "warning"))
     return parts
+
+
+def _too_small(result: CapacityResult, load: Callable[[float], str]) -> str | None:
+    """ "cannot tell at C1–C2" and why, for the loads whose sessions were too few to show the
+    goal even had every one been good, with what the requests there say and what would."""
+    need = sessions_to_show(result.goal)
+    small = sorted(
+        (p for p in result.points if p.verdict == "cannot tell" and p.sessions < need),
+        key=lambda p: p.load,
+    )
+    if not small:
+        return None
+    loads = [p.load for p in small]
+    where = ", ".join(load(x) for x in loads)
+    if len(loads) > 1 and loads == [loads[0] + i for i in range(len(loads))]:
+        where = f"{load(loads[0])}–{load(loads[-1])}"
+    held = sorted({p.sessions for p in small})
+    sessions = f"{held[0]:,}" if len(held) == 1 else f"{held[0]:,}–{held[-1]:,}"
+    met, requests = sum(p.met for p in small), sum(p.requests for p in small)
+    top = small[-1]
+    more = ""
+    if result.axis == "concurrency":
+        more = (
+            f"; {load(top.load)} would need {math.ceil(need / top.load):,} repetitions "
+            "(--max-repetitions), every session good"
+        )
+    return (
+        f"cannot tell at {where}: a {result.goal:.0%} session goal is shown only by ≥ "
+        f"{need:,} sessions, every one good (the exact binomial bound), and the "
+        f"repetitions there held {sessions}; their requests met the SLO "
+        f"{met:,} of {requests:,} ({_pct(met / requests if requests else None)}){more}"
+    )
 
 
 def capacity_plot(result: CapacityResult, path: Path) -> Path | None:
