@@ -109,8 +109,55 @@ def test_a_sub_agents_slow_step_counts_against_its_user():
     assert (g.sessions, g.good_sessions) == (2, 1)
     assert g.kinds is not None
     assert [(k.kind, k.requests, k.met) for k in g.kinds] == [("tool", 2, 2), ("subagent", 2, 1)]
-    # the turn figures are the users' own sessions' turns
-    assert [(t.requests, t.met, t.good_through) for t in g.turns] == [(2, 2, 2)]
+    # the turn figures are the users' own sessions' turns; the sub-agents' slow step, sent
+    # before its user's turn 1, makes session 1 bad through that turn
+    assert [(t.requests, t.met, t.good_through) for t in g.turns] == [(2, 2, 1)]
+
+
+def test_sessions_good_through_count_a_sub_agents_step_at_the_turn_it_feeds():
+    # Session 1's turn 2 spawns a sub-agent (at 3 s, between turns 1 and 2: sub-agents play
+    # before the step whose tool result they make); its slow step makes session 1 bad from
+    # turn 2, not turn 1. A sub-agent's slow step no turn follows counts for no turn.
+    slo = parse_slo("ttft_s=1")
+    records = [
+        rec(session=0, turn=1, sent=0),
+        rec(session=0, turn=2, sent=5 * S),
+        rec(session=0, turn=3, sent=10 * S),
+        rec(session=1, turn=1, sent=0),
+        rec(session=66, parent=1, kind="subagent", sent=3 * S, ttft=2 * S),
+        rec(session=1, turn=2, sent=6 * S),
+        rec(session=1, turn=3, sent=10 * S),
+        rec(session=2, turn=1, sent=0),
+        rec(session=67, parent=2, kind="subagent", sent=12 * S, ttft=2 * S),
+    ]
+    g = judge(records, slo)
+    assert (g.sessions, g.good_sessions) == (3, 1)
+    assert [(t.turn, t.met, t.sessions, t.good_through) for t in g.turns] == [
+        (1, 3, 3, 3),
+        (2, 2, 2, 1),
+        (3, 2, 2, 1),
+    ]
+
+
+def test_a_turn_cancelled_by_a_stop_is_no_miss():
+    slo = parse_slo("ttft_s=1")
+    cut = rec(session=1, turn=2, sent=5 * S).model_copy(
+        update={
+            "status": "incomplete",
+            "error_kind": "cancelled",
+            "valid": False,
+            "ttft_ns": None,
+            "first_content_ns": None,
+            "last_content_ns": None,
+            "done_ns": None,
+        }
+    )
+    failed = cut.model_copy(update={"session": 2, "status": "error", "error_kind": "timeout"})
+    records = [rec(session=s, turn=1) for s in (0, 1, 2)] + [cut, failed]
+    g = judge(records, slo)
+    assert (g.requests, g.met, g.sessions, g.good_sessions) == (4, 3, 3, 2)
+    assert [(t.turn, t.requests, t.good_through) for t in g.turns] == [(1, 3, 3), (2, 1, 0)]
+    assert [(c.n, c.over) for c in g.checks] == [(4, 1)]
 
 
 def test_warm_up_never_counts_and_rates_are_per_repetition():
