@@ -218,7 +218,8 @@ def test_a_run_with_an_slo_saves_goodput_that_show_and_csv_recompute(tiny_scenar
     import workloads
     from workloads.cli import main
     from workloads.core.aggregate import summarized
-    from workloads.report.export import csv_text
+    from workloads.report.export import csv_text, plain_text
+    from workloads.report.text import format_band
 
     scenario = tiny_scenario.with_overrides(["repetitions.measured=2", "gate=off"])
     # a TTFT limit every request meets and an E2E limit none can (1 µs): goodput is known
@@ -243,6 +244,31 @@ def test_a_run_with_an_slo_saves_goodput_that_show_and_csv_recompute(tiny_scenar
     assert [(c.verdict, c.over, c.high) for c in judged.checks] == [("fails", 8, None)]
     rows = list(csv.DictReader(io.StringIO(csv_text(loaded))))
     assert [row["goodput_met"] for row in rows] == [str(t.met) for t in g.turns]
+    # the run-level goodput, the headline's figures with the rates' bands, on every row
+    assert g.request_rate is not None and g.token_rate is not None
+    assert {
+        (
+            row["goodput_run_met"],
+            row["goodput_run_requests"],
+            row["goodput_run_session_share"],
+            row["goodput_run_requests_per_s_low"],
+            row["goodput_run_tok_s_high"],
+        )
+        for row in rows
+    } == {
+        (
+            str(g.met),
+            str(g.requests),
+            str(g.session_share),
+            str(g.request_rate.low),
+            str(g.token_rate.high),
+        )
+    }
+    # the headline prints the rates' bands (median (min–max) over the repetitions)
+    text = plain_text(loaded)
+    rate = g.request_rate
+    assert f"goodput {format_band(rate)} requests/s, {format_band(g.token_rate)} tok/s" in text
+    assert rate.low != rate.high and "(" in format_band(rate)
     assert all(row["ttft_s_p99_high"] == "" for row in rows)  # 4 requests bound no p99
     code = main(["show", str(tmp_path / "run"), "--slo", "e2e_s=0.000001"])
     assert code == 0

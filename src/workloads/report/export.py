@@ -153,7 +153,10 @@ def csv_text(result: RunResult) -> str:
     field is a figure that is not known (not reported, no valid turns), never 0. The
     throughput columns follow the console's (see the module's doc). Each percentile has its
     bounds (``_p90_low``, ``_p90_high``), and with an SLO each row its goodput
-    (``goodput_met``, ``goodput_share``, ``goodput_sessions_good_through``)."""
+    (``goodput_met``, ``goodput_share``, ``goodput_sessions_good_through``) and the run's
+    (a sweep's: the row's cell's) on every row: ``goodput_run_met``, ``_requests``,
+    ``_share``, ``_session_share``, and the rates' bands over the repetitions
+    (``goodput_run_requests_per_s_median``/``_low``/``_high``, ``goodput_run_tok_s_…``)."""
     figures = rates.turn_rates(result)
     rows: list[dict[str, object]] = []
     kinds: list[dict[str, object]] = []

@@ -17,7 +17,7 @@ from workloads.model.goodput import Goodput, SloCheck
 from workloads.model.results import RunResult
 from workloads.report.agents import KIND_LABELS
 from workloads.report.table import Block, Line, ReportTable
-from workloads.report.text import num, plural
+from workloads.report.text import format_band, num, plural
 
 __all__ = [
     "ITL_BOUNDS_NOTE",
@@ -76,10 +76,10 @@ def check_line(c: SloCheck) -> str:
 
 def _headline(g: Goodput) -> str:
     rate = ""
-    if g.request_rate is not None:
-        rate = f" · goodput {num(g.request_rate.median)} requests/s"
+    if g.request_rate is not None:  # median (min–max) over the repetitions, as every band
+        rate = f" · goodput {format_band(g.request_rate)} requests/s"
         if g.token_rate is not None:
-            rate += f", {num(g.token_rate.median)} tok/s"
+            rate += f", {format_band(g.token_rate)} tok/s"
     return (
         f"requests meeting the SLO: {g.met:,} of {g.requests:,} ({_pct(g.share)}){rate}"
         f" · session goodput {_pct(g.session_share)} ({g.good_sessions:,} of "
@@ -187,9 +187,29 @@ def csv_columns(result: RunResult, row: dict[str, object]) -> dict[str, object]:
         "goodput_met": None,
         "goodput_share": None,
         "goodput_sessions_good_through": None,
+        # the run's (a sweep's: the row's cell's) own goodput, the headline's, on every row
+        "goodput_run_met": None,
+        "goodput_run_requests": None,
+        "goodput_run_share": None,
+        "goodput_run_session_share": None,
+        **{
+            f"goodput_run_{unit}_{side}": None
+            for unit in ("requests_per_s", "tok_s")
+            for side in ("median", "low", "high")
+        },
     }
     if g is None:
         return out
+    out.update(
+        goodput_run_met=g.met,
+        goodput_run_requests=g.requests,
+        goodput_run_share=g.share,
+        goodput_run_session_share=g.session_share,
+    )
+    for unit, band in (("requests_per_s", g.request_rate), ("tok_s", g.token_rate)):
+        if band is not None:
+            for side in ("median", "low", "high"):
+                out[f"goodput_run_{unit}_{side}"] = getattr(band, side)
     if row.get("step_kind"):
         kind = next((k for k in g.kinds or () if k.kind == row["step_kind"]), None)
         if kind is not None:
