@@ -11,7 +11,8 @@ import pytest
 import workloads
 from fakes import TINY_RUN
 from workloads.cli import EXIT_INVALID_RUN, main
-from workloads.core.aggregate import repetitions, summarize, turn_repetitions
+from workloads.core.aggregate import repetitions, summarize, summarized, turn_repetitions
+from workloads.model.slo import parse_slo
 from workloads.report.compare import compare, comparison_lines, comparison_table
 
 DATA = Path(__file__).parents[1] / "data"
@@ -571,3 +572,22 @@ def test_users_and_opening_tokens_can_be_the_variable_under_test(tmp_path, capsy
     out = " ".join(capsys.readouterr().out.split())
     assert "the prompts differ with the variable under test" in out
     assert "variable under test: opening_tokens: A 300 · B 600" in out
+
+
+def test_arms_that_differ_only_in_their_slo_get_goodput_rows():
+    # The SLO is how a run is judged: the same run at a stricter TTFT was refused as "not
+    # comparable"; now each arm is judged by its own and the rows say so.
+    a = load("v5-goodput")
+    stricter = parse_slo("ttft_s=0.001")
+    b = summarized(
+        a.model_copy(update={"scenario": a.scenario.model_copy(update={"slo": stricter})})
+    )
+    result = compare(a, b)
+    assert a.scenario.slo is not None
+    names = [m.name for m in result.metrics if "goodput" in m.name]
+    at = f"(A at {a.scenario.slo.describe()}; B at {stricter.describe()})"
+    assert names == [f"goodput {at}", f"session goodput {at}"]
+    [rate] = [m for m in result.metrics if m.name == names[0]]
+    assert rate.a is not None and rate.a.median > 0 and rate.b is not None and rate.b.high == 0
+    same = [m.name for m in compare(a, a).metrics if "goodput" in m.name]
+    assert same == ["goodput", "session goodput"]

@@ -67,7 +67,9 @@ from typing import Literal
 
 from workloads.core import aggregate, stats
 from workloads.core.aggregate import RepetitionFigures, TurnRepetitionFigures
+from workloads.core.goodput import judge, missing_figure
 from workloads.model.errors import IncomparableError
+from workloads.model.goodput import Goodput
 from workloads.model.records import TurnRecord
 from workloads.model.results import RunResult, Window
 from workloads.model.summary import BandSummary
@@ -322,7 +324,9 @@ def _prompt_medians(records: list[TurnRecord]) -> dict[int, float]:
 def _scenario_differences(a: RunResult, b: RunResult, variable: str | None) -> list[str]:
     # Repetition counts may differ between arms: more repetitions is more evidence, not a
     # different workload. The variable under test is what the arms are meant to differ in.
-    skip = {"name", "description", "repetitions", "gate"}
+    # The SLO is how a run is judged, not what it ran: arms that differ in it get goodput
+    # rows, each judged by its own (_goodput_rows).
+    skip = {"name", "description", "repetitions", "gate", "slo"}
     da = a.scenario.model_dump(exclude=skip)
     db = b.scenario.model_dump(exclude=skip)
     out = []
@@ -571,6 +575,7 @@ def compare(
     metrics: list[MetricComparison] = []
     for ca, cb in pairs:
         metrics += _run_metrics(_where(ca, cb, swept), ca, cb, min_effect, free)
+        metrics += _goodput_rows(_where(ca, cb, swept), ca, cb, a, b, min_effect)
     metrics = familywise(metrics)
     arms, tags = arm_problems(a, b)
     if arms and force:
@@ -600,6 +605,32 @@ def compare(
         free=free,
         prompts_excused=excuses and bool(prompt_problems),
     )
+
+
+def _goodput_rows(
+    prefix: str, ca: _Cell, cb: _Cell, a: RunResult, b: RunResult, min_effect: float
+) -> list[MetricComparison]:
+    """Goodput (requests that met / s) and session goodput per repetition, each arm judged
+    by its own SLO (the row names both when they differ); none unless both arms have one
+    their records can be judged by."""
+    slo_a, slo_b = a.scenario.slo, b.scenario.slo
+    if slo_a is None or slo_b is None:
+        return []
+    if missing_figure(ca.records, slo_a) or missing_figure(cb.records, slo_b):
+        return []
+    ga, gb = judge(ca.records, slo_a), judge(cb.records, slo_b)
+    at = "" if slo_a == slo_b else f" (A at {slo_a.describe()}; B at {slo_b.describe()})"
+
+    def rates(g: Goodput) -> list[float | None]:
+        return [r.met / r.span_s if r.span_s else None for r in g.repetitions]
+
+    def shares(g: Goodput) -> list[float | None]:
+        return [r.good_sessions / r.sessions if r.sessions else None for r in g.repetitions]
+
+    return [
+        _row(prefix, f"goodput{at}", "requests/s", True, rates(ga), rates(gb), min_effect),
+        _row(prefix, f"session goodput{at}", "", True, shares(ga), shares(gb), min_effect),
+    ]
 
 
 def comparison_lines(result: Comparison, name_a: str, name_b: str) -> list[Line]:
