@@ -109,8 +109,55 @@ def test_a_sub_agents_slow_step_counts_against_its_user():
     assert (g.sessions, g.good_sessions) == (2, 1)
     assert g.kinds is not None
     assert [(k.kind, k.requests, k.met) for k in g.kinds] == [("tool", 2, 2), ("subagent", 2, 1)]
-    # the turn figures are the users' own sessions' turns
-    assert [(t.requests, t.met, t.good_through) for t in g.turns] == [(2, 2, 2)]
+    # the turn figures are the users' own sessions' turns; the sub-agents' slow step, sent
+    # before its user's turn 1, makes session 1 bad through that turn
+    assert [(t.requests, t.met, t.good_through) for t in g.turns] == [(2, 2, 1)]
+
+
+def test_sessions_good_through_count_a_sub_agents_step_at_the_turn_it_feeds():
+    # Session 1's turn 2 spawns a sub-agent (at 3 s, between turns 1 and 2: sub-agents play
+    # before the step whose tool result they make); its slow step makes session 1 bad from
+    # turn 2, not turn 1. A sub-agent's slow step no turn follows counts for no turn.
+    slo = parse_slo("ttft_s=1")
+    records = [
+        rec(session=0, turn=1, sent=0),
+        rec(session=0, turn=2, sent=5 * S),
+        rec(session=0, turn=3, sent=10 * S),
+        rec(session=1, turn=1, sent=0),
+        rec(session=66, parent=1, kind="subagent", sent=3 * S, ttft=2 * S),
+        rec(session=1, turn=2, sent=6 * S),
+        rec(session=1, turn=3, sent=10 * S),
+        rec(session=2, turn=1, sent=0),
+        rec(session=67, parent=2, kind="subagent", sent=12 * S, ttft=2 * S),
+    ]
+    g = judge(records, slo)
+    assert (g.sessions, g.good_sessions) == (3, 1)
+    assert [(t.turn, t.met, t.sessions, t.good_through) for t in g.turns] == [
+        (1, 3, 3, 3),
+        (2, 2, 2, 1),
+        (3, 2, 2, 1),
+    ]
+
+
+def test_a_turn_cancelled_by_a_stop_is_no_miss():
+    slo = parse_slo("ttft_s=1")
+    cut = rec(session=1, turn=2, sent=5 * S).model_copy(
+        update={
+            "status": "incomplete",
+            "error_kind": "cancelled",
+            "valid": False,
+            "ttft_ns": None,
+            "first_content_ns": None,
+            "last_content_ns": None,
+            "done_ns": None,
+        }
+    )
+    failed = cut.model_copy(update={"session": 2, "status": "error", "error_kind": "timeout"})
+    records = [rec(session=s, turn=1) for s in (0, 1, 2)] + [cut, failed]
+    g = judge(records, slo)
+    assert (g.requests, g.met, g.sessions, g.good_sessions) == (4, 3, 3, 2)
+    assert [(t.turn, t.requests, t.good_through) for t in g.turns] == [(1, 3, 3), (2, 1, 0)]
+    assert [(c.n, c.over) for c in g.checks] == [(4, 1)]
 
 
 def test_warm_up_never_counts_and_rates_are_per_repetition():
@@ -171,7 +218,8 @@ def test_a_run_with_an_slo_saves_goodput_that_show_and_csv_recompute(tiny_scenar
     import workloads
     from workloads.cli import main
     from workloads.core.aggregate import summarized
-    from workloads.report.export import csv_text
+    from workloads.report.export import csv_text, plain_text
+    from workloads.report.text import format_band
 
     scenario = tiny_scenario.with_overrides(["repetitions.measured=2", "gate=off"])
     # a TTFT limit every request meets and an E2E limit none can (1 µs): goodput is known
@@ -196,6 +244,31 @@ def test_a_run_with_an_slo_saves_goodput_that_show_and_csv_recompute(tiny_scenar
     assert [(c.verdict, c.over, c.high) for c in judged.checks] == [("fails", 8, None)]
     rows = list(csv.DictReader(io.StringIO(csv_text(loaded))))
     assert [row["goodput_met"] for row in rows] == [str(t.met) for t in g.turns]
+    # the run-level goodput, the headline's figures with the rates' bands, on every row
+    assert g.request_rate is not None and g.token_rate is not None
+    assert {
+        (
+            row["goodput_run_met"],
+            row["goodput_run_requests"],
+            row["goodput_run_session_share"],
+            row["goodput_run_requests_per_s_low"],
+            row["goodput_run_tok_s_high"],
+        )
+        for row in rows
+    } == {
+        (
+            str(g.met),
+            str(g.requests),
+            str(g.session_share),
+            str(g.request_rate.low),
+            str(g.token_rate.high),
+        )
+    }
+    # the headline prints the rates' bands (median (min–max) over the repetitions)
+    text = plain_text(loaded)
+    rate = g.request_rate
+    assert f"goodput {format_band(rate)} requests/s, {format_band(g.token_rate)} tok/s" in text
+    assert rate.low != rate.high and "(" in format_band(rate)
     assert all(row["ttft_s_p99_high"] == "" for row in rows)  # 4 requests bound no p99
     code = main(["show", str(tmp_path / "run"), "--slo", "e2e_s=0.000001"])
     assert code == 0

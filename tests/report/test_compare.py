@@ -11,8 +11,9 @@ import pytest
 import workloads
 from fakes import TINY_RUN
 from workloads.cli import EXIT_INVALID_RUN, main
-from workloads.core.aggregate import repetitions, summarize, turn_repetitions
+from workloads.core.aggregate import repetitions, summarize, summarized, turn_repetitions
 from workloads.core.stats import band
+from workloads.model.slo import parse_slo
 from workloads.report import console as report
 from workloads.report.compare import (
     MetricComparison,
@@ -680,3 +681,22 @@ def test_a_sum_that_overstates_gets_no_verdict_the_wall_throughput_does_not_bear
     # stands against a wall throughput that says nothing.
     together = _Overlap(a=0.98, b=0.97, users=(4, 4))
     assert _disagreements([noisy_wall, summed], {"": together})[1].outcome == "better"
+
+
+def test_arms_that_differ_only_in_their_slo_get_goodput_rows():
+    # The SLO is how a run is judged: the same run at a stricter TTFT was refused as "not
+    # comparable"; now each arm is judged by its own and the rows say so.
+    a = load("v5-goodput")
+    stricter = parse_slo("ttft_s=0.001")
+    b = summarized(
+        a.model_copy(update={"scenario": a.scenario.model_copy(update={"slo": stricter})})
+    )
+    result = compare(a, b)
+    assert a.scenario.slo is not None
+    names = [m.name for m in result.metrics if "goodput" in m.name]
+    at = f"(A at {a.scenario.slo.describe()}; B at {stricter.describe()})"
+    assert names == [f"goodput {at}", f"session goodput {at}"]
+    [rate] = [m for m in result.metrics if m.name == names[0]]
+    assert rate.a is not None and rate.a.median > 0 and rate.b is not None and rate.b.high == 0
+    same = [m.name for m in compare(a, a).metrics if "goodput" in m.name]
+    assert same == ["goodput", "session goodput"]

@@ -6,7 +6,17 @@ from pathlib import Path
 
 import workloads
 from workloads.core.aggregate import summarized
-from workloads.report.plots import _FIGURES, _Axis, _compact, _jitter, timeline_bars, write_plots
+from workloads.report.plots import (
+    _FIGURES,
+    _Axis,
+    _cdf,
+    _compact,
+    _jitter,
+    _latency_series,
+    _pyplot,
+    timeline_bars,
+    write_plots,
+)
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -180,3 +190,21 @@ def test_concurrency_over_time_is_plotted_when_the_result_has_it():
         }
     )
     assert drawn(timed, "concurrency.png") is not None
+
+
+def test_the_latency_legend_counts_what_the_latency_table_counts():
+    # The legend's n counted the CDF's points, one more than the values (the step drawn up
+    # at the least value): 46 beside the table's 45.
+    result = workloads.load_result(DATA / "v5-goodput")
+    itl, e2e = _latency_series(result)
+    run = result.summary.run
+    assert run.itl_percentiles is not None and run.e2e_percentiles is not None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2)
+    try:
+        _cdf(axes[0], itl, "ITL ms", "none")
+        _cdf(axes[1], e2e, "E2E s", "none")
+        legends = [ax.get_legend().get_texts()[0].get_text() for ax in axes]
+    finally:
+        plt.close(fig)
+    assert legends == [f"n {run.itl_percentiles.n:,}", f"n {run.e2e_percentiles.n:,}"]

@@ -106,6 +106,11 @@ def _limits(args: argparse.Namespace) -> Any:
     from workloads.model.errors import OptionsError
     from workloads.runner.capacity import CapacityLimits
 
+    if args.start is not None and args.max_load is not None and args.start > args.max_load:
+        raise UsageError(
+            f"--start {args.start:g} is above --max-load {args.max_load:g}: the search "
+            "measures no load above --max-load"
+        )
     if not 0.0 < args.goal < 100.0:
         raise UsageError(f"--goal {args.goal:g}: give a percentage between 0 and 100")
     limits = CapacityLimits(

@@ -40,11 +40,27 @@ def cmd_show(args: argparse.Namespace) -> int:
     where = Path(args.result)
     if (where / "capacity.json").exists() and not (where / "result.json").exists():
         from workloads.model.capacity import load_capacity
-        from workloads.report.goodput import capacity_blocks
+        from workloads.report.export import export_capacity
+        from workloads.report.goodput import capacity_blocks, capacity_plot
 
+        if args.slo:
+            raise UsageError(
+                f"{where} is a capacity search, judged at its own SLO: --slo applies to a run"
+            )
+        searched = load_capacity(where)
+        if args.format != "text":
+            sys.stdout.write(export_capacity(searched, args.format))
+            return 0
         console = make_console()
-        for block in capacity_blocks(load_capacity(where)):
+        for block in capacity_blocks(searched):
             console.print(block)
+        if args.plots:
+            written = capacity_plot(searched, where / "capacity.png")
+            console.print(
+                f"plot: {written}"
+                if written is not None
+                else "no plot: install the plots extra (pip install 'workloads[plots]')"
+            )
         return 0
     result = load_result(args.result)  # the file's summaries are a cache: from the records
     if (slo := slo_option(args.slo)) is not None:  # judge the saved run by another SLO

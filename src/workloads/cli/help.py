@@ -51,11 +51,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "capacity": (
         "find the highest load at which session goodput stays at or above a goal",
         "Search the highest concurrency (or arrival rate, for an open-loop scenario) at "
-        "which session goodput, judged by --slo, stays at or above --goal: double or halve "
-        "the load until one load meets the goal and another does not, then bisect. Each "
-        "load is a run of measured repetitions judged with an interval; a load that stays "
-        "undecided up to --max-repetitions is 'cannot tell'. Bounded by --max-points, "
-        "--max-load and --max-minutes. `show DIR` prints the answer again.",
+        "which session goodput, judged by --slo, stays at or above --goal: double while no "
+        "load failed, halve while none met, then bisect between the highest that met and "
+        "the lowest that failed, leaving no load between them untried. Each load is a run "
+        "of measured repetitions judged with an interval; a load that stays undecided up "
+        "to --max-repetitions is 'cannot tell'. Bounded by --max-points, --max-load and "
+        "--max-minutes. `show DIR` prints the answer again (--format too).",
     ),
     "list": (
         "list the packaged scenarios",

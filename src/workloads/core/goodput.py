@@ -39,7 +39,15 @@ from workloads.model.goodput import (
 from workloads.model.records import StepKind, TurnRecord
 from workloads.model.slo import ITL_REQUEST_PERCENTILE, LIMIT_KEYS, STEP_KINDS, Limit, Slo
 
-__all__ = ["ShareJudgement", "judge", "judge_share", "meets", "missing_figure", "request_figures"]
+__all__ = [
+    "ShareJudgement",
+    "judge",
+    "judge_share",
+    "meets",
+    "missing_figure",
+    "request_figures",
+    "sessions_to_show",
+]
 
 
 def request_figures(r: TurnRecord) -> dict[Limit, float | None]:
@@ -163,7 +171,9 @@ def judge(records: Iterable[TurnRecord], slo: Slo) -> Goodput:
     goodput = judge(result.records, parse_slo("ttft_s=2,itl_ms=50"))
     goodput.session_share  # 0.93
     """
-    measured = [r for r in records if not r.warmup]
+    # A turn cut off in flight by a stop did not miss the SLO: the run ended (the summaries
+    # count it apart as cancelled); it is left out here as everywhere.
+    measured = [r for r in records if not r.warmup and r.error_kind != "cancelled"]
     ok = {id(r): meets(r, slo) for r in measured}
     by_rep: dict[tuple[int, int], list[TurnRecord]] = defaultdict(list)
     for r in measured:
@@ -192,7 +202,7 @@ def judge(records: Iterable[TurnRecord], slo: Slo) -> Goodput:
                 span_s=_span_s(group),
             )
         )
-    turns = _turns([r for r in measured if r.parent_session is None], ok)
+    turns = _turns(measured, ok)
     kinds = None
     if any(r.step_kind is not None for r in measured):
         kinds = [
@@ -215,15 +225,30 @@ def judge(records: Iterable[TurnRecord], slo: Slo) -> Goodput:
     )
 
 
-def _turns(own: Sequence[TurnRecord], ok: dict[int, bool]) -> list[TurnGoodput]:
+def _turns(measured: Sequence[TurnRecord], ok: dict[int, bool]) -> list[TurnGoodput]:
+    """Per turn of the users' own sessions: its requests, and the sessions good through it,
+    a sub-agent's step counted at the turn it feeds: the user's first turn sent after it
+    (sub-agents play before the step whose tool result they make: runner/subagents.py)."""
+    own = [r for r in measured if r.parent_session is None]
     by_turn: dict[int, list[TurnRecord]] = defaultdict(list)
     for r in own:
         by_turn[r.turn].append(r)
-    bad_from: dict[tuple[int, int, int], int] = {}  # session → its first turn that missed
-    for r in own:
-        if not ok[id(r)]:
-            key = (r.cell, r.repetition, r.session)
-            bad_from[key] = min(bad_from.get(key, r.turn), r.turn)
+    bad_from: dict[tuple[int, int, int], float] = {}  # session → its first turn that missed
+    sent: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)
+    parents: dict[tuple[int, int], dict[int, int | None]] = defaultdict(dict)
+    for r in measured:
+        parents[(r.cell, r.repetition)][r.session] = r.parent_session
+        if r.parent_session is None:
+            sent[(r.cell, r.repetition, r.session)].append((r.started_ns, r.turn))
+    for r in measured:
+        if ok[id(r)]:
+            continue
+        root = _root(r.session, parents[(r.cell, r.repetition)])
+        key = (r.cell, r.repetition, root)
+        turn: float = r.turn
+        if r.parent_session is not None:  # one never followed by its user's turn: none
+            turn = min((t for at, t in sent[key] if at >= r.started_ns), default=math.inf)
+        bad_from[key] = min(bad_from.get(key, turn), turn)
     out = []
     for turn in sorted(by_turn):
         group = by_turn[turn]
@@ -284,3 +309,17 @@ def judge_share(
     if len(reps) >= stats.MIN_REPETITIONS:
         verdict = "meets" if low >= goal else "fails" if high < goal else "measure more"
     return ShareJudgement(share=share, low=low, high=high, repetitions=len(reps), verdict=verdict)
+
+
+def sessions_to_show(goal: float, *, alpha: float = stats.ALPHA) -> int:
+    """The fewest sessions that can show session goodput at or above ``goal``: all of them
+    good, and the exact interval's low end, (alpha/2)^(1/n) for n good of n, at the goal.
+    A 95% goal needs 72 (C2's 30 repetitions hold 60: it cannot tell there)."""
+    if not 0.0 < goal < 1.0:
+        raise ValueError(f"goal must be in (0, 1), got {goal}")
+    n = math.ceil(math.log(alpha / 2) / math.log(goal))
+    while (alpha / 2) ** (1 / n) < goal:  # the float rounding of the ratio, either way
+        n += 1
+    while n > 1 and (alpha / 2) ** (1 / (n - 1)) >= goal:
+        n -= 1
+    return n

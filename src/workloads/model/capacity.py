@@ -21,6 +21,7 @@ __all__ = [
     "CAPACITY_FORMAT_VERSION",
     "CapacityPoint",
     "CapacityResult",
+    "PointVerdict",
     "load_capacity",
 ]
 

@@ -77,7 +77,9 @@ from typing import Literal
 from workloads.core import aggregate, stats
 from workloads.core.aggregate import RepetitionFigures, TurnRepetitionFigures
 from workloads.core.concurrency import LOW_DECODE_OVERLAP
+from workloads.core.goodput import judge, missing_figure
 from workloads.model.errors import IncomparableError
+from workloads.model.goodput import Goodput
 from workloads.model.records import TurnRecord
 from workloads.model.results import RunResult, Window
 from workloads.model.summary import BandSummary
@@ -376,7 +378,9 @@ def _prompt_medians(records: list[TurnRecord]) -> dict[int, float]:
 def _scenario_differences(a: RunResult, b: RunResult, variable: str | None) -> list[str]:
     # Repetition counts may differ between arms: more repetitions is more evidence, not a
     # different workload. The variable under test is what the arms are meant to differ in.
-    skip = {"name", "description", "repetitions", "gate"}
+    # The SLO is how a run is judged, not what it ran: arms that differ in it get goodput
+    # rows, each judged by its own (_goodput_rows).
+    skip = {"name", "description", "repetitions", "gate", "slo"}
     da = a.scenario.model_dump(exclude=skip)
     db = b.scenario.model_dump(exclude=skip)
     out = []
@@ -719,6 +723,7 @@ def compare(
         if overlap.low and not free:
             overlap_notes.append(overlap.note(prefix))
         metrics += _run_metrics(prefix, ca, cb, min_effect, free, overlap)
+        metrics += _goodput_rows(prefix, ca, cb, a, b, min_effect)
     metrics = _disagreements(familywise(metrics), overlaps)
     for prefix, reason in why.items():
         if any(m.cell == prefix and m.disagrees for m in metrics):
@@ -757,6 +762,32 @@ def compare(
         prompts_excused=excuses and bool(prompt_problems),
         overlap=overlap_notes,
     )
+
+
+def _goodput_rows(
+    prefix: str, ca: _Cell, cb: _Cell, a: RunResult, b: RunResult, min_effect: float
+) -> list[MetricComparison]:
+    """Goodput (requests that met / s) and session goodput per repetition, each arm judged
+    by its own SLO (the row names both when they differ); none unless both arms have one
+    their records can be judged by."""
+    slo_a, slo_b = a.scenario.slo, b.scenario.slo
+    if slo_a is None or slo_b is None:
+        return []
+    if missing_figure(ca.records, slo_a) or missing_figure(cb.records, slo_b):
+        return []
+    ga, gb = judge(ca.records, slo_a), judge(cb.records, slo_b)
+    at = "" if slo_a == slo_b else f" (A at {slo_a.describe()}; B at {slo_b.describe()})"
+
+    def rates(g: Goodput) -> list[float | None]:
+        return [r.met / r.span_s if r.span_s else None for r in g.repetitions]
+
+    def shares(g: Goodput) -> list[float | None]:
+        return [r.good_sessions / r.sessions if r.sessions else None for r in g.repetitions]
+
+    return [
+        _row(prefix, f"goodput{at}", "requests/s", True, rates(ga), rates(gb), min_effect),
+        _row(prefix, f"session goodput{at}", "", True, shares(ga), shares(gb), min_effect),
+    ]
 
 
 def comparison_lines(result: Comparison, name_a: str, name_b: str) -> list[Line]:

@@ -15,29 +15,38 @@ import io
 
 from rich.console import Console
 
+from workloads.model.capacity import CapacityResult
 from workloads.model.results import RunResult
 from workloads.model.scenario import nominal
 from workloads.model.summary import BandSummary, KindSummary, Percentiles, TurnSummary
 from workloads.report import console as report
 from workloads.report import goodput, rates
-from workloads.report.table import Line, Pairs, ReportTable, markdown
+from workloads.report.table import Block, Line, Pairs, ReportTable, markdown
 
-__all__ = ["FORMATS", "csv_text", "export", "markdown_text", "plain_text"]
+__all__ = ["FORMATS", "csv_text", "export", "export_capacity", "markdown_text", "plain_text"]
 
 FORMATS = ("text", "md", "json", "csv", "html")
 
 
 def plain_text(result: RunResult, width: int = 120) -> str:
     """The console report without colours, laid out for ``width`` columns."""
+    return _plain(report.render(result), width)
+
+
+def _plain(renderable: object, width: int) -> str:
     console = Console(width=width, record=True, color_system=None, file=io.StringIO())
-    console.print(report.render(result))
+    console.print(renderable)
     return "\n".join(line.rstrip() for line in console.export_text().splitlines()) + "\n"
 
 
 def markdown_text(result: RunResult) -> str:
     """The report in GitHub Markdown: headline lines, tables, the window's figures."""
+    return _markdown(report.blocks(result))
+
+
+def _markdown(blocks: list[Block]) -> str:
     out: list[str] = []
-    for block in report.blocks(result):
+    for block in blocks:
         if isinstance(block, ReportTable):
             out.append(markdown(block))
         elif isinstance(block, Pairs):
@@ -144,7 +153,10 @@ def csv_text(result: RunResult) -> str:
     field is a figure that is not known (not reported, no valid turns), never 0. The
     throughput columns follow the console's (see the module's doc). Each percentile has its
     bounds (``_p90_low``, ``_p90_high``), and with an SLO each row its goodput
-    (``goodput_met``, ``goodput_share``, ``goodput_sessions_good_through``)."""
+    (``goodput_met``, ``goodput_share``, ``goodput_sessions_good_through``) and the run's
+    (a sweep's: the row's cell's) on every row: ``goodput_run_met``, ``_requests``,
+    ``_share``, ``_session_share``, and the rates' bands over the repetitions
+    (``goodput_run_requests_per_s_median``/``_low``/``_high``, ``goodput_run_tok_s_…``)."""
     figures = rates.turn_rates(result)
     rows: list[dict[str, object]] = []
     kinds: list[dict[str, object]] = []
@@ -200,4 +212,52 @@ def export(result: RunResult, fmt: str, *, width: int = 120) -> str:
 
         page: str = html_report(result)
         return page
+    raise ValueError(f"format {fmt!r}: choose one of {', '.join(FORMATS)}")
+
+
+def export_capacity(result: CapacityResult, fmt: str, *, width: int = 120) -> str:
+    """A capacity search (``show DIR --format``, DIR holding capacity.json) in one of
+    :data:`FORMATS`: its report (text, md, html), capacity.json (json), or one CSV row per
+    load measured (``knee`` true on the knee's row; an empty field is not known)."""
+    blocks = goodput.capacity_blocks(result)
+    if fmt == "text":
+        from rich.console import Group
+
+        return _plain(Group(*blocks), width)
+    if fmt == "md":
+        return _markdown(blocks)
+    if fmt == "json":
+        return result.model_dump_json(indent=2) + "\n"
+    if fmt == "html":
+        from workloads.report.html import blocks_html
+
+        return blocks_html(f"capacity of {result.scenario.name}", blocks)
+    if fmt == "csv":
+        out = io.StringIO()
+        rows = [
+            {
+                "axis": result.axis,
+                "load": p.load,
+                "verdict": p.verdict,
+                "knee": p.load == result.knee,
+                "repetitions": p.repetitions,
+                "sessions": p.sessions,
+                "good_sessions": p.good_sessions,
+                "session_share": p.session_share,
+                "session_share_low": p.low,
+                "session_share_high": p.high,
+                "requests": p.requests,
+                "requests_met": p.met,
+                "request_share": p.request_share,
+                "per_user_tok_s_median": p.per_user_rate,
+                "goodput_tok_s_median": p.goodput_token_rate,
+            }
+            for p in result.points
+        ]
+        if rows:
+            writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({k: "" if v is None else v for k, v in row.items()})
+        return out.getvalue()
     raise ValueError(f"format {fmt!r}: choose one of {', '.join(FORMATS)}")

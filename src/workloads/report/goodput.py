@@ -6,15 +6,18 @@ are :func:`workloads.report.text.percentile_text`'s.)
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from pathlib import Path
 
+from workloads.core.goodput import sessions_to_show
 from workloads.core.stats import CONFIDENCE, needed_for_bound
 from workloads.model.capacity import CapacityResult
 from workloads.model.goodput import Goodput, SloCheck
 from workloads.model.results import RunResult
 from workloads.report.agents import KIND_LABELS
 from workloads.report.table import Block, Line, ReportTable
-from workloads.report.text import num, plural
+from workloads.report.text import format_band, num, plural
 
 __all__ = [
     "ITL_BOUNDS_NOTE",
@@ -74,10 +77,10 @@ def check_line(c: SloCheck) -> str:
 
 def _headline(g: Goodput) -> str:
     rate = ""
-    if g.request_rate is not None:
-        rate = f" · goodput {num(g.request_rate.median)} requests/s"
+    if g.request_rate is not None:  # median (min–max) over the repetitions, as every band
+        rate = f" · goodput {format_band(g.request_rate)} requests/s"
         if g.token_rate is not None:
-            rate += f", {num(g.token_rate.median)} tok/s"
+            rate += f", {format_band(g.token_rate)} tok/s"
     return (
         f"requests meeting the SLO: {g.met:,} of {g.requests:,} ({_pct(g.share)}){rate}"
         f" · session goodput {_pct(g.session_share)} ({g.good_sessions:,} of "
@@ -185,9 +188,29 @@ def csv_columns(result: RunResult, row: dict[str, object]) -> dict[str, object]:
         "goodput_met": None,
         "goodput_share": None,
         "goodput_sessions_good_through": None,
+        # the run's (a sweep's: the row's cell's) own goodput, the headline's, on every row
+        "goodput_run_met": None,
+        "goodput_run_requests": None,
+        "goodput_run_share": None,
+        "goodput_run_session_share": None,
+        **{
+            f"goodput_run_{unit}_{side}": None
+            for unit in ("requests_per_s", "tok_s")
+            for side in ("median", "low", "high")
+        },
     }
     if g is None:
         return out
+    out.update(
+        goodput_run_met=g.met,
+        goodput_run_requests=g.requests,
+        goodput_run_share=g.share,
+        goodput_run_session_share=g.session_share,
+    )
+    for unit, band in (("requests_per_s", g.request_rate), ("tok_s", g.token_rate)):
+        if band is not None:
+            for side in ("median", "low", "high"):
+                out[f"goodput_run_{unit}_{side}"] = getattr(band, side)
     if row.get("step_kind"):
         kind = next((k for k in g.kinds or () if k.kind == row["step_kind"]), None)
         if kind is not None:
@@ -223,13 +246,19 @@ def capacity_blocks(result: CapacityResult) -> list[Block]:
     def load(x: float) -> str:
         return f"{x:g} {unit}" if result.axis == "rate" else f"C{x:g}"
 
+    verdicts = {p.load: p.verdict for p in result.points}
     if result.knee is not None:
         answer = f"capacity: {load(result.knee)} — the highest {word} shown to keep {goal}"
         if result.first_failing is not None:
-            answer += f"; {load(result.first_failing)} does not"
+            shown = verdicts.get(result.first_failing) == "fails"
+            answer += f"; {load(result.first_failing)} " + (
+                "does not" if shown else "could not tell"
+            )
     else:
         answer = f"capacity: not found — no {word} measured was shown to keep {goal}"
     parts.append(Line(answer, "bold"))
+    if (small := _too_small(result, load)) is not None:
+        parts.append(Line(small, "warning"))
     parts.append(
         Line(
             f"SLO: {result.slo.describe()} (per request) · goal: {goal}, a "
@@ -267,6 +296,38 @@ def capacity_blocks(result: CapacityResult) -> list[Block]:
     if result.stopped is not None:
         parts.append(Line(f"search stopped: {result.stopped}", "warning"))
     return parts
+
+
+def _too_small(result: CapacityResult, load: Callable[[float], str]) -> str | None:
+    """ "cannot tell at C1–C2" and why, for the loads whose sessions were too few to show the
+    goal even had every one been good, with what the requests there say and what would."""
+    need = sessions_to_show(result.goal)
+    small = sorted(
+        (p for p in result.points if p.verdict == "cannot tell" and p.sessions < need),
+        key=lambda p: p.load,
+    )
+    if not small:
+        return None
+    loads = [p.load for p in small]
+    where = ", ".join(load(x) for x in loads)
+    if len(loads) > 1 and loads == [loads[0] + i for i in range(len(loads))]:
+        where = f"{load(loads[0])}–{load(loads[-1])}"
+    held = sorted({p.sessions for p in small})
+    sessions = f"{held[0]:,}" if len(held) == 1 else f"{held[0]:,}–{held[-1]:,}"
+    met, requests = sum(p.met for p in small), sum(p.requests for p in small)
+    top = small[-1]
+    more = ""
+    if result.axis == "concurrency":
+        more = (
+            f"; {load(top.load)} would need {math.ceil(need / top.load):,} repetitions "
+            "(--max-repetitions), every session good"
+        )
+    return (
+        f"cannot tell at {where}: a {result.goal:.0%} session goal is shown only by ≥ "
+        f"{need:,} sessions, every one good (the exact binomial bound), and the "
+        f"repetitions there held {sessions}; their requests met the SLO "
+        f"{met:,} of {requests:,} ({_pct(met / requests if requests else None)}){more}"
+    )
 
 
 def capacity_plot(result: CapacityResult, path: Path) -> Path | None:

@@ -22,7 +22,7 @@ from workloads.report import goodput, rates
 from workloads.report.table import Block, Line, Pairs, ReportTable
 from workloads.report.verdicts import verdict_lines
 
-__all__ = ["REPORT_FILE", "html_report", "write_html"]
+__all__ = ["REPORT_FILE", "blocks_html", "html_report", "write_html"]
 
 REPORT_FILE = "report.html"
 
@@ -222,6 +222,24 @@ def html_report(result: RunResult, *, with_plots: bool = True) -> str:
         f'<section class="lead" id="lead"><h1>{_e(title)}</h1>{top}</section>'
         f"{_provenance(result)}{''.join(parts)}{figures}"
         "</body></html>\n"
+    )
+
+
+def blocks_html(title: str, blocks: list[Block]) -> str:
+    """A page of report blocks under ``title``, the first block leading (the capacity
+    search's report: ``show DIR --format html``)."""
+    body = []
+    for block in blocks:
+        if isinstance(block, ReportTable):
+            body.append(_table(block))
+        elif isinstance(block, Pairs):
+            body.append(_pairs(block))
+        elif isinstance(block, Line):
+            body.append(_line(block))
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
+        f"<h1>{_e(title)}</h1>{''.join(body)}</body></html>\n"
     )
 
 

@@ -818,8 +818,9 @@ def _cdf(ax: Any, series: list[tuple[str | None, list[float]]], xlabel: str, mis
         color = _SESSION_COLORS[number % len(_SESSION_COLORS)]
         xs = sorted(values)
         ys = [(i + 1) / len(xs) for i in range(len(xs))]
-        xs, ys = [xs[0], *xs], [0.0, *ys]  # the step up at the least value shows
+        # n of the values, as the latency table counts them (not of the points drawn)
         label = f"{name} (n {len(xs):,})" if name else f"n {len(xs):,}"
+        xs, ys = [xs[0], *xs], [0.0, *ys]  # the step up at the least value shows
         ax.step(xs, ys, where="post", color=color, label=label)
     for level in (0.5, 0.9, 0.99):
         ax.axhline(level, color="tab:gray", linewidth=0.8, linestyle=":")
@@ -831,13 +832,13 @@ def _cdf(ax: Any, series: list[tuple[str | None, list[float]]], xlabel: str, mis
     ax.legend(fontsize=8, loc="lower right")
 
 
-def _latency(result: RunResult, path: Path | IO[bytes]) -> None:
-    """ITL (every chunk gap) and E2E latency of the valid measured requests as CDFs: the
-    distributions the latency table's percentiles summarize; one line per cell in a
-    sweep (never pooled over cells)."""
+_Series = list[tuple[str | None, list[float]]]
+
+
+def _latency_series(result: RunResult) -> tuple[_Series, _Series]:
+    """(ITL ms, E2E s) of the valid measured requests, one series per cell (one for a run
+    that is not a sweep): the values the latency table's percentiles and n count."""
     valid = [r for r in result.records if not r.warmup and r.valid]
-    if not valid:
-        return
     groups: list[tuple[str | None, list[TurnRecord]]]
     if result.cells is not None:
         groups = [
@@ -846,11 +847,18 @@ def _latency(result: RunResult, path: Path | IO[bytes]) -> None:
         ]
     else:
         groups = [(None, valid)]
-    Series = list[tuple[str | None, list[float]]]
-    itl: Series = [(name, [g * 1000 for g in aggregate.itl_gaps_s(rs)]) for name, rs in groups]
-    e2e: Series = [
+    itl: _Series = [(name, [g * 1000 for g in aggregate.itl_gaps_s(rs)]) for name, rs in groups]
+    e2e: _Series = [
         (name, [v for r in rs if (v := aggregate.e2e_s(r)) is not None]) for name, rs in groups
     ]
+    return itl, e2e
+
+
+def _latency(result: RunResult, path: Path | IO[bytes]) -> None:
+    """ITL (every chunk gap) and E2E latency of the valid measured requests as CDFs: the
+    distributions the latency table's percentiles summarize; one line per cell in a
+    sweep (never pooled over cells)."""
+    itl, e2e = _latency_series(result)
     if not any(v for _, v in itl) and not any(v for _, v in e2e):
         return
     plt = _pyplot()

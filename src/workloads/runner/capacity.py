@@ -1,18 +1,18 @@
 """capacity(): the highest load at which session goodput stays at or above a goal.
 
 The load is the concurrency (``users``) of a closed-loop scenario, or the arrival rate
-(``pacing.arrivals.rate_per_s``) of an open-loop one. The search brackets, then bisects:
-
-1. from ``start`` (the scenario's own load), double while a load meets the goal, halve
-   while it does not, until one load meets and another does not (or a bound is reached);
-2. bisect between the highest load that meets and the lowest that does not, down to one
-   session (concurrency) or ``resolution`` (a rate: 10% by default).
+(``pacing.arrivals.rate_per_s``) of an open-loop one. From ``start`` (the scenario's own
+load), :func:`workloads.core.knee.next_load` picks each next load from the verdicts so far:
+double while nothing failed, halve while nothing met, and bisect between the highest load
+that met and the lowest that failed, never leaving a load inside unmeasured (a load that
+could not tell splits the bracket but closes nothing), down to one session (concurrency) or
+``resolution`` (a rate: 10% by default).
 
 Each load is a run (:func:`workloads.runner.run.run_async`) of ``batch`` measured
 repetitions, judged by :func:`workloads.core.goodput.judge_share`: "meets" or "fails" only
 when the interval of its session goodput says so; otherwise it runs ``batch`` more
 repetitions, up to ``max_repetitions``, and a load still undecided then is "cannot tell"
-(the search treats it as not meeting, so the knee is a load *shown* to meet). Every loop is
+(never the knee, which is a load *shown* to meet). Every loop is
 bounded: ``max_points`` loads, ``max_repetitions`` per load, ``max_seconds`` of wall time
 (checked between runs), and the ``stop`` event.
 
@@ -32,7 +32,9 @@ from typing import Any, Literal
 
 from workloads.core import stats
 from workloads.core.goodput import judge_share, missing_figure
-from workloads.model.capacity import CAPACITY_FILE, CapacityPoint, CapacityResult
+from workloads.core.knee import knee as bracket
+from workloads.core.knee import next_load
+from workloads.model.capacity import CAPACITY_FILE, CapacityPoint, CapacityResult, PointVerdict
 from workloads.model.errors import OptionsError, OutputExistsError
 from workloads.model.goodput import RepetitionGoodput
 from workloads.model.results import RunResult
@@ -109,7 +111,7 @@ class _Load:
     def point(self, goal: float) -> CapacityPoint:
         """The load's figures so far; "cannot tell" until its interval decides."""
         judged = judge_share([(r.good_sessions, r.sessions) for r in self.repetitions], goal)
-        verdict: Literal["meets", "fails", "cannot tell"] = "cannot tell"
+        verdict: PointVerdict = "cannot tell"
         if judged is not None and judged.verdict != "measure more":
             verdict = judged.verdict
         sessions = sum(r.sessions for r in self.repetitions)
@@ -157,26 +159,34 @@ def _label(axis: str, load: float) -> str:
     return f"rate{load:g}" if axis == "rate" else f"c{int(load)}"
 
 
-async def capacity_async(
-    scenario: Scenario | str | Path,
-    target: Target | None = None,
-    *,
-    slo: Slo | str | None = None,  # None: the scenario's [slo]
-    goal: float = 0.95,  # session goodput to keep
-    start: float | None = None,  # the first load measured (None: the scenario's)
-    sim: dict[str, Any] | None = None,  # simulator profile overrides (no target)
-    out_dir: str | Path | None = None,  # capacity.json, and each run in points/
-    overwrite: bool = False,
-    limits: CapacityLimits = CapacityLimits(),
-    on_point: Callable[[CapacityPoint], None] | None = None,  # after each run
-    stop: asyncio.Event | None = None,  # set: no new run starts; the search ends
-) -> CapacityResult:
-    """Search the highest load (concurrency, or arrival rate for an open-loop scenario) at
-    which session goodput stays at or above ``goal`` (see the module doc). Each load runs
-    against ``target`` (the embedded simulated server when None: a fresh one per run, with
-    ``sim``'s profile overrides). ``on_point`` is called with each load's figures after each
-    of its runs (verdict "cannot tell" while it is still measuring).
-    """
+def _bounds(
+    scenario: Scenario, start: float | None, limits: CapacityLimits
+) -> tuple[float, float, float]:
+    """(the first load, the floor, the ceiling) of the search; an explicit ``start`` above
+    ``max_load`` is refused (the scenario's own load is brought down to it)."""
+    if _axis(scenario) == "rate":
+        assert scenario.pacing.arrivals is not None
+        first = start if start is not None else scenario.pacing.arrivals.rate_per_s
+        floor, ceiling = 1e-3, min(100_000.0, limits.max_load or math.inf)
+    else:
+        first = float(int(start if start is not None else scenario.users))
+        most = MAX_CONCURRENCY if limits.max_load is None else int(limits.max_load)
+        floor, ceiling = 1.0, float(max(1, min(MAX_CONCURRENCY, most)))
+    if start is not None and first > ceiling:
+        raise OptionsError(
+            f"start ({start:g}) is above the highest load allowed ({ceiling:g}, max_load)",
+            option="start",
+        )
+    first = min(first, ceiling)
+    if not floor <= first:
+        raise OptionsError(f"start must be at least {floor:g}, not {first:g}", option="start")
+    return first, floor, ceiling
+
+
+def _checked(
+    scenario: Scenario | str | Path, slo: Slo | str | None, goal: float, limits: CapacityLimits
+) -> Scenario:
+    """``scenario`` with the SLO the search judges by; the options a search refuses."""
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)
     if isinstance(slo, str):
@@ -198,25 +208,94 @@ async def capacity_async(
             option="scenario",
         )
     limits.check()
-    scenario = scenario.model_copy(update={"slo": slo})
+    return scenario.model_copy(update={"slo": slo})
+
+
+@dataclass
+class _Search:
+    """One search's runs: each load's figures so far, and what the runs saw of the target."""
+
+    scenario: Scenario
+    target: Target | None
+    goal: float
+    limits: CapacityLimits
+    sim: dict[str, Any] | None
+    out: Path | None
+    overwrite: bool
+    on_point: Callable[[CapacityPoint], None] | None
+    stop: asyncio.Event | None
+    began: float = field(default_factory=time.monotonic)
+    loads: dict[float, _Load] = field(default_factory=dict)
+    model: str = ""
+    profile: dict[str, Any] | None = None
+
+    def out_of_bounds(self) -> str | None:
+        if self.stop is not None and self.stop.is_set():
+            return "stopped from outside (the stop event; Ctrl-C in the CLI)"
+        seconds = self.limits.max_seconds
+        if seconds is not None and time.monotonic() - self.began > seconds:
+            return f"out of time ({seconds:g} s, max_seconds)"
+        return None
+
+    async def measure(self, load: float) -> CapacityPoint | str:
+        """Run ``load`` until its verdict is known or its repetitions run out; why not,
+        when a bound stopped the search first."""
+        limits, slo = self.limits, self.scenario.slo
+        assert slo is not None
+        state = self.loads.setdefault(load, _Load(load))
+        while True:  # each run adds a repetition or more, up to max_repetitions
+            if (why := self.out_of_bounds()) is not None:
+                return why
+            batch = min(limits.batch, limits.max_repetitions - len(state.repetitions))
+            run_dir = None
+            if self.out is not None:
+                run_dir = f"points/{_label(_axis(self.scenario), load)}-{len(state.runs) + 1}"
+            result = await run_async(
+                _at(self.scenario, load, batch),
+                self.target,
+                sim=self.sim,
+                stop=self.stop,
+                transcripts=False,
+                out_dir=None if run_dir is None or self.out is None else self.out / run_dir,
+                overwrite=self.overwrite,
+            )
+            self.model, self.profile = result.target.model, result.target.simulator_profile
+            if result.goodput is None:
+                why = missing_figure(result.records, slo) or "no measured request"
+                raise OptionsError(f"the SLO cannot judge these runs: {why}", option="slo")
+            state.add(result, run_dir)
+            point = state.point(self.goal)
+            if self.on_point is not None:
+                self.on_point(point)
+            if point.verdict != "cannot tell" or len(state.repetitions) >= limits.max_repetitions:
+                return point
+
+
+async def capacity_async(
+    scenario: Scenario | str | Path,
+    target: Target | None = None,
+    *,
+    slo: Slo | str | None = None,  # None: the scenario's [slo]
+    goal: float = 0.95,  # session goodput to keep
+    start: float | None = None,  # the first load measured (None: the scenario's)
+    sim: dict[str, Any] | None = None,  # simulator profile overrides (no target)
+    out_dir: str | Path | None = None,  # capacity.json, and each run in points/
+    overwrite: bool = False,
+    limits: CapacityLimits = CapacityLimits(),
+    on_point: Callable[[CapacityPoint], None] | None = None,  # after each run
+    stop: asyncio.Event | None = None,  # set: no new run starts; the search ends
+) -> CapacityResult:
+    """Search the highest load (concurrency, or arrival rate for an open-loop scenario) at
+    which session goodput stays at or above ``goal`` (see the module doc). Each load runs
+    against ``target`` (the embedded simulated server when None: a fresh one per run, with
+    ``sim``'s profile overrides). ``on_point`` is called with each load's figures after each
+    of its runs (verdict "cannot tell" while it is still measuring).
+    """
+    scenario = _checked(scenario, slo, goal, limits)
+    assert scenario.slo is not None
     axis = _axis(scenario)
-    if axis == "rate":
-        assert scenario.pacing.arrivals is not None
-        first = start if start is not None else scenario.pacing.arrivals.rate_per_s
-        floor, ceiling = 1e-3, min(100_000.0, limits.max_load or math.inf)
-    else:
-        first = float(int(start if start is not None else scenario.users))
-        floor, ceiling = (
-            1.0,
-            float(
-                MAX_CONCURRENCY
-                if limits.max_load is None
-                else max(1, min(MAX_CONCURRENCY, int(limits.max_load)))
-            ),
-        )
-    first = min(first, ceiling)
-    if not floor <= first:
-        raise OptionsError(f"start must be at least {floor:g}, not {first:g}", option="start")
+    load: float | None
+    load, floor, ceiling = _bounds(scenario, start, limits)
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
         if (out / CAPACITY_FILE).exists() and not overwrite:
@@ -226,105 +305,37 @@ async def capacity_async(
                 path=str(out / CAPACITY_FILE),
             )
         out.mkdir(parents=True, exist_ok=True)
-    began = time.monotonic()
-    loads: dict[float, _Load] = {}
+    search = _Search(scenario, target, goal, limits, sim, out, overwrite, on_point, stop)
+    verdicts: dict[float, PointVerdict] = {}
     stopped: str | None = None
-    model, where, profile = "", "simulated server" if target is None else target.base_url, None
-
-    def out_of_bounds() -> str | None:
-        if stop is not None and stop.is_set():
-            return "stopped from outside (the stop event; Ctrl-C in the CLI)"
-        if limits.max_seconds is not None and time.monotonic() - began > limits.max_seconds:
-            return f"out of time ({limits.max_seconds:g} s, max_seconds)"
-        return None
-
-    async def measure(load: float) -> CapacityPoint | None:
-        """Run ``load`` until its verdict is known or its repetitions run out; None when a
-        bound stopped the search first."""
-        nonlocal model, profile, stopped
-        state = loads.setdefault(load, _Load(load))
-        for _ in range(limits.max_repetitions):  # each run adds a repetition or more
-            if (why := out_of_bounds()) is not None:
-                stopped = why
-                return None
-            done = len(state.repetitions)
-            batch = min(limits.batch, limits.max_repetitions - done)
-            run_dir = None
-            if out is not None:
-                run_dir = f"points/{_label(axis, load)}-{len(state.runs) + 1}"
-            result = await run_async(
-                _at(scenario, load, batch),
-                target,
-                sim=sim,
-                stop=stop,
-                transcripts=False,
-                out_dir=None if run_dir is None or out is None else out / run_dir,
-                overwrite=overwrite,
+    while load is not None:
+        if len(verdicts) >= limits.max_points:
+            stopped = (
+                f"measured {limits.max_points} loads (max_points) before the knee was bracketed"
             )
-            model, profile = result.target.model, result.target.simulator_profile
-            if result.goodput is None:
-                why = missing_figure(result.records, slo) or "no measured request"
-                raise OptionsError(f"the SLO cannot judge these runs: {why}", option="slo")
-            state.add(result, run_dir)
-            point = state.point(goal)
-            if on_point is not None:
-                on_point(point)
-            if point.verdict != "cannot tell" or len(state.repetitions) >= limits.max_repetitions:
-                return point
-        return state.point(goal)
-
-    def step(load: float, up: bool) -> float:
-        if axis == "rate":
-            return min(ceiling, load * 2) if up else max(floor, load / 2)
-        return float(min(ceiling, load * 2) if up else max(floor, math.floor(load / 2)))
-
-    def following(meets: float | None, fails: float | None, load: float) -> float | None:
-        """The next load to measure; None once the knee is bracketed (or cannot be)."""
-        nonlocal stopped
-        if meets is None:  # nothing has met yet: halve, down to the lowest load
-            return None if load <= floor else step(load, up=False)
-        if fails is None:  # everything has met so far: double, up to the highest
-            if load >= ceiling:
-                stopped = f"the highest load allowed ({ceiling:g}) meets the goal"
-                return None
-            return step(load, up=True)
-        if axis == "concurrency":
-            return None if fails - meets <= 1 else float((int(meets) + int(fails)) // 2)
-        return None if fails / meets <= 1 + limits.resolution else math.sqrt(meets * fails)
-
-    # Bracketing halves only below every load measured (all failed) and doubles only above
-    # them (all met); bisection measures only between the highest that met and the lowest
-    # that did not: so every load that met lies below every load that did not.
-    meets: float | None = None
-    fails: float | None = None
-    load = first
-    for _ in range(limits.max_points):
-        point = await measure(load)
-        if point is None:
             break
-        if point.verdict == "meets":
-            meets = load
-        else:
-            fails = load
-        upcoming = following(meets, fails, load)
-        if upcoming is None:
+        point = await search.measure(load)
+        if isinstance(point, str):
+            stopped = point
             break
-        load = upcoming
-    else:
-        stopped = f"measured {limits.max_points} loads (max_points) before the knee was bracketed"
-    points = [state.point(goal) for state in loads.values()]
+        verdicts[load] = point.verdict
+        upcoming = next_load(
+            verdicts, floor=floor, ceiling=ceiling, axis=axis, resolution=limits.resolution
+        )
+        load, stopped = upcoming.load, upcoming.stopped
+    knee, first_failing = bracket(verdicts)
     result = CapacityResult(
         created_unix=time.time(),
         scenario=scenario,
-        target=where,
-        model=model,
-        simulator_profile=profile,
-        slo=slo,
+        target="simulated server" if target is None else target.base_url,
+        model=search.model,
+        simulator_profile=search.profile,
+        slo=scenario.slo,
         goal=goal,
         axis=axis,
-        points=sorted(points, key=lambda p: p.load),
-        knee=meets,
-        first_failing=fails,
+        points=sorted((s.point(goal) for s in search.loads.values()), key=lambda p: p.load),
+        knee=knee,
+        first_failing=first_failing,
         stopped=stopped,
     )
     if out is not None:
