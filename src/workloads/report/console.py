@@ -352,7 +352,16 @@ def run_line(result: RunResult) -> str:
     valid = f"{r.valid:,}/{r.records:,} valid {'turn' if r.records == 1 else 'turns'}{cut}"
     # One-token replies have no post-first rate: no stream counts toward a turn's Σ, so
     # every turn reads partial although every turn was valid; the headline says so instead.
-    if r.aggregate_rate is None and r.partial_turns and not r.full_turns and r.per_user_rate:
+    # (Free pacing has no aggregate to lead with: the wall throughput leads, below; a fleet's
+    # turns, steps of sessions that start and end at any time, are never all full.)
+    free = rates.free_pacing(result)
+    if (
+        not free
+        and r.aggregate_rate is None
+        and r.partial_turns
+        and not r.full_turns
+        and r.per_user_rate
+    ):
         return (
             f"no headline: in no turn of any measured repetition were all {r.users} streams "
             f"valid ({plural(r.partial_turns, 'partial turn')}; a figure from the survivors "
@@ -360,7 +369,7 @@ def run_line(result: RunResult) -> str:
         )
     if r.per_user_rate is None:  # valid turns, but no reply had a second token to time
         head = f"{wall} · per-user rate not measured (no valid reply had two tokens)"
-    elif rates.free_pacing(result):  # no aggregate: the wall throughput leads
+    elif free:  # no aggregate: the wall throughput leads
         head = f"{wall} · per-user median {num(r.per_user_rate)} tok/s"
     elif r.aggregate_rate is None:
         head = f"per-user median {num(r.per_user_rate)} tok/s; {wall}"
