@@ -49,3 +49,14 @@ def test_the_plugin_loads_nothing_heavy_when_no_fixture_runs():
         "workloads._version",
         "workloads.pytest_plugin",
     ]
+
+
+def test_run_scenario_refuses_simulator_overrides_it_cannot_apply(run_scenario, simulated_server):
+    import pytest
+
+    import workloads
+
+    for target in (None, simulated_server.target):
+        with pytest.raises(workloads.OptionsError, match=r"workloads\.run\(scenario, sim="):
+            run_scenario("five-user-coding", sim={"kv_capacity_tokens": 30_000}, target=target)
+    assert simulated_server.truths() == []  # it ran nothing, rather than ignore sim=

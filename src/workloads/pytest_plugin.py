@@ -6,7 +6,9 @@
 
 ``simulated_server`` is a :class:`workloads.SimulatedServer` on 127.0.0.1 at a free port,
 started for one test and stopped after it. ``run_scenario`` runs a scenario against it (or
-against ``target=...``) and returns the RunResult.
+against ``target=...``) and returns the RunResult. It refuses ``sim=`` (OptionsError): the
+server is already running, and overrides could not change it; ``workloads.run(scenario,
+sim={...})`` starts an embedded simulator of its own with them.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ def simulated_server() -> Iterator[SimulatedServer]:
 
 @pytest.fixture
 def run_scenario(simulated_server: SimulatedServer, tmp_path: Path) -> Callable[..., RunResult]:
-    """Run a scenario (name, path or Scenario) against the simulated server."""
+    """Run a scenario (name, path or Scenario) against the simulated server (``sim=``
+    refused: it cannot change a server that is already running)."""
 
     def runner(
         scenario: Scenario | str | Path,
@@ -47,8 +50,17 @@ def run_scenario(simulated_server: SimulatedServer, tmp_path: Path) -> Callable[
         target: Target | None = None,
         **options: Any,
     ) -> RunResult:
+        from workloads.model.errors import OptionsError
         from workloads.model.scenario import Scenario, load_scenario
 
+        if options.get("sim"):  # ignored silently before: the run went to the running server
+            where = "target=" if target is not None else "the simulated_server fixture"
+            raise OptionsError(
+                f"run_scenario(sim={options['sim']!r}): the run goes to {where}, already "
+                "running, which simulator overrides cannot change; call "
+                "workloads.run(scenario, sim=...) to run an embedded simulator with them",
+                option="sim",
+            )
         chosen = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         chosen = chosen.with_overrides(set)
         options.setdefault("out_dir", tmp_path / f"run-{chosen.name}")

@@ -385,3 +385,27 @@ def test_spec_acceptance_per_turn_sums_the_responses_own_draft_counts():
     assert three.spec_acceptance is None
     figures = {f.turn: f.spec_acceptance for f in turn_repetitions(records, users=2)}
     assert figures == {1: pytest.approx(28 / 40), 2: None, 3: None}
+
+
+def test_the_tokens_medians_are_over_the_same_records():
+    # After a compaction the estimate of the shareable prefix is unknown (None) for the
+    # compacted session's small prompt: over their own records, "shareable" (5,400) read
+    # above "prompt" (5,000) in the same row.
+    records = [
+        rec(session=0, turn=2, prompt=1000, cached=0, shareable=None),
+        rec(session=1, turn=2, prompt=5000, cached=4896, shareable=4900),
+        rec(session=2, turn=2, prompt=6000, cached=5888, shareable=5900),
+    ]
+    turn = summarize(records, users=3).turns[0]
+    assert turn.prompt_tokens is not None and turn.prompt_tokens.median == 5500
+    assert turn.shareable_tokens is not None and turn.shareable_tokens.median == 5400
+    assert turn.cached_tokens is not None and turn.cached_tokens.median == 5392
+
+
+def test_a_turns_configured_prompt_is_the_median_of_its_records():
+    # A trace replay's requests each have their own input length: it was the first one's.
+    records = [
+        rec(session=s, prompt=p).model_copy(update={"configured_prompt_tokens": p})
+        for s, p in enumerate([9000, 1000, 2000])
+    ]
+    assert summarize(records, users=3).turns[0].configured_prompt_tokens == 2000

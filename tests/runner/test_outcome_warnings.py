@@ -503,3 +503,21 @@ def test_ctrl_c_before_any_measured_turn_prints_one_line(tmp_path):
     assert line == (
         f"SIGINT before any measured turn: nothing to report; records in {out} (exit 130)"
     )
+
+
+@pytest.mark.parametrize("temperature", [0.7, 0.0])
+def test_a_cache_that_evicts_between_turns_is_named_not_blamed_on_replies(temperature):
+    # A KV of 480 tokens holds one session's ~380 at a time: each turn evicts most of the
+    # other session's prefix. The gap (~350 tokens against 16-token replies) read "low by about one
+    # reply" (issue 35: 9,872 against 128), and at temperature 0 nothing was said.
+    result = workloads.run(
+        tiny(f"sampling.temperature={temperature}"),
+        sim={**QUICK_ENGINE, "kv_capacity_tokens": 480},
+    )
+    assert not [w for w in result.warnings if "low by about one reply" in w]
+    warning = one(result, "far more than a reply")
+    gap = int(
+        re.search(r"median cacheable − cached = ([\d,]+) tokens", warning)[1].replace(",", "")
+    )
+    assert gap > 2 * 16 + 16
+    assert "evicted them" in warning

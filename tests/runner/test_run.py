@@ -212,3 +212,19 @@ def test_a_scenarios_simulator_overrides_apply_and_the_callers_win():
     result = workloads.run(tiny, sim={"profile": "h200-8b"})
     profile = result.target.simulator_profile
     assert profile is not None and profile["kv_capacity_tokens"] == 720_000
+
+
+def test_simulator_overrides_with_a_target_are_refused_before_anything_is_sent(
+    simulated_server, tmp_path
+):
+    # They were silently ignored: the run went to the target as it was (CLI: --sim with
+    # --target is refused the same way).
+    with pytest.raises(workloads.OptionsError, match=r"sim=.*cannot change the target"):
+        workloads.run(
+            small(),
+            simulated_server.target,
+            sim={"kv_capacity_tokens": 30_000},
+            out_dir=tmp_path / "a",
+        )
+    assert simulated_server.truths() == []  # no request reached it
+    assert not (tmp_path / "a").exists()

@@ -23,7 +23,7 @@ from workloads.cli import main
 from workloads.core.aggregate import summarize
 from workloads.core.concurrency import concurrency
 from workloads.model.transcripts import TRANSCRIPTS_FILE, read_transcripts
-from workloads.runner.workers.pool import WorkerFailed, auto_workers
+from workloads.runner.workers.pool import WorkerFailed, auto_workers, usable_cpus
 from workloads.servers.simulated import SimulatedServer
 
 pytestmark = pytest.mark.slow
@@ -166,6 +166,33 @@ def test_auto_workers_uses_a_process_per_64_sessions_up_to_the_cores() -> None:
     assert auto_workers(1000, cpus=2) == 2
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
+def test_auto_workers_counts_the_cores_this_process_may_use_not_the_hosts() -> None:
+    # Pinned to one core of 8, --workers auto started 4 processes (519 MB) for 256 sessions.
+    code = (
+        "import os; from workloads.runner.workers.pool import auto_workers, usable_cpus; "
+        "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "print(auto_workers(256), usable_cpus()[0])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.split() == ["1", "1"]
+
+
+def test_a_cgroup_cpu_quota_caps_the_usable_cores(tmp_path: Path) -> None:
+    (tmp_path / "cpu.max").write_text("150000 100000\n")  # 1.5 cores: 2 usable
+    cores, why = usable_cpus(tmp_path)
+    assert cores == min(2, len(os.sched_getaffinity(0)))
+    if cores == 2 and len(os.sched_getaffinity(0)) > 2:
+        assert why.startswith("the cgroup's CPU quota of 2")
+    (tmp_path / "cpu.max").write_text("max 100000\n")  # no quota
+    assert usable_cpus(tmp_path)[0] == len(os.sched_getaffinity(0))
+    (tmp_path / "cpu.max").unlink()
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("100000\n")  # v1: one core
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert usable_cpus(tmp_path)[0] == 1
+
+
 def test_cli_workers_flag_refuses_what_is_not_a_number_of_processes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -222,3 +249,14 @@ def test_ctrl_c_to_the_whole_process_group_stops_a_sharded_cli_run_gracefully(
     records = turn_lines(out)
     assert len(records) >= 4
     assert all(r["status"] == "ok" or r["error_kind"] == "cancelled" for r in records)
+
+
+def test_workers_auto_says_what_it_chose_and_why() -> None:
+    from workloads.cli.run import auto_workers_line
+
+    many = workloads.load_scenario("five-user-coding").with_overrides(["users=256"])
+    line = auto_workers_line(1, many)
+    assert line is not None
+    assert "this process alone for 256 concurrent sessions (one process per 64: 4" in line
+    assert "at most one per core this process may use" in line
+    assert auto_workers_line(1, workloads.load_scenario("five-user-coding")) is None

@@ -108,6 +108,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if (args.replay or args.trace) and args.workers == "auto":
         workers = 1  # replay and trace replay send from one process
+    elif (
+        args.workers == "auto"
+        and args.ray is None
+        and (line := auto_workers_line(workers, scenario)) is not None
+    ):
+        console.print(line)  # said where a run wants more than one process
     from workloads.runner.outdir import check_out_dir, new_run_dir
 
     fresh = None
@@ -133,6 +139,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         if fresh is not None:
             fresh.discard()  # only if still empty: the run never started
+
+
+def auto_workers_line(workers: int, scenario: Any) -> str | None:
+    """What --workers auto chose and why, where the sessions want more than one process:
+    their share, capped by the cores this process may use (None for smaller runs)."""
+    from workloads.runner.workers.pool import SESSIONS_PER_WORKER, usable_cpus
+
+    concurrency = max(c.concurrency for c in scenario.cells())
+    wanted = -(-concurrency // SESSIONS_PER_WORKER)
+    if wanted <= 1:
+        return None
+    cores, why = usable_cpus()
+    chose = "this process alone" if workers == 1 else f"{workers} worker processes"
+    return (
+        f"--workers auto: {chose} for {concurrency} concurrent sessions (one process per "
+        f"{SESSIONS_PER_WORKER}: {wanted}; at most one per core this process may use: "
+        f"{cores}, {why})"
+    )
 
 
 def run_into(

@@ -304,10 +304,25 @@ def _turn_summary(
         else None
     )
     drafted, accepted = _spec_counts(records)
+    # The tokens table shows prompt, shareable and cached medians side by side: over the same
+    # records (each figure known; cached only where any is), so no median reads above
+    # another that bounds it record by record. Over their own records, after compactions
+    # "shareable" read above "prompt" (issue 35).
+    counted = [
+        r
+        for r in valid
+        if r.prompt_tokens is not None
+        and r.shareable_tokens is not None
+        and (r.cached_tokens is not None or not cached_known)
+    ]
+    # Each record's own (a trace's requests, drawn sizes): the median, not the first's.
+    configured = stats.median(r.configured_prompt_tokens for r in records)
     return TurnSummary(
         turn=turn,
-        configured_prior_tokens=records[0].configured_prior_tokens,
-        configured_prompt_tokens=records[0].configured_prompt_tokens,
+        configured_prior_tokens=round(
+            stats.median(r.configured_prior_tokens for r in records) or 0
+        ),
+        configured_prompt_tokens=None if configured is None else round(configured),
         records=len(records),
         valid=len(valid),
         invalid=len(finished) - len(valid),
@@ -320,10 +335,10 @@ def _turn_summary(
         ttft_s=stats.band(_ttft_s(r) for r in valid),
         prefill_rate=stats.band(prefill),
         uncached_prefill_rate=stats.band(uncached),
-        prompt_tokens=stats.band(r.prompt_tokens for r in valid),
+        prompt_tokens=stats.band(r.prompt_tokens for r in counted or valid),
         completion_tokens=stats.band(r.completion_tokens for r in valid),
-        cached_tokens=stats.band(r.cached_tokens for r in cached_known),
-        shareable_tokens=stats.band(r.shareable_tokens for r in valid),
+        cached_tokens=stats.band(r.cached_tokens for r in counted or cached_known),
+        shareable_tokens=stats.band(r.shareable_tokens for r in counted or valid),
         shareable_exact=bool(valid) and all(r.shareable_exact for r in valid),
         cache_effectiveness=effectiveness,
         resends=sum(r.resends for r in records),

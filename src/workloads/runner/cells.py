@@ -47,7 +47,7 @@ from workloads.model.results import (
 )
 from workloads.model.scenario import Cell, Scenario
 from workloads.model.transcripts import TranscriptWriter
-from workloads.runner.gate import send_gate
+from workloads.runner.gate import not_served, send_gate
 from workloads.runner.monitor import ClientMonitor, merged_health
 from workloads.runner.options import SessionIO, Stopping
 from workloads.runner.outcome import Measured, build_result, corpus_info, window
@@ -222,7 +222,11 @@ class Run:
         try:
             if gate != "off":  # outside the monitor and every window: not measured traffic
                 self.measured.gate_outputs += await send_gate(
-                    self.gate_client, self.model, self.measured.scenario, "before"
+                    self.gate_client,
+                    self.model,
+                    self.measured.scenario,
+                    "before",
+                    url=self._chat_url,
                 )
             if self.probe is not None:  # sent with the gate's first pass, before any window
                 self.measured.likelihood = await self.probe
@@ -284,6 +288,10 @@ class Run:
             )
             kept = f"{which} are kept in {records} (show {out} rebuilds the report from them)"
         return OutputError(f"{err}; {stopped}{kept}", path=err.path, errno=err.errno)
+
+    @property
+    def _chat_url(self) -> str:
+        return self.measured.target.base_url.rstrip("/") + "/chat/completions"
 
     def _header(self) -> RunHeader:
         m = self.measured
@@ -353,6 +361,11 @@ class Run:
             if not repetition.warmup and opened is None:
                 await open_window()
             finished = await self.players.play(repetition)
+            if cell.index == 0 and index == 0:  # the gate, when on, asked this already
+                here = [r for r in m.records if r.cell == 0 and r.repetition == 0]
+                what = f"each of the first repetition's {len(here)} requests"
+                if err := not_served([r.http_status for r in here], self._chat_url, what):
+                    raise err
             await self.players.learn(repetition)
             if not finished:
                 self.stopped = True

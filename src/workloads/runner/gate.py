@@ -31,6 +31,7 @@ from workloads.core.gate import (
     judge,
     judge_text,
 )
+from workloads.model.errors import TargetError
 from workloads.model.gate import ECHOED, TEXT_PREFIX, GateOutput
 from workloads.model.scenario import Scenario, Timeouts
 from workloads.model.target import Target
@@ -38,12 +39,44 @@ from workloads.wire.client import ChatClient, ChatResponse, HttpChatClient
 from workloads.wire.completion import TextAnswer, complete
 from workloads.wire.transport import Transport, transport_for
 
-__all__ = ["GATE_CONCURRENCY", "GateClient", "gate_client", "gate_deadline_s", "send_gate"]
+__all__ = [
+    "GATE_CONCURRENCY",
+    "NOT_SERVED",
+    "GateClient",
+    "gate_client",
+    "gate_deadline_s",
+    "not_served",
+    "send_gate",
+]
 
 # Gate requests in flight at once: all six cases of a pass. The gate runs when nothing else
 # is sent, so six short requests together are a light load, and a pass takes as long as its
 # slowest case instead of the sum of all six.
 GATE_CONCURRENCY = 6
+
+# Statuses that say the URL serves no chat completions at all (Not Implemented; Method Not
+# Allowed), whatever the request: every turn would get the same. Not 404, which vLLM and
+# SGLang answer for a model they do not serve (a request's problem, not the URL's).
+NOT_SERVED = frozenset({405, 501})
+_REASONS = {405: "Method Not Allowed", 501: "Not Implemented"}
+
+
+def not_served(statuses: Sequence[int | None], url: str, what: str) -> TargetError | None:
+    """The error to stop the run with when every one of ``statuses`` (the HTTP statuses of
+    ``what``: the gate's first pass, the first repetition's turns) says ``url`` serves no
+    chat completions; None otherwise. One line: the body (an HTML page) is left out. A target
+    that listed its models and answered 501 to every request ran to its end (exit 3) and
+    pasted six HTML pages into the correctness line (issue 35)."""
+    if not statuses or not all(s in NOT_SERVED for s in statuses):
+        return None
+    status = statuses[0]
+    assert status is not None
+    return TargetError(
+        f"{url} answered HTTP {status} {_REASONS.get(status, '')} to {what}: the target lists "
+        "its models but serves no chat completions at that URL; nothing was measured (is "
+        "the base URL its OpenAI-compatible API, e.g. http://HOST:PORT/v1?)"
+    )
+
 
 # Request fields the gate sets itself: greedy and free to stop (a forced length would make a
 # right answer run on into text the judge has to see past).
@@ -131,6 +164,8 @@ async def send_gate(
     scenario: Scenario,
     phase: Literal["before", "after"],
     earlier: Sequence[GateOutput] = (),
+    *,
+    url: str | None = None,  # the chat URL: stop (TargetError) when it serves no chat
 ) -> list[GateOutput]:
     """Send every gate case once, together (at most :data:`GATE_CONCURRENCY` at a time), and
     judge each; the outputs come in case order. A failed request, one past the gate's
@@ -140,7 +175,8 @@ async def send_gate(
     Before the windows, a model that echoed :data:`~workloads.core.gate.ECHO_MAJORITY` chat
     cases also gets the text form (with a :class:`GateClient`); ``earlier`` (the outputs of
     the phase before) decides the form after the windows: the text form alone when it was
-    sent.
+    sent. With ``url``, a pass whose every request was answered :data:`NOT_SERVED` raises
+    :class:`~workloads.TargetError` (:func:`not_served`).
 
         async with gate_client(target, scenario.timeouts) as client:
             outputs = await send_gate(client, model, scenario, "before")
@@ -149,17 +185,23 @@ async def send_gate(
         return await _send_text(client, model, scenario, phase)
     slots = asyncio.Semaphore(GATE_CONCURRENCY)
     deadline = gate_deadline_s(scenario.timeouts)
+    statuses: list[int | None] = []
 
     async def one(case: GateCase) -> GateOutput:
         async with slots:
             response = await client.stream_chat(
                 gate_body(scenario, model, case.chat(), case.max_tokens)
             )
+        statuses.append(response.http_status)
         return _output(case, phase, response, deadline)
 
     async with asyncio.TaskGroup() as group:
         tasks = [group.create_task(one(case)) for case in CASES]
     outputs = [task.result() for task in tasks]
+    if url is not None and (
+        err := not_served(statuses, url, f"each of the {len(CASES)} correctness-gate requests")
+    ):
+        raise err
     # A request cut short (the gate's deadline on a slow machine) that had echoed its request
     # counts: the echo is what tells a base model.
     echoed = sum(1 for case, o in zip(CASES, outputs, strict=True) if echoes(case, o.output))

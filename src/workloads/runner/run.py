@@ -137,6 +137,8 @@ async def run_async(
         )
     _check_options(
         fleet=scenario.fleet is not None,
+        target=target,
+        sim=sim,
         workers=workers,
         ray=ray,
         client=client,
@@ -371,6 +373,8 @@ def run(
 def _check_options(
     *,
     fleet: bool,
+    target: Target | None,
+    sim: dict[str, Any] | None,
     workers: int,
     ray: str | None,
     client: ChatClient | None,
@@ -383,6 +387,12 @@ def _check_options(
     flags)."""
     if workers < 1:
         raise OptionsError(f"workers={workers}: give 1 or more processes", option="workers")
+    if sim and target is not None:  # ignored silently before: the run went to the target
+        raise OptionsError(
+            f"sim={sim!r} sets the embedded simulator's profile and cannot change the "
+            f"target {target.base_url}; drop sim=, or drop the target to run the simulator",
+            option="sim",
+        )
     if not stop_grace_s >= 0:  # NaN too
         raise OptionsError(
             f"stop_grace_s={stop_grace_s}: give seconds, 0 or more", option="stop_grace_s"

@@ -660,6 +660,13 @@ def _window_sizing_warnings(
     ]
 
 
+# A reply re-tokenized differently goes uncached for at most itself (plus the partial block
+# the gap is measured from): a median gap past this many replies and a block is not a reply's
+# but the prefix's, dropped between turns. 2, not 1: reasoning and drawn reply lengths put a
+# reply's own gap around one reply, never twice it.
+EVICTED_REPLIES = 2
+
+
 def _resampled_reply_warning(
     measured: Sequence[TurnRecord], scenario: Scenario, block_tokens: int
 ) -> list[str]:
@@ -672,12 +679,14 @@ def _resampled_reply_warning(
     A prefix cache holds whole blocks, and the server never computed KV for a reply's last
     token: of a shareable prefix of s tokens it can hold ``block * ((s - 1) // block)``. The
     gap is measured from that, so with short replies the partial last block (up to a block
-    per turn: 16-token replies on 16-token blocks) does not read as a reply gone uncached."""
-    if scenario.sampling.temperature == 0:
-        return []
+    per turn: 16-token replies on 16-token blocks) does not read as a reply gone uncached.
+
+    A gap far larger than a reply (:data:`EVICTED_REPLIES`) is no reply's: the server kept
+    less than the earlier turns' prefix (evicted it, or caches none), at any temperature.
+    It read "low by about one reply" at 9,872 tokens against 128-token replies (issue 35)."""
     block = max(1, block_tokens)
-    gaps = [
-        block * (max(0, r.shareable_tokens - 1) // block) - r.cached_tokens
+    later = [
+        r
         for r in measured
         if r.valid
         and r.turn > 1
@@ -685,12 +694,30 @@ def _resampled_reply_warning(
         and r.shareable_tokens is not None
         and r.cached_tokens is not None
     ]
-    if not gaps or statistics.median(gaps) < nominal(scenario.output_tokens) / 2:
+    gaps = [
+        block * (max(0, (r.shareable_tokens or 0) - 1) // block) - (r.cached_tokens or 0)
+        for r in later
+    ]
+    if not gaps:
+        return []
+    gap, reply = statistics.median(gaps), nominal(scenario.output_tokens)
+    if gap > EVICTED_REPLIES * reply + block:
+        cold = sum(1 for r in later if not r.cached_tokens)
+        none = f"; {cold} of {len(later)} later turns got no cached tokens" if cold else ""
+        return [
+            f"cache effectiveness reads low by far more than a reply per turn (median "
+            f"cacheable − cached = {gap:,.0f} tokens, the shareable prefix in whole "
+            f"{block}-token blocks; replies are {reply}{none}): the server did not keep the "
+            "earlier turns' prefixes between turns: it evicted them (a KV cache too small "
+            "for the sessions' contexts: see the KV usage and the what-if table), or it "
+            "caches no prefixes. A reply re-tokenized differently costs about one reply at most"
+        ]
+    if scenario.sampling.temperature == 0 or gap < reply / 2:
         return []
     return [
         f"cache effectiveness reads low by about one reply per turn (median cacheable − "
-        f"cached = {statistics.median(gaps):,.0f} tokens, the shareable prefix in whole "
-        f"{block}-token blocks; replies are {nominal(scenario.output_tokens)}): the server "
+        f"cached = {gap:,.0f} tokens, the shareable prefix in whole "
+        f"{block}-token blocks; replies are {reply}): the server "
         "caches a sampled reply as the ids it sampled, and the next prompt's copy of that "
         "text tokenizes differently after the first few tokens (or, from a reasoning model, "
         "the reply it cached began with reasoning the next prompt does not carry). Greedy "

@@ -207,10 +207,15 @@ class TokenTrace:
     turn: int
     prompt: array[int]
     completion: array[int] = field(default_factory=lambda: array("i"))
-    # In the observed hit rate too (valid, cached tokens reported): the oracle's per-turn
-    # figures are over the same requests; the others are replayed but not counted.
+    # In the observed per-turn hit rate too (valid, cached tokens reported, a user's own
+    # session's): the oracle's per-turn figures are over the same requests; the others are
+    # replayed but not counted.
     counted: bool = True
     # A turn sized by estimate (quiet sizing, or a failed /tokenize call): the messages sent,
     # rendered to ``prompt`` by the target after the window; None once rendered.
     messages: list[Message] | None = None
     reply: str = ""  # the reply text, encoded to ``completion`` when no later turn did
+    # A reply with tool calls: its text is the content alone, while the server generated (and
+    # cached) the calls' markup too. The oracle then takes the reply as the session's next
+    # prompt carries it, this many tokens (usage's completion_tokens): Session.finish_trace.
+    calls_tokens: int | None = None

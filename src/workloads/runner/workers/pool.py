@@ -41,7 +41,14 @@ from workloads.wire.loop import loop_name
 if TYPE_CHECKING:
     from workloads.runner.cells import Run
 
-__all__ = ["SESSIONS_PER_WORKER", "WorkerFailed", "WorkerPlayers", "WorkerPool", "auto_workers"]
+__all__ = [
+    "SESSIONS_PER_WORKER",
+    "WorkerFailed",
+    "WorkerPlayers",
+    "WorkerPool",
+    "auto_workers",
+    "usable_cpus",
+]
 
 SESSIONS_PER_WORKER = 64  # --workers auto: a process per this many concurrent sessions
 START_TIMEOUT_S = 120.0  # spawn, import, connect, probe the tokenizer
@@ -58,9 +65,51 @@ class WorkerFailed(RuntimeError):
 
 def auto_workers(concurrency: int, cpus: int | None = None) -> int:
     """``--workers auto``: one process per :data:`SESSIONS_PER_WORKER` concurrent sessions,
-    at most one per core; 1 (no worker process) for small runs."""
-    cpus = cpus or os.cpu_count() or 1
+    at most one per core this process may use (:func:`usable_cpus`, or ``cpus``); 1 (no
+    worker process) for small runs."""
+    cpus = cpus or usable_cpus()[0]
     return max(1, min(cpus, -(-concurrency // SESSIONS_PER_WORKER)))
+
+
+def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> tuple[int, str]:
+    """The cores this process may run on, and why that many: its CPU affinity
+    (``os.sched_getaffinity``), lowered by the cgroup's CPU quota where one is set (v2
+    ``cpu.max``, v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``; rounded up). Not
+    ``os.cpu_count()``, the host's: pinned to one core of 8, ``--workers auto`` started 4
+    processes and 519 MB for one core's work (issue 35)."""
+    host = os.cpu_count() or 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+        why = f"affinity {cpus} of the host's {host}" if cpus < host else f"{host} on the host"
+    except (AttributeError, OSError):  # macOS and Windows have no affinity call
+        cpus, why = host, f"{host} on the host"
+    if (quota := _cgroup_quota(cgroup)) is not None and quota < cpus:
+        cpus, why = quota, f"the cgroup's CPU quota of {quota} ({why})"
+    return max(1, cpus), why
+
+
+def _cgroup_quota(root: Path) -> int | None:
+    """Cores the cgroup's CPU quota allows (rounded up); None where none is set or readable.
+    v2's ``cpu.max`` ("QUOTA PERIOD", or "max PERIOD") is read in the process's own cgroup
+    (/proc/self/cgroup's ``0::PATH``) and at the root, where a container sees its own; v1's
+    in ``cpu/``."""
+    places: list[tuple[Path, Path | None]] = [(root / "cpu.max", None)]
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            if line.startswith("0::") and line[3:].strip("/"):
+                places.insert(0, (root / line[3:].strip("/") / "cpu.max", None))
+    places.append((root / "cpu" / "cpu.cfs_quota_us", root / "cpu" / "cpu.cfs_period_us"))
+    for quota_file, period_file in places:
+        try:
+            fields = quota_file.read_text().split()
+            if period_file is not None:
+                fields.append(period_file.read_text().strip())
+            quota, period = int(fields[0]), int(fields[1])
+        except (OSError, ValueError, IndexError):  # "max", or no such file: no quota there
+            continue
+        if quota > 0 and period > 0:
+            return -(-quota // period)
+    return None
 
 
 class Process(Protocol):
