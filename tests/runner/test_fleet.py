@@ -131,6 +131,9 @@ def test_the_report_says_how_sessions_flowed(fleet_run):
     text = " ".join(plain_text(result).split())  # unwrapped
     assert "tool results after a reply with tool calls 100.0%" in text
     assert "a fleet: each slot plays session after session" in text
+    # its turns are never all full (sessions start and end at any time): the wall
+    # throughput leads the headline, never "no headline"
+    assert "no headline" not in text and "wall throughput" in text
     assert "sessions:" in text
 
 

@@ -200,7 +200,8 @@ def cache_table(result: RunResult) -> ReportTable:
     # Drawn sizes give every session its own configured prompt: no one number per turn.
     configured = not result.scenario.sizes_vary
     table = ReportTable(
-        "Per turn — tokens (median, min–max); cache effectiveness = cached / shareable prefix"
+        "Per turn — tokens (median, min–max, over the requests whose shareable prefix is "
+        "known); cache effectiveness = cached / shareable prefix"
         + (" (~ estimated)" if estimated else ""),
         [
             "turn",
@@ -298,16 +299,25 @@ def users_label(result: RunResult) -> str:
     )
 
 
+def _actual_prompts(result: RunResult) -> str:
+    """The range of the prompts the server counted, over the users' own valid measured
+    requests (every one: the per-turn table's medians leave out those whose shareable
+    prefix is not known)."""
+    prompts = [
+        r.prompt_tokens
+        for r in result.records
+        if not r.warmup and r.valid and r.parent_session is None and r.prompt_tokens
+    ]
+    if not prompts:
+        return "—"
+    low, high = min(prompts), max(prompts)
+    return f"{low:,.0f}–{high:,.0f}" if low != high else f"{low:,.0f}"
+
+
 def coordinates_line(result: RunResult) -> str:
     """Where this measurement sits: concurrency, actual prompt tokens, output, depth."""
     s = result.scenario
-    prompts = [t.prompt_tokens for t in result.summary.turns if t.prompt_tokens]
-    if prompts:
-        low = min(p.low for p in prompts)
-        high = max(p.high for p in prompts)
-        actual = f"{low:,.0f}–{high:,.0f}" if low != high else f"{low:,.0f}"
-    else:
-        actual = "—"
+    actual = _actual_prompts(result)
     repetitions = plural(result.summary.run.measured_repetitions, "measured repetition")
     if s.sizes_vary:  # one number per size would be wrong: name each drawn size's median
         steps = (
@@ -492,10 +502,7 @@ def trace_lines(result: RunResult) -> list[str]:
 
 def _trace_coordinates(result: RunResult) -> str:
     """Where a trace replay sits: its prompts as the server counted them."""
-    prompts = [t.prompt_tokens for t in result.summary.turns if t.prompt_tokens]
-    actual = "—"
-    if prompts:
-        actual = f"{min(p.low for p in prompts):,.0f}–{max(p.high for p in prompts):,.0f}"
+    actual = _actual_prompts(result)
     runs = plural(result.summary.run.measured_repetitions, "measured repetition")
     return f"open loop, one turn per request · prompt tokens {actual} (server count) · {runs}"
 
