@@ -305,7 +305,8 @@ def merged_warning(records: Sequence[TurnRecord]) -> str | None:
     no_rate = sum(1 for r in marked if r.decode_tokens_per_s is None)
     rate = (
         f", and {no_rate:,} of these requests have no decode rate (their first chunk was "
-        "one: their TTFT may read high by up to the stall)"
+        "one, after a stall over 1% of their decode span: their TTFT may read high by up to "
+        "the stall)"
         if no_rate
         else ""
     )

@@ -97,6 +97,12 @@ class RecordHead:
         return dict(vars(self))  # flat values: no deep copy (turn-end work is on the loop)
 
 
+# A decode rate whose first chunk was read merged after a stall is kept when the stall is at
+# most this share of its span (first to last content chunk): the rate is then high by at most
+# that much (a 5 ms stall against a 512-token reply's 2 s: 0.25%).
+MERGED_RATE_SHARE = 0.01
+
+
 def record_from_response(
     response: ChatResponse,
     head: RecordHead,
@@ -124,10 +130,19 @@ def record_from_response(
     merged = figures.merged
     if completion is not None and completion > 1 and first is not None and last is not None:
         rate = (completion - 1) / ((last - first) / 1e9) if last > first else None
-    if merged and merged[0] == 0:
-        # the first chunk carries a later chunk's stamp (a client stall): the span is not
-        # known, so neither is the rate (wire/arrival.py). A merged last chunk is its read's
-        # last content: stamped when it arrived (the finish and [DONE] follow it at once)
+    if (
+        rate is not None
+        and merged
+        and merged[0] == 0
+        and first is not None
+        and last is not None
+        and figures.first_stall_ns > MERGED_RATE_SHARE * (last - first)
+    ):
+        # the first chunk carries a later chunk's stamp (a client stall): it arrived up to
+        # the stall before it, so the span reads short by up to that much. Kept while that
+        # bounds the rate within MERGED_RATE_SHARE, else not known (wire/arrival.py). A
+        # merged last chunk is its read's last content: stamped when it arrived (the finish
+        # and [DONE] follow it at once)
         rate = None
     status: Status = "ok" if response.ok else "error"
     if response.error_kind == "cancelled":
