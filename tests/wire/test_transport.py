@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from yarl import URL
 
 import workloads
 from workloads.model.errors import TargetError
@@ -433,3 +434,129 @@ async def test_insecure_run_says_so_in_result_and_warnings(
     assert "--insecure" in result.environment["tls"]
     assert result.environment["arrival_stamps"] == "event loop"  # TLS: the loop's transport
     assert any("not verified (--insecure)" in w for w in result.warnings)
+
+
+# --- a proxy that asks for credentials -------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _auth_proxy(authorization: str, seen: list[tuple[str, bool]]) -> AsyncIterator[int]:
+    """A forward proxy on 127.0.0.1 that answers 407 to a connection whose first request
+    lacks ``Proxy-Authorization: {authorization}``, and otherwise carries it: CONNECT as a
+    tunnel, an absolute-form request by relaying the connection's bytes to the origin. Each
+    first request line, and whether it was let through, lands in ``seen``."""
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+            return
+        lines = head.decode("latin-1").split("\r\n")
+        method, target, _ = lines[0].split(" ", 2)
+        given = [
+            line.split(":", 1)[1].strip()
+            for line in lines[1:]
+            if line.lower().startswith("proxy-authorization:")
+        ]
+        allowed = given == [authorization]
+        seen.append((lines[0], allowed))
+        if not allowed:
+            writer.write(
+                b"HTTP/1.1 407 Proxy Authentication Required\r\n"
+                b'Proxy-Authenticate: Basic realm="test"\r\nContent-Length: 0\r\n'
+                b"Connection: close\r\n\r\n"
+            )
+            await writer.drain()
+            writer.close()
+            return
+        origin = URL(f"//{target}" if method == "CONNECT" else target)
+        assert origin.raw_host is not None and origin.port is not None
+        try:
+            up_reader, up_writer = await asyncio.open_connection(origin.raw_host, origin.port)
+        except OSError:
+            writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+            writer.close()
+            return
+        if method == "CONNECT":
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        else:
+            up_writer.write(head)  # absolute form: the origin (aiohttp's server) reads it
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    async with server:
+        yield server.sockets[0].getsockname()[1]
+
+
+@pytest.mark.parametrize("where", ["--proxy", "HTTP_PROXY"])
+async def test_a_run_through_a_proxy_that_asks_for_credentials_works_and_keeps_them(
+    where, simulated_server, tiny_scenario, tmp_path, no_proxy_env
+):
+    user, password = "alice", "pr0xy-s3cret"
+    token = "YWxpY2U6cHIweHktczNjcmV0"  # base64 of alice:pr0xy-s3cret
+    seen: list[tuple[str, bool]] = []
+    async with _auth_proxy(f"Basic {token}", seen) as port:
+        proxy = f"http://{user}:{password}@127.0.0.1:{port}"
+        target = simulated_server.target
+        if where == "--proxy":
+            target = Target(target.base_url, proxy=proxy)
+        else:
+            no_proxy_env.setenv("HTTP_PROXY", proxy)
+        result = await workloads.run_async(tiny_scenario, target, out_dir=tmp_path / "run")
+        # and a wrong password is the proxy's 407, said as the proxy's
+        wrong = Target(target.base_url, proxy=f"http://{user}:nope@127.0.0.1:{port}")
+        with pytest.raises(TargetError) as refused:
+            await identify(wrong, 10)
+    assert result.records and all(r.error_kind is None for r in result.records)
+    assert (
+        result.environment["proxy"]
+        == f"http://127.0.0.1:{port} (from {where.replace('--proxy', 'Target.proxy')})"
+    )
+    carried = {line.split(" ", 2)[1].split("/", 3)[-1] for line, allowed in seen if allowed}
+    assert {"v1/models", "v1/chat/completions", "metrics"} <= carried  # aiohttp's and ours
+    assert "HTTP 407 through proxy" in str(refused.value)
+    assert "refused the credentials" in str(refused.value) and "API key" not in str(refused.value)
+    for path in (p for p in tmp_path.rglob("*") if p.is_file()):
+        text = path.read_bytes().decode("utf-8", "replace")
+        assert password not in text and token not in text, path
+
+
+async def test_https_through_a_proxy_that_asks_for_credentials(simulated_server, tls, no_proxy_env):
+    server_ctx, ca_pem = tls
+    seen: list[tuple[str, bool]] = []
+    async with (
+        _auth_proxy("Basic YWxpY2U6cHc=", seen) as proxy_port,  # alice:pw
+        _tls_relay(simulated_server.port, server_ctx) as port,
+    ):
+        url = f"https://127.0.0.1:{port}/v1"
+        target = Target(url, proxy=f"http://alice:pw@127.0.0.1:{proxy_port}", ca_bundle=ca_pem)
+        transport = transport_for(target)
+        model, _ = await identify(target, 30, transport)  # aiohttp's CONNECT
+        async with HttpChatClient(url, transport=transport) as client:
+            response = await client.stream_chat(_body(model))  # the stream's own CONNECT
+    assert response.ok and response.text, response.error_message
+    assert seen == [(f"CONNECT 127.0.0.1:{port} HTTP/1.1", True)] * 2
+
+
+async def test_a_proxys_502_is_said_to_be_the_proxys(no_proxy_env):
+    seen: list[tuple[str, bool]] = []
+    async with _auth_proxy("Basic YWxpY2U6cHc=", seen) as proxy_port:
+        # nothing listens on port 9 of 127.0.0.1: the proxy cannot reach the target
+        target = Target("http://127.0.0.1:9/v1/", proxy=f"http://alice:pw@127.0.0.1:{proxy_port}")
+        with pytest.raises(TargetError) as failed:
+            await identify(target, 10)
+    message = str(failed.value)
+    assert message.startswith("http://127.0.0.1:9/v1/models answered HTTP 502 through proxy")
+    assert "the proxy's own answer" in message and "API key" not in message

@@ -8,7 +8,7 @@ from workloads.model.errors import TargetError
 from workloads.model.results import ServerIdentity
 from workloads.model.target import Target
 from workloads.wire.errors import READ_ERRORS, describe
-from workloads.wire.transport import Transport, tls_message, transport_for
+from workloads.wire.transport import Transport, proxy_status, tls_message, transport_for
 
 __all__ = ["identify"]
 
@@ -31,8 +31,9 @@ async def identify(
             async with http.get(url) as resp:
                 if resp.status != 200:
                     raise TargetError(
-                        f"{target.base_url}/models answered HTTP {resp.status}; is this an "
-                        "OpenAI-compatible base URL (ending in /v1), and is the API key set in "
+                        proxy_status(transport.proxy_for(url), resp.status, url)
+                        or f"{url} answered HTTP {resp.status}; is this an OpenAI-compatible "
+                        f"base URL (ending in /v1), and is the API key set in "
                         f"${target.api_key_env}?"
                     )
                 listing = await resp.json(content_type=None)
@@ -47,15 +48,11 @@ async def identify(
             raise TargetError(f"cannot reach {url}: {describe(err, url)}") from err
         data = listing.get("data") if isinstance(listing, dict) else None
         if not isinstance(data, list):
-            raise TargetError(
-                f"{target.base_url}/models is not an OpenAI model list (no 'data' array)"
-            )
+            raise TargetError(f"{url} is not an OpenAI model list (no 'data' array)")
         models = [str(m.get("id", "")) for m in data if isinstance(m, dict)]
         model = target.model or (models[0] if models else None)
         if model is None:
-            raise TargetError(
-                f"{target.base_url}/models lists no model; name one with Target.model"
-            )
+            raise TargetError(f"{url} lists no model; name one with Target.model")
         if target.model is not None and models and target.model not in models:
             # Every turn would fail (vLLM and SGLang answer 404): say so before sending any.
             raise TargetError(

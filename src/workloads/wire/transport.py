@@ -46,6 +46,7 @@ __all__ = [
     "check_header",
     "followed",
     "open_tunnel",
+    "proxy_status",
     "tls_message",
     "transport_for",
 ]
@@ -192,7 +193,7 @@ class Transport:
         if proxy is not None:
             kwargs["proxy"] = str(proxy.url)
             if proxy.authorization is not None:
-                kwargs["proxy_headers"] = {"Proxy-Authorization": proxy.authorization}
+                kwargs["middlewares"] = (_proxy_authorization(proxy.authorization),)
         # An http origin with the default TLS options needs no context of ours (making one
         # reads the system's CA store: ~50 ms each); aiohttp's own verified one serves a
         # redirect to https, with the same system store.
@@ -229,6 +230,25 @@ class Transport:
         return env
 
 
+def _proxy_authorization(value: str) -> Any:
+    """An aiohttp client middleware that gives each request through the proxy its
+    Proxy-Authorization: on the CONNECT of an https origin, on the absolute-form request of
+    an http one. (ClientSession takes no ``proxy_headers``; its ``proxy_auth`` is deprecated
+    in aiohttp 3.14, and a request's ``proxy_headers`` reach the CONNECT only.)"""
+
+    async def middleware(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        if request.proxy is not None:
+            if request.is_ssl():
+                request.update_proxy(request.proxy, None, {"Proxy-Authorization": value})
+            else:
+                request.headers["Proxy-Authorization"] = value
+        return await handler(request)
+
+    return middleware
+
+
 def transport_for(target: Target) -> Transport:
     """The transport for ``target``: its API key or URL credentials as the Authorization
     header, its proxy and TLS options."""
@@ -256,6 +276,30 @@ def transport_for(target: Target) -> Transport:
         ca_bundle=target.ca_bundle,
         insecure=target.insecure,
         secrets=tuple(secrets),
+    )
+
+
+# Answers a forward proxy gives of its own: 407 (credentials), 502/504 (it could not reach
+# the origin, or got no answer in time; RFC 9110 15.6.3 and 15.6.5).
+_PROXY_STATUSES = (407, 502, 504)
+
+
+def proxy_status(proxy: Proxy | None, status: int, url: str) -> str | None:
+    """One line for a status that, through ``proxy``, is most likely the proxy's own answer
+    (407, 502, 504), naming the proxy and what to check; None otherwise (the target's)."""
+    if proxy is None or status not in _PROXY_STATUSES:
+        return None
+    where = f"{url} answered HTTP {status} through proxy {proxy.describe()}"
+    if status == 407:
+        return (
+            f"{where}: the proxy refused the credentials in its URL; check the user and password"
+            if proxy.authorization is not None
+            else f"{where}: the proxy asks for credentials; give them as "
+            "http://USER:PASSWORD@HOST:PORT"
+        )
+    return (
+        f"{where}: most likely the proxy's own answer (it could not reach the target, or got "
+        "no answer in time); check that the proxy can reach it, or name the host in NO_PROXY"
     )
 
 
