@@ -560,3 +560,27 @@ async def test_a_proxys_502_is_said_to_be_the_proxys(no_proxy_env):
     message = str(failed.value)
     assert message.startswith("http://127.0.0.1:9/v1/models answered HTTP 502 through proxy")
     assert "the proxy's own answer" in message and "API key" not in message
+
+
+@pytest.mark.parametrize(
+    ("proxy", "said"),
+    [
+        ("https://proxy.example:3128", "an https:// proxy is not supported"),
+        ("socks5://u:pw@proxy.example:1080", "a socks5:// proxy is not supported"),
+        ("http://u:a%0D%0AX-Injected:%201@proxy.example:3128", "the proxy URL's user:password"),
+    ],
+)
+def test_proxy_urls_that_cannot_be_used_say_why(proxy, said):
+    with pytest.raises(TargetError) as err:
+        Transport(proxy=proxy)
+    assert said in str(err.value) and "\n" not in str(err.value)
+    assert ":pw@" not in str(err.value)
+    if "socks5" in proxy:
+        assert "https" not in str(err.value)
+
+
+def test_line_breaks_in_url_credentials_are_not_called_the_api_key():
+    with pytest.raises(TargetError) as err:
+        transport_for(Target("http://bob:a%0D%0AX-Injected:%201@127.0.0.1:1/v1"))
+    assert "the target URL's user:password" in str(err.value)
+    assert "API key" not in str(err.value)

@@ -55,10 +55,11 @@ MAX_REDIRECTS = 5  # hops per request, reads and chat alike (aiohttp's default i
 _FOLLOWED = (307, 308)  # keep method and body; 301/302/303 on a POST would become a GET
 
 
-def check_header(name: str, value: str) -> None:
+def check_header(name: str, value: str, what: str | None = None) -> None:
     """Raise a one-line TargetError when ``name: value`` cannot be sent as it is: CR or LF
-    (a second header could be injected) or a character outside Latin-1 (HTTP/1.1's bytes)."""
-    what = "the API key" if name.lower() == "authorization" else f"header {name!r}"
+    (a second header could be injected) or a character outside Latin-1 (HTTP/1.1's bytes).
+    ``what`` names where the value came from (default: the header)."""
+    what = what or f"header {name!r}"
     for text, part in ((name, "name"), (value, "value")):
         if "\r" in text or "\n" in text or "\0" in text:
             raise TargetError(f"{what}: its {part} holds a line break or NUL; remove it")
@@ -99,14 +100,17 @@ class Proxy:
 def _proxy(value: str, source: str) -> Proxy:
     url = URL(value if "://" in value else "http://" + value)
     if url.scheme != "http" or not url.raw_host:
-        raise TargetError(
-            f"{source}: proxy {url.with_user(None)} is not http://HOST:PORT; "
-            "an https:// proxy is not supported (the target may still be https)"
-        )
+        if url.scheme == "https":
+            why = "an https:// proxy is not supported (the target may still be https)"
+        elif url.scheme != "http":
+            why = f"a {url.scheme}:// proxy is not supported, only an http:// one"
+        else:
+            why = "it names no host"
+        raise TargetError(f"{source}: proxy {url.with_user(None)} is not http://HOST:PORT; {why}")
     auth = None
     if url.user is not None:
         pair = f"{url.user}:{url.password or ''}"
-        check_header("Proxy-Authorization", pair)
+        check_header("Proxy-Authorization", pair, f"{source}: the proxy URL's user:password")
         auth = "Basic " + base64.b64encode(pair.encode("latin-1")).decode("ascii")
     return Proxy(URL.build(scheme="http", host=url.raw_host, port=url.port or 80), auth, source)
 
@@ -262,11 +266,11 @@ def transport_for(target: Target) -> Transport:
             "key: both would be the Authorization header; drop one"
         )
     if key:
-        check_header("Authorization", key)
+        check_header("Authorization", key, f"the API key (${target.api_key_env})")
         headers["Authorization"] = f"Bearer {key}"
         secrets.append(key)
     elif credentials:
-        check_header("Authorization", credentials)
+        check_header("Authorization", credentials, "the target URL's user:password")
         token = base64.b64encode(credentials.encode("latin-1")).decode("ascii")
         headers["Authorization"] = f"Basic {token}"
         secrets += [token, credentials.partition(":")[2] or credentials]
