@@ -14,6 +14,7 @@ from typing import Any
 from workloads.cli.common import (
     EXIT_OK,
     UsageError,
+    check_target_flags,
     launch,
     make_console,
     override_arguments,
@@ -143,6 +144,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         )
     if args.target and args.launch:
         raise UsageError("give --target (a running server) or --launch (start one), not both")
+    check_target_flags(args)
     limits = _limits(args)
     out = (
         Path(args.out)

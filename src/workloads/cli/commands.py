@@ -12,6 +12,7 @@ from typing import Any
 
 from workloads.cli.common import (
     UsageError,
+    check_target_flags,
     launch,
     make_console,
     parse_assignments,
@@ -118,7 +119,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from workloads.model.target import Target, base_url_problem
+    from workloads.model.target import Target
     from workloads.probe.observe import probe, render
 
     # With --json, stdout carries only the JSON; what happens on the way goes to stderr.
@@ -130,8 +131,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
             "--sim sets the embedded simulator's profile and cannot change a "
             "--target server; drop --sim, or drop --target to probe the simulator"
         )
-    if args.target and (problem := base_url_problem(args.target)) is not None:
-        raise UsageError(f"--target: {problem}")
+    check_target_flags(args)
     with contextlib.ExitStack() as stack:
         if args.target:
             target = Target(

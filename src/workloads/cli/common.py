@@ -160,6 +160,26 @@ def write_plots(result: Any, directory: Path, console: Any, *, wanted: bool) -> 
     console.print("plots: " + ", ".join(str(p) for p in written))
 
 
+def check_target_flags(args: argparse.Namespace) -> None:
+    """--target, --proxy (or the environment's proxy for the target) and --ca-bundle that
+    cannot work: one line, exit 2 (bad arguments), before anything starts."""
+    from workloads.model.errors import TargetError
+    from workloads.model.target import base_url_problem
+    from workloads.wire.transport import Transport
+
+    if not args.target:
+        return
+    if (problem := base_url_problem(args.target)) is not None:
+        raise UsageError(f"--target: {problem}")
+    try:
+        transport = Transport(proxy=args.proxy, ca_bundle=args.ca_bundle)
+        transport.proxy_for(args.target)  # HTTP(S)_PROXY, when no --proxy is given
+        if args.ca_bundle is not None:
+            transport.ssl_context()  # a file that is no PEM of certificates
+    except TargetError as err:
+        raise UsageError(str(err)) from None
+
+
 def target_arguments(parser: argparse.ArgumentParser, launch_does: str) -> None:
     """--target/--model/--launch/--api-key-env, shared by run and probe."""
     parser.add_argument(

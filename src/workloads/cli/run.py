@@ -18,6 +18,7 @@ from workloads.cli.common import (
     EXIT_OK,
     StoppedByTerm,
     UsageError,
+    check_target_flags,
     launch,
     make_console,
     parse_assignments,
@@ -298,8 +299,6 @@ def read_trace(
 
 def check_run_flags(args: argparse.Namespace) -> None:
     """Flag combinations that cannot work, refused before anything starts."""
-    from workloads.model.target import base_url_problem
-
     if args.sim and args.target:
         raise UsageError(
             "--sim sets the embedded simulator's profile and cannot change a "
@@ -310,8 +309,7 @@ def check_run_flags(args: argparse.Namespace) -> None:
             "--kv-capacity describes a --target server; the simulated server's "
             "capacity is its profile's (--sim kv_capacity_tokens=N)"
         )
-    if args.target and (problem := base_url_problem(args.target)) is not None:
-        raise UsageError(f"--target: {problem}")
+    check_target_flags(args)
     if not 0.0 <= args.max_error_rate <= 1.0:
         raise UsageError(
             f"--max-error-rate {args.max_error_rate:g}: give a fraction from 0 "
