@@ -584,3 +584,48 @@ def test_line_breaks_in_url_credentials_are_not_called_the_api_key():
         transport_for(Target("http://bob:a%0D%0AX-Injected:%201@127.0.0.1:1/v1"))
     assert "the target URL's user:password" in str(err.value)
     assert "API key" not in str(err.value)
+
+
+def _echo_cut_app(kept: int) -> web.Application:
+    """Like _echo_app, but the 401's body ends with the Authorization header it got, placed
+    so that the 300 characters a turn's error message keeps of it end ``kept`` characters
+    into the key."""
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "echo"}]})
+
+    async def chat(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(
+            status=401, text="x" * (300 - len("Bearer ") - kept) + request.headers["Authorization"]
+        )
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+@pytest.mark.parametrize("kept", [12, 4])
+async def test_a_key_cut_by_the_error_message_limit_leaves_no_start_of_it(
+    kept, serve_app, tiny_scenario, tmp_path, monkeypatch, no_proxy_env
+):
+    key = "sk-test-0123456789abcdef"
+    monkeypatch.setenv("WL_ECHO_KEY", key)
+    async with serve_app(_echo_cut_app(kept)) as root:
+        target = Target(f"{root}/v1", api_key_env="WL_ECHO_KEY")
+        result = await workloads.run_async(
+            tiny_scenario.with_overrides(["gate=off"]), target, out_dir=tmp_path / "run"
+        )
+    failed = [r for r in result.records if r.error_kind == "http_4xx"]
+    assert failed, [r.error_message for r in result.records]
+    assert all("xBearer <red" in (r.error_message or "") for r in failed), failed[0].error_message
+    records = (tmp_path / "run" / "records.jsonl").read_text()
+    assert key[:4] not in records  # not even "sk-t"
+
+
+def test_redact_takes_the_start_of_a_secret_off_a_cut_text():
+    transport = Transport(secrets=("hunter2-pw",))
+    assert transport.redact("denied: hunter2-pw and more") == "denied: <redacted> and more"
+    assert transport.redact("denied: hunt") == "denied: <redacted>"
+    assert transport.redact("denied: hun") == "denied: hun"  # 3 characters: the text's own

@@ -44,6 +44,7 @@ SETTLE_S = 0.005
 DNS_TTL_S = 10.0  # aiohttp's default DNS cache life: a host is resolved once per this
 FILL_AT_ONCE = 32  # connections Pool.fill opens at a time (a server's accept queue is finite)
 ERROR_DETAIL_BYTES = 2048  # of a non-200 body, or of a 200 that is not an event stream
+ERROR_MESSAGE_CHARS = 300  # of a non-200 body, in the turn's error message
 # A 200 without Content-Type is an event stream unless its body starts like one of these:
 # JSON (an error object) or HTML (a proxy's page). An event stream starts with a field name,
 # a comment (":") or a blank line.
@@ -278,12 +279,14 @@ class Exchange:
     def _finish_detail(self) -> None:
         head = self.head
         assert head is not None
-        text = self.detail.decode("utf-8", "replace").strip()
+        # Redacted before it is cut: a secret the server echoed across the cut would leave
+        # its start in the record.
+        text = self.conn.pool.redact(self.detail.decode("utf-8", "replace").strip())
         if head.status != 200:
             self._finish(
                 RequestError(
                     status_kind(head.status),
-                    f"HTTP {head.status}: {text[:300]}",
+                    f"HTTP {head.status}: {text[:ERROR_MESSAGE_CHARS]}",
                     http_status=head.status,
                     retry_after_s=retry_after(head.header("retry-after")),
                 )
@@ -442,6 +445,7 @@ class Pool:
         reuse: bool,
         ssl_context: ssl.SSLContext | None = None,
         proxy: Proxy | None = None,
+        redact: Callable[[str], str] = str,  # secrets out of an echoed body (Transport's)
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.host = host
@@ -451,6 +455,7 @@ class Pool:
         self.tls = (ssl_context or ssl.create_default_context()) if tls else None
         # Through a proxy: connect to it; an https origin through a CONNECT tunnel.
         self.proxy = proxy
+        self.redact = redact
         self.connect_s = connect_s
         self.keepalive_s = keepalive_s
         self.reuse = reuse

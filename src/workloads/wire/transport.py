@@ -41,6 +41,7 @@ from workloads.model.target import Target
 
 __all__ = [
     "MAX_REDIRECTS",
+    "MIN_CUT_SECRET",
     "Proxy",
     "Transport",
     "check_header",
@@ -52,6 +53,10 @@ __all__ = [
 ]
 
 MAX_REDIRECTS = 5  # hops per request, reads and chat alike (aiohttp's default is 10)
+# The shortest start of a secret redact() takes off the end of a cut text. Every echo the
+# library records is redacted whole before it is cut (wire/stream.py) but for an error event's
+# data, cut in core/chat_stream.py, which knows no secrets: there 1-3 characters may stay.
+MIN_CUT_SECRET = 4
 _FOLLOWED = (307, 308)  # keep method and body; 301/302/303 on a POST would become a GET
 
 
@@ -213,10 +218,19 @@ class Transport:
         )
 
     def redact(self, text: str) -> str:
-        """``text`` with the API key and URL password replaced by ``<redacted>``."""
+        """``text`` with the API key and URL password replaced by ``<redacted>``, and a
+        text that ends with the start of one (an echo cut at a length limit) cut before it."""
         for secret in self.secrets:
-            if secret and secret in text:
+            if not secret:
+                continue
+            if secret in text:
                 text = text.replace(secret, "<redacted>")
+            # The longest start of the secret the text ends with, of MIN_CUT_SECRET or more
+            # characters: a shorter one may be the text's own ending (an "s" of "tokens").
+            for size in range(min(len(secret) - 1, len(text)), MIN_CUT_SECRET - 1, -1):
+                if text.endswith(secret[:size]):
+                    text = text[:-size] + "<redacted>"
+                    break
         return text
 
     def environment(self, url: str) -> dict[str, str]:
