@@ -489,6 +489,17 @@ async def test_a_stream_with_a_folded_header_is_read():
         assert_whole(await client.stream_chat(BODY))
 
 
+async def test_a_json_error_labelled_an_event_stream_keeps_its_text():
+    error = b'{"error": {"message": "context length exceeded", "code": 400}}'
+    response = HEAD + b"Content-Length: %d\r\n\r\n" % len(error) + error
+    async with raw_server(lambda i: [response]) as (url, _), HttpChatClient(url) as client:
+        r = await client.stream_chat(BODY)
+    assert r.error_kind == "not_event_stream" and r.http_status == 200
+    message = r.error_message or ""
+    assert "Content-Type 'text/event-stream'" in message
+    assert "context length exceeded" in message
+
+
 async def test_an_event_stream_without_content_type_is_still_read():
     response = b"HTTP/1.1 200 OK\r\n" + chunked(*EVENTS)[len(HEAD) :]
     assert b"content-type" not in response.lower()

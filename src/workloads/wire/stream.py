@@ -45,9 +45,9 @@ DNS_TTL_S = 10.0  # aiohttp's default DNS cache life: a host is resolved once pe
 FILL_AT_ONCE = 32  # connections Pool.fill opens at a time (a server's accept queue is finite)
 ERROR_DETAIL_BYTES = 2048  # of a non-200 body, or of a 200 that is not an event stream
 ERROR_MESSAGE_CHARS = 300  # of a non-200 body, in the turn's error message
-# A 200 without Content-Type is an event stream unless its body starts like one of these:
-# JSON (an error object) or HTML (a proxy's page). An event stream starts with a field name,
-# a comment (":") or a blank line.
+# A 200 without Content-Type, or labelled text/event-stream, is an event stream unless its
+# body starts like one of these: JSON (an error object) or HTML (a proxy's page). An event
+# stream starts with a field name, a comment (":") or a blank line.
 NOT_EVENTS = frozenset(b"{[<")
 # zlib's window bits for each content coding a server may send anyway: gzip (+32: a gzip or
 # zlib header), deflate (zlib framing, or raw deflate as some servers send it: the first
@@ -220,12 +220,14 @@ class Exchange:
             self.detail_limit = ERROR_DETAIL_BYTES
             return
         content_type = head.header("content-type")
-        if content_type is None:
+        if content_type is None or content_type.split(";", 1)[0].strip().lower() == (
+            "text/event-stream"
+        ):
+            # An event stream unless its body starts like JSON or HTML: a gateway's error
+            # object labelled text/event-stream keeps its text (not "truncated", text lost).
             self.sniff = True
-        elif content_type.split(";", 1)[0].strip().lower() != "text/event-stream":
-            self.detail_limit = ERROR_DETAIL_BYTES
         else:
-            self.stream = ChatStream()
+            self.detail_limit = ERROR_DETAIL_BYTES
 
     def _decode(self, body: bytes) -> bytes:
         """A read of a gzip or deflate body, decoded (zlib keeps the state between reads)."""
@@ -241,8 +243,9 @@ class Exchange:
             ) from err
 
     def _sniffed(self, body: bytes, now: int) -> None:
-        """A 200 without Content-Type: an event stream unless its body looks like JSON or
-        HTML (an error object, a proxy's page), whose text then becomes the error."""
+        """A 200 without Content-Type or labelled an event stream: an event stream unless its
+        body looks like JSON or HTML (an error object, a proxy's page), whose text then
+        becomes the error."""
         start = body.lstrip()
         if not start and not self.parser.complete:
             return  # only whitespace so far
