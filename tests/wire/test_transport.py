@@ -19,6 +19,7 @@ from yarl import URL
 
 import workloads
 from workloads.model.errors import TargetError
+from workloads.model.scenario import Timeouts
 from workloads.model.target import Target
 from workloads.wire.arrival import kernel_stamps
 from workloads.wire.client import HttpChatClient
@@ -629,3 +630,36 @@ def test_redact_takes_the_start_of_a_secret_off_a_cut_text():
     assert transport.redact("denied: hunter2-pw and more") == "denied: <redacted> and more"
     assert transport.redact("denied: hunt") == "denied: <redacted>"
     assert transport.redact("denied: hun") == "denied: hun"  # 3 characters: the text's own
+
+
+@contextlib.asynccontextmanager
+async def _silent_server() -> AsyncIterator[int]:
+    """Reads whatever comes and never answers: a plain-HTTP server waiting for the end of a
+    request line that a TLS ClientHello never sends."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await reader.read(65536):
+                pass
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    async with server:
+        yield server.sockets[0].getsockname()[1]
+
+
+async def test_https_to_a_port_that_never_answers_tls_says_it_may_be_plain_http(no_proxy_env):
+    async with _silent_server() as port:
+        url = f"https://127.0.0.1:{port}/v1"
+        with pytest.raises(TargetError) as read:
+            await identify(Target(url), 30, connect_s=0.5)
+        async with HttpChatClient(url, timeouts=Timeouts(connect_s=0.5)) as client:
+            response = await client.stream_chat(BODY)
+    message = str(read.value)
+    assert message.startswith(f"cannot reach {url}/models: no connection within 0.5 s")
+    assert "never answered the TLS handshake" in message and "plain HTTP" in message
+    assert response.error_kind == "connect_timeout"
+    assert "plain HTTP" in (response.error_message or "")

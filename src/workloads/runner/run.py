@@ -189,7 +189,12 @@ async def run_async(
         connection = transport.environment(chosen.base_url)
         if client is None:
             connection["arrival_stamps"] = arrival_stamps(chosen.base_url)
-            model, identity = await identify(chosen, scenario.timeouts.connect_s + 20, transport)
+            model, identity = await identify(
+                chosen,
+                scenario.timeouts.connect_s + 20,
+                transport,
+                connect_s=scenario.timeouts.connect_s,
+            )
             client = await stack.enter_async_context(
                 AiohttpChatClient(
                     chosen.base_url,

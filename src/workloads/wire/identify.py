@@ -6,18 +6,30 @@ import aiohttp
 
 from workloads.model.errors import TargetError
 from workloads.model.results import ServerIdentity
+from workloads.model.scenario import Timeouts
 from workloads.model.target import Target
 from workloads.wire.errors import READ_ERRORS, describe
-from workloads.wire.transport import Transport, proxy_status, tls_message, transport_for
+from workloads.wire.transport import (
+    Transport,
+    plain_http_hint,
+    proxy_status,
+    tls_message,
+    transport_for,
+)
 
 __all__ = ["identify"]
 
+DEFAULT_CONNECT_S = Timeouts().connect_s  # the scenario's default: one home for it
 # /version answered something that is not {"version": ...}: identity comes from elsewhere.
 _VERSION_ERRORS: tuple[type[BaseException], ...] = (*READ_ERRORS, AttributeError)
 
 
 async def identify(
-    target: Target, timeout_s: float, transport: Transport | None = None
+    target: Target,
+    timeout_s: float,
+    transport: Transport | None = None,
+    *,
+    connect_s: float = DEFAULT_CONNECT_S,  # a new connection, TLS handshake included
 ) -> tuple[str, ServerIdentity]:
     """Check the target answers, pick the model, read what identity it offers.
 
@@ -26,7 +38,8 @@ async def identify(
     """
     transport = transport or transport_for(target)
     url = target.base_url.rstrip("/") + "/models"
-    async with transport.session(url, timeout_s=timeout_s, limit=2) as http:
+    connect_s = min(connect_s, timeout_s)
+    async with transport.session(url, timeout_s=timeout_s, limit=2, connect_s=connect_s) as http:
         try:
             async with http.get(url) as resp:
                 if resp.status != 200:
@@ -45,6 +58,11 @@ async def identify(
                 raise TargetError(tls) from err
             if isinstance(err, ValueError) and not isinstance(err, aiohttp.ClientError):
                 raise TargetError(f"{url} did not answer JSON: {err}") from err
+            if isinstance(err, aiohttp.ConnectionTimeoutError):
+                hint = await plain_http_hint(url, transport.proxy_for(url))
+                raise TargetError(
+                    f"cannot reach {url}: no connection within {connect_s:g} s{hint}"
+                ) from err
             raise TargetError(f"cannot reach {url}: {describe(err, url)}") from err
         data = listing.get("data") if isinstance(listing, dict) else None
         if not isinstance(data, list):

@@ -34,7 +34,7 @@ from workloads.model.errors import RequestError
 from workloads.wire.arrival import kernel_stamped, open_stamped
 from workloads.wire.failures import connect_kind, retry_after, status_kind
 from workloads.wire.http1 import MalformedHTTP, ResponseHead, ResponseParser
-from workloads.wire.transport import Proxy, open_tunnel, tls_message
+from workloads.wire.transport import Proxy, open_tunnel, plain_http_hint, tls_message
 
 __all__ = ["SETTLE_S", "Connection", "Exchange", "Pool"]
 
@@ -549,9 +549,11 @@ class Pool:
             async with asyncio.timeout(self.connect_s):
                 conn = await self._connect()
         except TimeoutError as err:
+            hint = await plain_http_hint(self._origin(), self.proxy) if self.tls else ""
             raise RequestError(
                 "connect_timeout",
-                f"cannot connect to {self._origin()}: no connection within {self.connect_s:g} s",
+                f"cannot connect to {self._origin()}: no connection within "
+                f"{self.connect_s:g} s{hint}",
             ) from err
         except OSError as err:  # gaierror, SSLError, ConnectionRefusedError, ...
             raise RequestError(

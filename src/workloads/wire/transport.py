@@ -47,6 +47,7 @@ __all__ = [
     "check_header",
     "followed",
     "open_tunnel",
+    "plain_http_hint",
     "proxy_status",
     "tls_message",
     "transport_for",
@@ -57,6 +58,7 @@ MAX_REDIRECTS = 5  # hops per request, reads and chat alike (aiohttp's default i
 # library records is redacted whole before it is cut (wire/stream.py) but for an error event's
 # data, cut in core/chat_stream.py, which knows no secrets: there 1-3 characters may stay.
 MIN_CUT_SECRET = 4
+PORT_CHECK_S = 2.0  # a TCP connect to a port that just took one (plain_http_hint)
 _FOLLOWED = (307, 308)  # keep method and body; 301/302/303 on a POST would become a GET
 
 
@@ -194,6 +196,7 @@ class Transport:
         timeout_s: float | None,
         limit: int = 100,
         headers: Mapping[str, str] | None = None,
+        connect_s: float | None = None,  # a new connection, TLS handshake included
     ) -> aiohttp.ClientSession:
         """An aiohttp session for the plain reads of ``url``'s origin, with this transport's
         headers, proxy and TLS (the environment is read here, not by aiohttp: one rule)."""
@@ -208,7 +211,7 @@ class Transport:
         # redirect to https, with the same system store.
         default_tls = URL(url).scheme != "https" and self.ca_bundle is None and not self.insecure
         return aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=timeout_s),
+            timeout=aiohttp.ClientTimeout(total=timeout_s, connect=connect_s),
             headers={**self.headers, **(headers or {})},
             connector=aiohttp.TCPConnector(
                 limit=limit, ssl=True if default_tls else self.ssl_context()
@@ -318,6 +321,26 @@ def proxy_status(proxy: Proxy | None, status: int, url: str) -> str | None:
     return (
         f"{where}: most likely the proxy's own answer (it could not reach the target, or got "
         "no answer in time); check that the proxy can reach it, or name the host in NO_PROXY"
+    )
+
+
+async def plain_http_hint(url: str | URL, proxy: Proxy | None) -> str:
+    """Why no connection to an https ``url`` came within the connect timeout, as a clause:
+    when its port accepts TCP at once (checked here: a connect, then a close, nothing
+    written), the TLS handshake is what got no answer: most likely a plain-HTTP port (a
+    server that reads a request line waits for one the ClientHello never ends)."""
+    url = URL(url)
+    if url.scheme != "https" or proxy is not None or url.raw_host is None:
+        return ""
+    try:
+        async with asyncio.timeout(PORT_CHECK_S):
+            _, writer = await asyncio.open_connection(url.raw_host, url.port)
+    except (OSError, TimeoutError):
+        return ""
+    writer.close()
+    return (
+        f"; port {url.port} accepts connections but never answered the TLS handshake: most "
+        "likely it speaks plain HTTP (then write the target with http://)"
     )
 
 
