@@ -27,7 +27,7 @@ def target_file(directory: str | Path, name: str, *, overwrite: bool) -> Path:
     path = out / name
     if path.exists() and not overwrite:
         raise OutputExistsError(
-            f"{path} exists; pass overwrite=True (--overwrite) or choose another --out",
+            f"{path} exists; pass overwrite=True or choose another out_dir=",
             path=str(path),
         )
     return path
