@@ -390,8 +390,7 @@ def _check_options(
     # named, not a TypeError from a comparison.
     if isinstance(workers, bool) or not isinstance(workers, int):
         raise OptionsError(
-            f"workers={workers!r}: give a whole number of processes, 1 or more, e.g. "
-            "workers=3",
+            f"workers={workers!r}: give a whole number of processes, 1 or more, e.g. workers=3",
             option="workers",
         )
     if workers < 1:
