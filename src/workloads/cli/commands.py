@@ -16,6 +16,7 @@ from workloads.cli.common import (
     launch,
     make_console,
     parse_assignments,
+    print_table,
     slo_option,
     write_plots,
 )
@@ -165,7 +166,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if args.json:
         print(report.model_dump_json(indent=2))
     else:
-        console.print(render(report))
+        print_table(console, render(report))
     return 0
 
 

@@ -105,6 +105,20 @@ def make_console() -> Any:
     return console
 
 
+def print_table(console: Any, table: Any) -> None:
+    """Print a rich table; piped or captured (no terminal), each line without the trailing
+    spaces that pad its columns to the console's width (a line-oriented reader, ``diff``
+    or ``grep 'yes$'``, sees the text alone). On a terminal, as rich draws it."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    with console.capture() as captured:
+        console.print(table)
+    lines = captured.get().splitlines()
+    console.file.write("".join(line.rstrip() + "\n" for line in lines))
+    console.file.flush()
+
+
 class StoppedByTerm(KeyboardInterrupt):
     """SIGTERM while a launched server is up and no run handles signals (it is starting, or
     stopping): unwinds like Ctrl-C, so the server is stopped on the way out."""
