@@ -218,7 +218,11 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     if not args.no_plots:
         try:
             written = report.capacity_plot(result, out / "capacity.png")
-        except OSError as err:  # a full disk after the search: name what failed (exit 6)
+        except OutputError as err:  # a full disk after the search: the file (exit 6)
+            raise OutputError(
+                f"{err}; capacity.json and the runs are saved", path=err.path, errno=err.errno
+            ) from err
+        except OSError as err:
             raise OutputError.writing(
                 out / "capacity.png", err, then="; capacity.json and the runs are saved"
             ) from err

@@ -216,7 +216,11 @@ def run_into(
     try:
         write_plots(result, out / "plots", console, wanted=not args.no_plots)
         write_html(result, out, console, with_plots=not args.no_plots)
-    except OSError as err:  # a full disk after the run: name what failed, keep the rest
+    except OutputError as err:  # a full disk after the run: the file it names, what is kept
+        raise OutputError(
+            f"{err}; the result and records are saved", path=err.path, errno=err.errno
+        ) from err
+    except OSError as err:
         raise OutputError.writing(
             err.filename or out,
             err,
