@@ -663,3 +663,10 @@ async def test_https_to_a_port_that_never_answers_tls_says_it_may_be_plain_http(
     assert "never answered the TLS handshake" in message and "plain HTTP" in message
     assert response.error_kind == "connect_timeout"
     assert "plain HTTP" in (response.error_message or "")
+
+
+async def test_a_target_ending_in_a_slash_is_named_without_a_double_slash(serve_app, no_proxy_env):
+    async with serve_app(web.Application()) as root:  # answers 404 to everything
+        with pytest.raises(TargetError) as failed:
+            await identify(Target(f"{root}/v1/"), 10)
+    assert str(failed.value).startswith(f"{root}/v1/models answered HTTP 404;")
