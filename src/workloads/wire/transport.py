@@ -251,7 +251,7 @@ class Transport:
         return env
 
 
-def _proxy_authorization(value: str) -> Any:
+def _proxy_authorization(value: str) -> aiohttp.ClientMiddlewareType:
     """An aiohttp client middleware that gives each request through the proxy its
     Proxy-Authorization: on the CONNECT of an https origin, on the absolute-form request of
     an http one. (ClientSession takes no ``proxy_headers``; its ``proxy_auth`` is deprecated
