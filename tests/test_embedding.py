@@ -95,6 +95,21 @@ def test_an_error_of_the_run_reaches_the_caller_inside_a_loop():
         asyncio.run(harness())
 
 
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"workers": "3"}, "workers='3': give a whole number of processes"),
+        ({"workers": 2.0}, "workers=2.0: give a whole number of processes"),
+        ({"stop_grace_s": "5"}, "stop_grace_s='5': give seconds as a number"),
+    ],
+)
+def test_an_argument_of_the_wrong_type_is_named_not_a_type_error(tmp_path, options, said):
+    with pytest.raises(workloads.OptionsError) as raised:
+        workloads.run(tiny(), out_dir=tmp_path / "r", **options)
+    assert str(raised.value).startswith(said)
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize("caller", ["asyncio.run", "run_until_complete"])
 def test_ctrl_c_while_run_waits_inside_a_loop_cancels_the_run_and_saves_it(
     tmp_path, caller, request
@@ -262,7 +277,7 @@ def test_a_target_field_is_named_as_the_library_spells_it_and_the_cli_as_a_flag(
             "--quiet",
         ]
     )
-    assert code == 4
+    assert code == 2  # a bad argument (README), checked before --out exists
     assert capsys.readouterr().err.startswith(f"error: --ca-bundle {missing}: no such file")
 
 

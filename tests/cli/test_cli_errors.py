@@ -186,3 +186,31 @@ def test_compare_force_of_arms_without_a_common_cell_is_one_line(capsys):
 def test_out_of_range_safety_flags_are_one_line(tmp_path, capsys, flags):
     assert main(["run", "five-user-coding", "--out", str(tmp_path / "r"), *flags]) == 2
     one_line(capsys)
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--ca-bundle", "{tmp}/none.pem"], "--ca-bundle {tmp}/none.pem: no such file"),
+        (["--ca-bundle", "{tmp}/bad.pem"], "not a PEM file of CA certificates"),
+        (["--proxy", "socks5://127.0.0.1:1080"], "a socks5:// proxy is not supported"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "probe", "capacity"])
+def test_a_missing_ca_bundle_or_bad_proxy_is_bad_input(tmp_path, capsys, flags, says, command):
+    (tmp_path / "bad.pem").write_text("not a certificate\n")
+    flags = [flag.replace("{tmp}", str(tmp_path)) for flag in flags]
+    scenario = [] if command == "probe" else ["five-user-coding", "--out", str(tmp_path / "r")]
+    slo = ["--slo", "ttft_s=2"] if command == "capacity" else []
+    target = ["--target", "https://127.0.0.1:9/v1"]
+    assert main([command, *scenario, *slo, *target, *flags]) == 2
+    assert says.replace("{tmp}", str(tmp_path)) in one_line(capsys)
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_bad_proxy_in_the_environment_is_bad_input(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HTTPS_PROXY", "socks5://127.0.0.1:1080")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    assert main(["probe", "--target", "https://127.0.0.1:9/v1"]) == 2
+    assert "HTTPS_PROXY: proxy socks5://127.0.0.1:1080" in one_line(capsys)

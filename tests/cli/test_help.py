@@ -261,6 +261,9 @@ def test_probe_exits_as_its_help_says(capsys, simulated_server):
     text = flat(help_of(capsys, "probe"))
     assert "Exit 0 whenever the probe ran" in text and "4 when the target does not" in text
     assert main(["probe", "--target", simulated_server.base_url]) == 0
+    printed = capsys.readouterr().out  # piped: no line padded with trailing spaces
+    assert "  model " in printed and "  streaming " in printed
+    assert [line for line in printed.splitlines() if line != line.rstrip()] == []
     with socket.socket() as s:  # a port nothing listens on: bound, never listening
         s.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{s.getsockname()[1]}/v1"

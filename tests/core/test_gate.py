@@ -332,3 +332,24 @@ def test_a_base_model_echoing_chat_requests_is_judged_on_the_text_form():
         )
     )
     assert chat.form == "chat" and chat.passed and chat.echoed == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        ([], "(the gate's deadline, 30 s: timeouts.gate_s)"),
+        (
+            ["timeouts.read_gap_s=5"],
+            "(the gate's deadline, 5 s: timeouts.read_gap_s, below timeouts.gate_s 30 s)",
+        ),
+        (
+            ["timeouts.turn_s=4", "timeouts.read_gap_s=5"],
+            "(the gate's deadline, 4 s: timeouts.turn_s, below timeouts.gate_s 30 s)",
+        ),
+    ],
+)
+def test_the_gates_deadline_names_the_timeout_that_set_it(overrides, said):
+    from workloads.runner.gate import gate_deadline_text
+
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(overrides)
+    assert gate_deadline_text(scenario.timeouts) == " " + said

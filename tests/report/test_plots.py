@@ -208,3 +208,35 @@ def test_the_latency_legend_counts_what_the_latency_table_counts():
     finally:
         plt.close(fig)
     assert legends == [f"n {run.itl_percentiles.n:,}", f"n {run.e2e_percentiles.n:,}"]
+
+
+def test_a_full_disk_while_drawing_leaves_no_truncated_png_and_names_the_file(tmp_path):
+    """A file-size limit (RLIMIT_FSIZE, in a process of its own) below the first PNG's size
+    fails its write as a full disk would, part-way through: ``show --plots`` exits 6 naming
+    that PNG, and leaves no PNG (nor tmp file) behind."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "v1-small-a", run)
+    script = (
+        "import resource, sys\n"
+        "from workloads.cli import main\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, "show", str(run), "--plots"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(Path(workloads.__file__).parents[1])},
+    )
+    assert done.returncode == 6, done.stderr
+    assert "Traceback" not in done.stderr
+    error = done.stderr.splitlines()[-1]
+    assert error.startswith(f"error: cannot write {run / 'plots'}/") and ".png: " in error
+    assert "(EFBIG)" in error
+    assert [p.name for p in (run / "plots").iterdir()] == []  # no truncated PNG, no .tmp

@@ -168,11 +168,41 @@ def test_an_out_that_holds_a_killed_runs_records_is_refused(tmp_path):
     out.mkdir()
     (out / "records.jsonl").write_text('{"kind":"header"}\n')
     with (
-        pytest.raises(OutputExistsError, match=r"records\.jsonl exists.*--overwrite"),
+        pytest.raises(OutputExistsError, match=r"records\.jsonl exists.*overwrite=True"),
         claim_out_dir(out),
     ):
         pass
     assert (out / "records.jsonl").read_text() == '{"kind":"header"}\n'
+
+
+def test_library_errors_name_arguments_and_the_cli_each_flag_once(tmp_path, capsys):
+    fake = FakeChatClient(lambda body: (100, "ok " * 30))
+    scenario = workloads.load_scenario("five-user-coding").with_overrides(TINY_RUN[1::2])
+    out, blocker = tmp_path / "r", tmp_path / "blocker"
+    blocker.write_text("")
+    workloads.run(scenario, client=fake, out_dir=out)
+    messages = []
+    for where in (out, blocker):
+        with pytest.raises(OutputExistsError) as caught:
+            workloads.run(scenario, client=fake, out_dir=where)
+        messages.append(str(caught.value))
+    for saved in ("result", "capacity"):
+        with pytest.raises(OutputExistsError) as caught:
+            if saved == "result":
+                workloads.load_result(out).save(out)
+            else:
+                (tmp_path / "c").mkdir()
+                (tmp_path / "c" / "capacity.json").write_text("{}")
+                workloads.capacity(scenario, out_dir=tmp_path / "c", slo="ttft_s=1")
+        messages.append(str(caught.value))
+    for message in messages:  # a library caller's words: no command-line flag
+        assert "--" not in message, message
+    assert "overwrite=True" in messages[0] and f"out_dir={str(blocker)!r}" in messages[1]
+    capsys.readouterr()
+    assert main(["run", "five-user-coding", "--out", str(out), *TINY]) == 2
+    line = one_line(capsys)
+    assert line.count("--overwrite") == 1 and "overwrite=True" not in line, line
+    assert "choose another --out, or pass --overwrite" in line
 
 
 # --- show refuses two runs in one file ----------------------------------------------------

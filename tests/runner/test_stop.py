@@ -271,3 +271,32 @@ def test_the_library_installs_no_sigterm_handler_when_embedded():
     )
     workloads.run(scenario, on_record=lambda r: during.append(signal.getsignal(signal.SIGTERM)))
     assert during == [before]
+
+
+async def test_a_signal_after_the_last_turn_is_not_called_a_partial_result(
+    tiny_scenario, tmp_path, capsys
+):
+    from workloads.cli.common import make_console
+    from workloads.cli.run import run_exit_code, run_until_signal
+
+    last = tiny_scenario.users * tiny_scenario.turns * 2  # a warm-up and a measured repetition
+    seen: list[object] = []
+
+    def on_record(record: object) -> None:
+        seen.append(record)
+        if len(seen) == last:  # every turn has ended: the signal comes now
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    out = tmp_path / "r"
+    result, signum = await run_until_signal(
+        {"scenario": tiny_scenario, "out_dir": out, "on_record": on_record},
+        grace_s=5,
+        console=make_console(),
+    )
+    assert signum == signal.SIGTERM and len(seen) == last
+    assert result.complete and json.loads((out / "result.json").read_text())["complete"]
+    code = run_exit_code(result, signum, 0.0, make_console())
+    printed = capsys.readouterr()
+    assert code == 0
+    assert "partial" not in printed.out and "the result is complete" in printed.out
+    assert printed.err.startswith("SIGTERM: stopping — no new turns")  # a notice: stderr

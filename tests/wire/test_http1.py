@@ -168,6 +168,25 @@ def test_informational_responses_are_skipped_and_heads_checked():
         parse([b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"])
 
 
+def test_a_folded_header_is_one_value_and_a_nul_is_malformed():
+    # obs-fold (RFC 9112 5.2): aiohttp and httpx read it; a server behind an old proxy sends it
+    folded = b"HTTP/1.1 200 OK\r\nX-Note: first\r\n  second\r\n\tthird\r\n"
+    for cut in range(1, len(folded) + 1):  # the fold split across reads, anywhere
+        body, parser = parse(
+            [
+                folded[:cut],
+                folded[cut:] + b"Content-Type: text/event-stream\r\n"
+                b"Content-Length: 9\r\n\r\ndata: x\n\n",
+            ]
+        )
+        assert parser.head is not None and parser.complete, cut
+        assert parser.head.header("x-note") == "first second third"
+        assert parser.head.header("content-type") == "text/event-stream"
+        assert body == b"data: x\n\n"
+    with pytest.raises(MalformedHTTP, match="NUL"):
+        parse([b"HTTP/1.1 200 OK\r\nX: a\x00b\r\n\r\n"])
+
+
 def test_both_framings_read_by_transfer_encoding_and_the_connection_not_reused():
     body, parser = parse(
         [HEAD + b"Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n"]
@@ -462,6 +481,23 @@ async def test_a_200_that_is_not_an_event_stream_keeps_its_text(content_type):
         assert "model 'm' is loading, retry later" in message and "ServiceUnavailable" in message
         assert 2048 <= len(message) < 2048 + 300  # bounded
     assert served == [1, 2]  # a body left unread (past the bound) closes its connection
+
+
+async def test_a_stream_with_a_folded_header_is_read():
+    response = HEAD + b"X-Served-By: edge-1\r\n edge-2\r\n" + chunked(*EVENTS)[len(HEAD) :]
+    async with raw_server(lambda i: [response]) as (url, _), HttpChatClient(url) as client:
+        assert_whole(await client.stream_chat(BODY))
+
+
+async def test_a_json_error_labelled_an_event_stream_keeps_its_text():
+    error = b'{"error": {"message": "context length exceeded", "code": 400}}'
+    response = HEAD + b"Content-Length: %d\r\n\r\n" % len(error) + error
+    async with raw_server(lambda i: [response]) as (url, _), HttpChatClient(url) as client:
+        r = await client.stream_chat(BODY)
+    assert r.error_kind == "not_event_stream" and r.http_status == 200
+    message = r.error_message or ""
+    assert "Content-Type 'text/event-stream'" in message
+    assert "context length exceeded" in message
 
 
 async def test_an_event_stream_without_content_type_is_still_read():

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from yarl import URL
 
 import workloads
 from workloads.model.errors import TargetError
+from workloads.model.scenario import Timeouts
 from workloads.model.target import Target
 from workloads.wire.arrival import kernel_stamps
 from workloads.wire.client import HttpChatClient
@@ -433,3 +435,238 @@ async def test_insecure_run_says_so_in_result_and_warnings(
     assert "--insecure" in result.environment["tls"]
     assert result.environment["arrival_stamps"] == "event loop"  # TLS: the loop's transport
     assert any("not verified (--insecure)" in w for w in result.warnings)
+
+
+# --- a proxy that asks for credentials -------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _auth_proxy(authorization: str, seen: list[tuple[str, bool]]) -> AsyncIterator[int]:
+    """A forward proxy on 127.0.0.1 that answers 407 to a connection whose first request
+    lacks ``Proxy-Authorization: {authorization}``, and otherwise carries it: CONNECT as a
+    tunnel, an absolute-form request by relaying the connection's bytes to the origin. Each
+    first request line, and whether it was let through, lands in ``seen``."""
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+            return
+        lines = head.decode("latin-1").split("\r\n")
+        method, target, _ = lines[0].split(" ", 2)
+        given = [
+            line.split(":", 1)[1].strip()
+            for line in lines[1:]
+            if line.lower().startswith("proxy-authorization:")
+        ]
+        allowed = given == [authorization]
+        seen.append((lines[0], allowed))
+        if not allowed:
+            writer.write(
+                b"HTTP/1.1 407 Proxy Authentication Required\r\n"
+                b'Proxy-Authenticate: Basic realm="test"\r\nContent-Length: 0\r\n'
+                b"Connection: close\r\n\r\n"
+            )
+            await writer.drain()
+            writer.close()
+            return
+        origin = URL(f"//{target}" if method == "CONNECT" else target)
+        assert origin.raw_host is not None and origin.port is not None
+        try:
+            up_reader, up_writer = await asyncio.open_connection(origin.raw_host, origin.port)
+        except OSError:
+            writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+            writer.close()
+            return
+        if method == "CONNECT":
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        else:
+            up_writer.write(head)  # absolute form: the origin (aiohttp's server) reads it
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    async with server:
+        yield server.sockets[0].getsockname()[1]
+
+
+@pytest.mark.parametrize("where", ["--proxy", "HTTP_PROXY"])
+async def test_a_run_through_a_proxy_that_asks_for_credentials_works_and_keeps_them(
+    where, simulated_server, tiny_scenario, tmp_path, no_proxy_env
+):
+    user, password = "alice", "pr0xy-s3cret"
+    token = "YWxpY2U6cHIweHktczNjcmV0"  # base64 of alice:pr0xy-s3cret
+    seen: list[tuple[str, bool]] = []
+    async with _auth_proxy(f"Basic {token}", seen) as port:
+        proxy = f"http://{user}:{password}@127.0.0.1:{port}"
+        target = simulated_server.target
+        if where == "--proxy":
+            target = Target(target.base_url, proxy=proxy)
+        else:
+            no_proxy_env.setenv("HTTP_PROXY", proxy)
+        result = await workloads.run_async(tiny_scenario, target, out_dir=tmp_path / "run")
+        # and a wrong password is the proxy's 407, said as the proxy's
+        wrong = Target(target.base_url, proxy=f"http://{user}:nope@127.0.0.1:{port}")
+        with pytest.raises(TargetError) as refused:
+            await identify(wrong, 10)
+    assert result.records and all(r.error_kind is None for r in result.records)
+    assert (
+        result.environment["proxy"]
+        == f"http://127.0.0.1:{port} (from {where.replace('--proxy', 'Target.proxy')})"
+    )
+    carried = {line.split(" ", 2)[1].split("/", 3)[-1] for line, allowed in seen if allowed}
+    assert {"v1/models", "v1/chat/completions", "metrics"} <= carried  # aiohttp's and ours
+    assert "HTTP 407 through proxy" in str(refused.value)
+    assert "refused the credentials" in str(refused.value) and "API key" not in str(refused.value)
+    for path in (p for p in tmp_path.rglob("*") if p.is_file()):
+        text = path.read_bytes().decode("utf-8", "replace")
+        assert password not in text and token not in text, path
+
+
+async def test_https_through_a_proxy_that_asks_for_credentials(simulated_server, tls, no_proxy_env):
+    server_ctx, ca_pem = tls
+    seen: list[tuple[str, bool]] = []
+    async with (
+        _auth_proxy("Basic YWxpY2U6cHc=", seen) as proxy_port,  # alice:pw
+        _tls_relay(simulated_server.port, server_ctx) as port,
+    ):
+        url = f"https://127.0.0.1:{port}/v1"
+        target = Target(url, proxy=f"http://alice:pw@127.0.0.1:{proxy_port}", ca_bundle=ca_pem)
+        transport = transport_for(target)
+        model, _ = await identify(target, 30, transport)  # aiohttp's CONNECT
+        async with HttpChatClient(url, transport=transport) as client:
+            response = await client.stream_chat(_body(model))  # the stream's own CONNECT
+    assert response.ok and response.text, response.error_message
+    assert seen == [(f"CONNECT 127.0.0.1:{port} HTTP/1.1", True)] * 2
+
+
+async def test_a_proxys_502_is_said_to_be_the_proxys(no_proxy_env):
+    seen: list[tuple[str, bool]] = []
+    async with _auth_proxy("Basic YWxpY2U6cHc=", seen) as proxy_port:
+        # nothing listens on port 9 of 127.0.0.1: the proxy cannot reach the target
+        target = Target("http://127.0.0.1:9/v1/", proxy=f"http://alice:pw@127.0.0.1:{proxy_port}")
+        with pytest.raises(TargetError) as failed:
+            await identify(target, 10)
+    message = str(failed.value)
+    assert message.startswith("http://127.0.0.1:9/v1/models answered HTTP 502 through proxy")
+    assert "the proxy's own answer" in message and "API key" not in message
+
+
+@pytest.mark.parametrize(
+    ("proxy", "said"),
+    [
+        ("https://proxy.example:3128", "an https:// proxy is not supported"),
+        ("socks5://u:pw@proxy.example:1080", "a socks5:// proxy is not supported"),
+        ("http://u:a%0D%0AX-Injected:%201@proxy.example:3128", "the proxy URL's user:password"),
+    ],
+)
+def test_proxy_urls_that_cannot_be_used_say_why(proxy, said):
+    with pytest.raises(TargetError) as err:
+        Transport(proxy=proxy)
+    assert said in str(err.value) and "\n" not in str(err.value)
+    assert ":pw@" not in str(err.value)
+    if "socks5" in proxy:
+        assert "https" not in str(err.value)
+
+
+def test_line_breaks_in_url_credentials_are_not_called_the_api_key():
+    with pytest.raises(TargetError) as err:
+        transport_for(Target("http://bob:a%0D%0AX-Injected:%201@127.0.0.1:1/v1"))
+    assert "the target URL's user:password" in str(err.value)
+    assert "API key" not in str(err.value)
+
+
+def _echo_cut_app(kept: int) -> web.Application:
+    """Like _echo_app, but the 401's body ends with the Authorization header it got, placed
+    so that the 300 characters a turn's error message keeps of it end ``kept`` characters
+    into the key."""
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "echo"}]})
+
+    async def chat(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(
+            status=401, text="x" * (300 - len("Bearer ") - kept) + request.headers["Authorization"]
+        )
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+@pytest.mark.parametrize("kept", [12, 4])
+async def test_a_key_cut_by_the_error_message_limit_leaves_no_start_of_it(
+    kept, serve_app, tiny_scenario, tmp_path, monkeypatch, no_proxy_env
+):
+    key = "sk-test-0123456789abcdef"
+    monkeypatch.setenv("WL_ECHO_KEY", key)
+    async with serve_app(_echo_cut_app(kept)) as root:
+        target = Target(f"{root}/v1", api_key_env="WL_ECHO_KEY")
+        result = await workloads.run_async(
+            tiny_scenario.with_overrides(["gate=off"]), target, out_dir=tmp_path / "run"
+        )
+    failed = [r for r in result.records if r.error_kind == "http_4xx"]
+    assert failed, [r.error_message for r in result.records]
+    assert all("xBearer <red" in (r.error_message or "") for r in failed), failed[0].error_message
+    records = (tmp_path / "run" / "records.jsonl").read_text()
+    assert key[:4] not in records  # not even "sk-t"
+
+
+def test_redact_takes_the_start_of_a_secret_off_a_cut_text():
+    transport = Transport(secrets=("hunter2-pw",))
+    assert transport.redact("denied: hunter2-pw and more") == "denied: <redacted> and more"
+    assert transport.redact("denied: hunt") == "denied: <redacted>"
+    assert transport.redact("denied: hun") == "denied: hun"  # 3 characters: the text's own
+
+
+@contextlib.asynccontextmanager
+async def _silent_server() -> AsyncIterator[int]:
+    """Reads whatever comes and never answers: a plain-HTTP server waiting for the end of a
+    request line that a TLS ClientHello never sends."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await reader.read(65536):
+                pass
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    async with server:
+        yield server.sockets[0].getsockname()[1]
+
+
+async def test_https_to_a_port_that_never_answers_tls_says_it_may_be_plain_http(no_proxy_env):
+    async with _silent_server() as port:
+        url = f"https://127.0.0.1:{port}/v1"
+        with pytest.raises(TargetError) as read:
+            await identify(Target(url), 30, connect_s=0.5)
+        async with HttpChatClient(url, timeouts=Timeouts(connect_s=0.5)) as client:
+            response = await client.stream_chat(BODY)
+    message = str(read.value)
+    assert message.startswith(f"cannot reach {url}/models: no connection within 0.5 s")
+    assert "never answered the TLS handshake" in message and "plain HTTP" in message
+    assert response.error_kind == "connect_timeout"
+    assert "plain HTTP" in (response.error_message or "")
+
+
+async def test_a_target_ending_in_a_slash_is_named_without_a_double_slash(serve_app, no_proxy_env):
+    async with serve_app(web.Application()) as root:  # answers 404 to everything
+        with pytest.raises(TargetError) as failed:
+            await identify(Target(f"{root}/v1/"), 10)
+    assert str(failed.value).startswith(f"{root}/v1/models answered HTTP 404;")

@@ -14,6 +14,7 @@ from typing import Any
 from workloads.cli.common import (
     EXIT_OK,
     UsageError,
+    check_target_flags,
     launch,
     make_console,
     override_arguments,
@@ -148,6 +149,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         )
     if args.target and args.launch:
         raise UsageError("give --target (a running server) or --launch (start one), not both")
+    check_target_flags(args)
     limits = _limits(args)
     out = (
         Path(args.out)
@@ -221,7 +223,11 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     if not args.no_plots:
         try:
             written = report.capacity_plot(result, out / "capacity.png")
-        except OSError as err:  # a full disk after the search: name what failed (exit 6)
+        except OutputError as err:  # a full disk after the search: the file (exit 6)
+            raise OutputError(
+                f"{err}; capacity.json and the runs are saved", path=err.path, errno=err.errno
+            ) from err
+        except OSError as err:
             raise OutputError.writing(
                 out / "capacity.png", err, then="; capacity.json and the runs are saved"
             ) from err

@@ -12,9 +12,11 @@ from typing import Any
 
 from workloads.cli.common import (
     UsageError,
+    check_target_flags,
     launch,
     make_console,
     parse_assignments,
+    print_table,
     slo_option,
     write_plots,
 )
@@ -134,7 +136,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from workloads.model.target import Target, base_url_problem
+    from workloads.model.target import Target
     from workloads.probe.observe import probe, render
 
     # With --json, stdout carries only the JSON; what happens on the way goes to stderr.
@@ -146,8 +148,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
             "--sim sets the embedded simulator's profile and cannot change a "
             "--target server; drop --sim, or drop --target to probe the simulator"
         )
-    if args.target and (problem := base_url_problem(args.target)) is not None:
-        raise UsageError(f"--target: {problem}")
+    check_target_flags(args)
     with contextlib.ExitStack() as stack:
         if args.target:
             target = Target(
@@ -181,7 +182,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if args.json:
         print(report.model_dump_json(indent=2))
     else:
-        console.print(render(report))
+        print_table(console, render(report))
     return 0
 
 

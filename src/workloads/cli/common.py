@@ -105,6 +105,20 @@ def make_console() -> Any:
     return console
 
 
+def print_table(console: Any, table: Any) -> None:
+    """Print a rich table; piped or captured (no terminal), each line without the trailing
+    spaces that pad its columns to the console's width (a line-oriented reader, ``diff``
+    or ``grep 'yes$'``, sees the text alone). On a terminal, as rich draws it."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    with console.capture() as captured:
+        console.print(table)
+    lines = captured.get().splitlines()
+    console.file.write("".join(line.rstrip() + "\n" for line in lines))
+    console.file.flush()
+
+
 class StoppedByTerm(KeyboardInterrupt):
     """SIGTERM while a launched server is up and no run handles signals (it is starting, or
     stopping): unwinds like Ctrl-C, so the server is stopped on the way out."""
@@ -158,6 +172,26 @@ def write_plots(result: Any, directory: Path, console: Any, *, wanted: bool) -> 
         return
     written = plots.write_plots(result, directory)
     console.print("plots: " + ", ".join(str(p) for p in written))
+
+
+def check_target_flags(args: argparse.Namespace) -> None:
+    """--target, --proxy (or the environment's proxy for the target) and --ca-bundle that
+    cannot work: one line, exit 2 (bad arguments), before anything starts."""
+    from workloads.model.errors import TargetError
+    from workloads.model.target import base_url_problem
+    from workloads.wire.transport import Transport
+
+    if not args.target:
+        return
+    if (problem := base_url_problem(args.target)) is not None:
+        raise UsageError(f"--target: {problem}")
+    try:
+        transport = Transport(proxy=args.proxy, ca_bundle=args.ca_bundle)
+        transport.proxy_for(args.target)  # HTTP(S)_PROXY, when no --proxy is given
+        if args.ca_bundle is not None:
+            transport.ssl_context()  # a file that is no PEM of certificates
+    except TargetError as err:
+        raise UsageError(str(err)) from None
 
 
 def target_arguments(parser: argparse.ArgumentParser, launch_does: str) -> None:

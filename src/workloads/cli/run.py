@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from workloads.cli.common import (
     EXIT_OK,
     StoppedByTerm,
     UsageError,
+    check_target_flags,
     launch,
     make_console,
     parse_assignments,
@@ -217,9 +219,10 @@ def run_into(
             # run's own handlers were in place
             signum = err.signum if isinstance(err, StoppedByTerm) else signal.SIGINT
             if (out / "records.jsonl").exists():
-                console.print(f"interrupted: every turn measured so far is in {out}/records.jsonl")
+                notice = f"interrupted: every turn measured so far is in {out}/records.jsonl"
             else:
-                console.print("interrupted before the run started: nothing was written")
+                notice = "interrupted before the run started: nothing was written"
+            print(notice, file=sys.stderr)
             return 128 + signum
     if result is None:  # a second signal cut the grace short: the saved partial result
         from workloads.core.load import load_result
@@ -237,7 +240,11 @@ def run_into(
     try:
         write_plots(result, out / "plots", console, wanted=not args.no_plots)
         write_html(result, out, console, with_plots=not args.no_plots)
-    except OSError as err:  # a full disk after the run: name what failed, keep the rest
+    except OutputError as err:  # a full disk after the run: the file it names, what is kept
+        raise OutputError(
+            f"{err}; the result and records are saved", path=err.path, errno=err.errno
+        ) from err
+    except OSError as err:
         raise OutputError.writing(
             err.filename or out,
             err,
@@ -322,8 +329,6 @@ def read_trace(
 
 def check_run_flags(args: argparse.Namespace) -> None:
     """Flag combinations that cannot work, refused before anything starts."""
-    from workloads.model.target import base_url_problem
-
     if args.sim and args.target:
         raise UsageError(
             "--sim sets the embedded simulator's profile and cannot change a "
@@ -334,8 +339,7 @@ def check_run_flags(args: argparse.Namespace) -> None:
             "--kv-capacity describes a --target server; the simulated server's "
             "capacity is its profile's (--sim kv_capacity_tokens=N)"
         )
-    if args.target and (problem := base_url_problem(args.target)) is not None:
-        raise UsageError(f"--target: {problem}")
+    check_target_flags(args)
     if not 0.0 <= args.max_error_rate <= 1.0:
         raise UsageError(
             f"--max-error-rate {args.max_error_rate:g}: give a fraction from 0 "
@@ -363,10 +367,12 @@ async def run_until_signal(
     def on_signal(signum: int) -> None:
         signals.append(signum)
         name = signal.Signals(signum).name
-        if len(signals) == 1:
-            console.print(
+        if len(signals) == 1:  # a notice, not the report: stderr, as the error lines
+            print(
                 f"{name}: stopping — no new turns; turns in flight get {grace_s:g} s "
-                "(send it again to cancel them now)"
+                "(send it again to cancel them now)",
+                file=sys.stderr,
+                flush=True,
             )
             stop.set()
         elif task is not None:
@@ -396,12 +402,17 @@ def run_exit_code(result: Any, signum: int | None, max_error_rate: float, consol
     from workloads.report.failures import failure_rate
 
     print_failures(result, console)
-    if signum is not None:
+    if signum is not None and not result.complete:
         console.print(
             f"stopped by {signal.Signals(signum).name}: the result is partial "
             f"(complete: false); exit {128 + signum}"
         )
         return 128 + signum
+    if signum is not None:  # it came once every turn had ended: it cut nothing short
+        console.print(
+            f"{signal.Signals(signum).name} came after the last turn had ended: nothing was "
+            "cut short; the result is complete (complete: true) and judged as a finished run"
+        )
     if result.invalid_reason:
         console.print(f"the run is invalid: {result.invalid_reason}; exit {EXIT_INVALID_RUN}")
         return EXIT_INVALID_RUN

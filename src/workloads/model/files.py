@@ -27,19 +27,19 @@ def target_file(directory: str | Path, name: str, *, overwrite: bool) -> Path:
     path = out / name
     if path.exists() and not overwrite:
         raise OutputExistsError(
-            f"{path} exists; pass overwrite=True (--overwrite) or choose another --out",
+            f"{path} exists; pass overwrite=True or choose another out_dir=",
             path=str(path),
         )
     return path
 
 
-def replace_file(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through ``path.tmp`` and an atomic rename: a failed write
-    removes the tmp file, leaves a file already at ``path`` as it was, and raises
-    :class:`OutputError` naming ``path``."""
+def replace_file(path: Path, content: str | bytes) -> Path:
+    """Write ``content`` (text as UTF-8, or bytes: a PNG) to ``path`` through ``path.tmp``
+    and an atomic rename: a failed write removes the tmp file, leaves a file already at
+    ``path`` as it was, and raises :class:`OutputError` naming ``path``."""
     tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
         os.replace(tmp, path)
     except OSError as err:
         with contextlib.suppress(OSError):

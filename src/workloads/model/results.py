@@ -415,7 +415,7 @@ def _two_runs(path: Path, *headers: tuple[int, object]) -> ResultFormatError:
     return ResultFormatError(
         f"{path}: holds two runs, whose headers are at {run(*headers[0])} and "
         f"{run(*headers[1])}: their records cannot be told apart, so no report is made of "
-        "them; run each into its own --out"
+        "them; run each into a directory of its own"
     )
 
 

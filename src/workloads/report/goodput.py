@@ -6,6 +6,7 @@ are :func:`workloads.report.text.percentile_text`'s.)
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,8 @@ from pathlib import Path
 from workloads.core.goodput import sessions_to_show
 from workloads.core.stats import CONFIDENCE, needed_for_bound
 from workloads.model.capacity import CapacityResult
+from workloads.model.errors import OutputError
+from workloads.model.files import replace_file
 from workloads.model.goodput import Goodput, SloCheck
 from workloads.model.results import RunResult
 from workloads.report.agents import KIND_LABELS
@@ -366,8 +369,12 @@ def capacity_plot(result: CapacityResult, path: Path) -> Path | None:
             f"{result.scenario.name}: capacity at {result.slo.describe()}", fontsize="small"
         )
         fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
+        png = io.BytesIO()
+        fig.savefig(png, dpi=120, format="png")
     finally:
         plt.close(fig)
-    return path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputError.writing(path.parent, err) from err
+    return replace_file(path, png.getvalue())  # whole or not there (a full disk)

@@ -16,6 +16,7 @@ import html
 import time
 from pathlib import Path
 
+from workloads.model.files import replace_file
 from workloads.model.results import RunResult
 from workloads.report import console as report
 from workloads.report import goodput, rates
@@ -248,10 +249,5 @@ def write_html(result: RunResult, path: str | Path, *, with_plots: bool = True) 
     out = Path(path)
     if out.is_dir():
         out = out / REPORT_FILE
-    text = html_report(result, with_plots=with_plots)
-    try:
-        out.write_text(text, encoding="utf-8")
-    except OSError:
-        out.unlink(missing_ok=True)  # a full disk: no half report left behind
-        raise
-    return out
+    # a full disk: no half report left behind, and the error names the file
+    return replace_file(out, html_report(result, with_plots=with_plots))

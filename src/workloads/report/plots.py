@@ -45,6 +45,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from workloads.core import aggregate, stats
+from workloads.model.errors import OutputError
+from workloads.model.files import replace_file
 from workloads.model.records import TurnRecord
 from workloads.model.results import CellSummary, RunResult
 from workloads.model.summary import BandSummary
@@ -921,12 +923,15 @@ def figures(result: RunResult) -> list[tuple[str, bytes]]:
 
 def write_plots(result: RunResult, directory: str | Path) -> list[Path]:
     """Write the plots (rates.png, ttft.png, timeline.png, …) into ``directory``; return
-    their paths."""
+    their paths. Each is whole or not there: a failed write (a full disk) leaves no
+    truncated PNG and raises :class:`~workloads.model.errors.OutputError` naming the file
+    (the plots written before it stay)."""
     out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputError.writing(out, err) from err
     written = []
     for name, png in figures(result):
-        path = out / name
-        path.write_bytes(png)
-        written.append(path)
+        written.append(replace_file(out / name, png))
     return written

@@ -300,8 +300,7 @@ async def capacity_async(
     if out is not None:
         if (out / CAPACITY_FILE).exists() and not overwrite:
             raise OutputExistsError(
-                f"{out / CAPACITY_FILE} exists; choose another --out "
-                "directory, or pass --overwrite (overwrite=True)",
+                f"{out / CAPACITY_FILE} exists; choose another out_dir=, or pass overwrite=True",
                 path=str(out / CAPACITY_FILE),
             )
         out.mkdir(parents=True, exist_ok=True)

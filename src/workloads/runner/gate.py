@@ -124,6 +124,17 @@ def gate_deadline_s(timeouts: Timeouts) -> float:
     return min(timeouts.gate_s, timeouts.read_gap_s, timeouts.turn_s)
 
 
+def gate_deadline_text(timeouts: Timeouts) -> str:
+    """`` (the gate's deadline, 5 s: timeouts.read_gap_s)``: the deadline and the field that
+    set it (the lowest of the three), for a gate request that ran out of time."""
+    deadline = gate_deadline_s(timeouts)
+    field = next(
+        name for name in ("gate_s", "read_gap_s", "turn_s") if getattr(timeouts, name) == deadline
+    )
+    below = "" if field == "gate_s" else f", below timeouts.gate_s {timeouts.gate_s:g} s"
+    return f" (the gate's deadline, {deadline:g} s: timeouts.{field}{below})"
+
+
 class GateClient(HttpChatClient):
     """The gate's client: the chat cases stream as every request does; the text form goes
     to ``/v1/completions`` (:func:`~workloads.wire.completion.complete`) through the same
@@ -184,7 +195,7 @@ async def send_gate(
     if any(o.case.startswith(TEXT_PREFIX) for o in earlier) and isinstance(client, GateClient):
         return await _send_text(client, model, scenario, phase)
     slots = asyncio.Semaphore(GATE_CONCURRENCY)
-    deadline = gate_deadline_s(scenario.timeouts)
+    deadline = gate_deadline_text(scenario.timeouts)
     statuses: list[int | None] = []
 
     async def one(case: GateCase) -> GateOutput:
@@ -235,14 +246,13 @@ async def _send_text(
     client: GateClient, model: str, scenario: Scenario, phase: Literal["before", "after"]
 ) -> list[GateOutput]:
     """The text form of the cases, together, judged; in case order."""
-    deadline = gate_deadline_s(scenario.timeouts)
 
     async def one(case: TextCase) -> GateOutput:
         answer = await client.complete(text_body(scenario, model, case))
         if not answer.ok:
             message = answer.error_message or "no message"
             if answer.error_kind == "turn_deadline":
-                message += f" (the gate's deadline, {deadline:g} s: timeouts.gate_s)"
+                message += gate_deadline_text(scenario.timeouts)
             return GateOutput(
                 case=case.name,
                 phase=phase,
@@ -268,14 +278,14 @@ async def _send_text(
 
 
 def _output(
-    case: GateCase, phase: Literal["before", "after"], response: ChatResponse, deadline: float
+    case: GateCase, phase: Literal["before", "after"], response: ChatResponse, deadline: str
 ) -> GateOutput:
     """One case's output, judged; a failed request is a failed case with its error."""
     completion = response.usage.completion_tokens if response.usage else None
     if not response.ok:
         message = response.error_message or "no message"
         if response.error_kind == "turn_deadline":
-            message += f" (the gate's deadline, {deadline:g} s: timeouts.gate_s)"
+            message += deadline
         echoed = f" ({ECHOED} first)" if echoes(case, response.text) else ""
         return GateOutput(
             case=case.name,

@@ -71,13 +71,13 @@ def new_run_dir(base: Path) -> NewRunDir:
         except OSError as err:
             _remove_empty(made)
             raise OutputError.writing(
-                path, err, name=f"the run directory {path}", then="; give --out DIR"
+                path, err, name=f"the run directory {path}", then="; give out_dir=DIR"
             ) from err
         return NewRunDir(path, [*made, path])
     _remove_empty(made)
     raise OutputError(
         f"cannot make a run directory: {base} and {base.name}-2 … "
-        f"-{MAX_SUFFIX} all exist; give --out DIR",
+        f"-{MAX_SUFFIX} all exist; give out_dir=DIR",
         path=str(base),
     )
 
@@ -116,8 +116,8 @@ def claim_out_dir(out: Path, *, overwrite: bool = False) -> Iterator[Path]:
                 os.close(os.open(out / RECORDS_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
             except FileExistsError as err:  # a run without the lock (another host's NFS)
                 raise OutputExistsError(
-                    f"{out / RECORDS_FILE} appeared as this run claimed --out {out}: another "
-                    "run is writing there; choose another --out directory",
+                    f"{out / RECORDS_FILE} appeared as this run claimed out_dir={_q(out)}: "
+                    "another run is writing there; choose another out_dir=",
                     path=str(out / RECORDS_FILE),
                 ) from err
             except OSError as err:
@@ -146,7 +146,8 @@ def _existing(out: Path) -> Path:
     if path.exists() and not path.is_dir():
         where = "is a file" if path == out else f"is inside {path}, a file"
         raise OutputExistsError(
-            f"--out {out} {where}, not a directory; choose a directory", path=str(path)
+            f"out_dir={_q(out)} {where}, not a directory; choose a directory",
+            path=str(path),
         )
     return path
 
@@ -157,8 +158,7 @@ def _refuse_present(out: Path, *, overwrite: bool) -> list[Path]:
     if present and not overwrite:
         # records.jsonl alone is what a killed run leaves: appending to it would mix runs.
         raise OutputExistsError(
-            f"{present[0]} exists; choose another --out directory, or pass --overwrite "
-            "(overwrite=True) to replace it",
+            f"{present[0]} exists; choose another out_dir=, or pass overwrite=True to replace it",
             path=str(present[0]),
         )
     return present
@@ -205,8 +205,8 @@ def _locked(out: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as err:
             raise _Busy(
-                f"--out {out} is being written by another run now; wait for it to end, or "
-                "choose another --out directory",
+                f"out_dir={_q(out)} is being written by another run now; wait for it to "
+                "end, or choose another out_dir=",
                 path=str(out),
             ) from err
         yield
@@ -237,5 +237,11 @@ def _remove_empty(made: list[Path]) -> None:
 
 def _cannot_use(out: Path, err: OSError) -> OutputError:
     return OutputError.writing(
-        out, err, name=f"to --out {out}", then="; choose a writable directory"
+        out, err, name=f"to out_dir={_q(out)}", then="; choose a writable directory"
     )
+
+
+def _q(out: Path) -> str:
+    """``out`` as the library's messages spell an argument, quoted (the CLI's flag_words
+    turns ``out_dir='runs/a'`` into ``--out runs/a``)."""
+    return repr(str(out))

@@ -191,7 +191,12 @@ async def run_async(
         connection = transport.environment(chosen.base_url)
         if client is None:
             connection["arrival_stamps"] = arrival_stamps(chosen.base_url)
-            model, identity = await identify(chosen, scenario.timeouts.connect_s + 20, transport)
+            model, identity = await identify(
+                chosen,
+                scenario.timeouts.connect_s + 20,
+                transport,
+                connect_s=scenario.timeouts.connect_s,
+            )
             client = await stack.enter_async_context(
                 AiohttpChatClient(
                     chosen.base_url,
@@ -385,6 +390,13 @@ def _check_options(
     """Arguments of :func:`run_async` out of range or that cannot work together, refused
     before anything starts; worded as a caller writes them (the CLI rewords them with its
     flags)."""
+    # A number in a string ("3", as read from a config or environment) is still no count:
+    # named, not a TypeError from a comparison.
+    if isinstance(workers, bool) or not isinstance(workers, int):
+        raise OptionsError(
+            f"workers={workers!r}: give a whole number of processes, 1 or more, e.g. workers=3",
+            option="workers",
+        )
     if workers < 1:
         raise OptionsError(f"workers={workers}: give 1 or more processes", option="workers")
     if sim and target is not None:  # ignored silently before: the run went to the target
@@ -392,6 +404,11 @@ def _check_options(
             f"sim={sim!r} sets the embedded simulator's profile and cannot change the "
             f"target {target.base_url}; drop sim=, or drop the target to run the simulator",
             option="sim",
+        )
+    if isinstance(stop_grace_s, bool) or not isinstance(stop_grace_s, int | float):
+        raise OptionsError(
+            f"stop_grace_s={stop_grace_s!r}: give seconds as a number, 0 or more",
+            option="stop_grace_s",
         )
     if not stop_grace_s >= 0:  # NaN too
         raise OptionsError(

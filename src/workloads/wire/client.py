@@ -383,6 +383,7 @@ class HttpChatClient:
                 reuse=self._reuse,
                 ssl_context=self._transport.ssl_context() if tls else None,
                 proxy=self._transport.proxy_for(url),
+                redact=self._transport.redact,
             )
         return pool
 

@@ -82,9 +82,9 @@ async def complete(
     if status != 200:
         return TextAnswer(
             error_kind=status_kind(status),
-            error_message=transport.redact(
+            error_message=(
                 f"{base_url.rstrip('/')}/completions answered {status}: "
-                f"{' '.join(text.split())[:300]}"
+                f"{' '.join(transport.redact(text).split())[:300]}"
             ),
         )
     try:

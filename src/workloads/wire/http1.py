@@ -13,8 +13,9 @@ Framing follows RFC 9112 as llhttp reads it: a 1xx response before the real one 
 204 and 304 have no body; chunk extensions and trailer fields are read and ignored (llhttp
 refuses whitespace right after an extension's ``;``, which RFC 9112 allows); a response
 with both Transfer-Encoding and Content-Length is read by its Transfer-Encoding and its
-connection not reused; anything else that does not parse (a bad chunk size, a duplicate
-Content-Length, a folded header line, a version other than 1.0 and 1.1) raises
+connection not reused; a folded header line (obs-fold) is one value, as in aiohttp and httpx;
+anything else that does not parse (a bad chunk size, a duplicate Content-Length, a NUL in a
+header value, a version other than 1.0 and 1.1) raises
 :class:`MalformedHTTP` (the client's ``malformed`` kind), after the body that came before it.
 """
 
@@ -102,8 +103,11 @@ class ResponseParser:
         # the connection is not reused (on_headers_complete), as a request-smuggling shape.
         # Spaces between a chunk size and its ";extension" are RFC 9112's BWS; llhttp still
         # refuses them after the ";" (a server that sends chunk extensions at all is rare).
+        # A folded header line (obs-fold, RFC 9112 5.2) is read as one value, as aiohttp's
+        # response parser (llhttp's lenient headers, in its release mode) and httpx do; a NUL
+        # in a value is still refused (on_header), as aiohttp does.
         parser.set_dangerous_leniencies(
-            lenient_chunked_length=True, lenient_spaces_after_chunk_size=True
+            lenient_headers=True, lenient_chunked_length=True, lenient_spaces_after_chunk_size=True
         )
         self._parser: HttpResponseParser | None = parser
 
@@ -155,8 +159,11 @@ class ResponseParser:
         self._reason = reason.decode("latin-1")
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if b"\0" in value:
+            raise MalformedHTTP("a NUL in a header value")
         key = name.decode("latin-1").lower()
-        text = value.decode("latin-1").strip()
+        # a folded line's line break (if llhttp leaves it) and its indent are one space
+        text = b" ".join(value.split()).decode("latin-1")
         headers = self._headers
         headers[key] = f"{headers[key]}, {text}" if key in headers else text
 

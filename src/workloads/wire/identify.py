@@ -6,18 +6,30 @@ import aiohttp
 
 from workloads.model.errors import TargetError
 from workloads.model.results import ServerIdentity
+from workloads.model.scenario import Timeouts
 from workloads.model.target import Target
 from workloads.wire.errors import READ_ERRORS, describe
-from workloads.wire.transport import Transport, tls_message, transport_for
+from workloads.wire.transport import (
+    Transport,
+    plain_http_hint,
+    proxy_status,
+    tls_message,
+    transport_for,
+)
 
 __all__ = ["identify"]
 
+DEFAULT_CONNECT_S = Timeouts().connect_s  # the scenario's default: one home for it
 # /version answered something that is not {"version": ...}: identity comes from elsewhere.
 _VERSION_ERRORS: tuple[type[BaseException], ...] = (*READ_ERRORS, AttributeError)
 
 
 async def identify(
-    target: Target, timeout_s: float, transport: Transport | None = None
+    target: Target,
+    timeout_s: float,
+    transport: Transport | None = None,
+    *,
+    connect_s: float = DEFAULT_CONNECT_S,  # a new connection, TLS handshake included
 ) -> tuple[str, ServerIdentity]:
     """Check the target answers, pick the model, read what identity it offers.
 
@@ -26,13 +38,15 @@ async def identify(
     """
     transport = transport or transport_for(target)
     url = target.base_url.rstrip("/") + "/models"
-    async with transport.session(url, timeout_s=timeout_s, limit=2) as http:
+    connect_s = min(connect_s, timeout_s)
+    async with transport.session(url, timeout_s=timeout_s, limit=2, connect_s=connect_s) as http:
         try:
             async with http.get(url) as resp:
                 if resp.status != 200:
                     raise TargetError(
-                        f"{target.base_url}/models answered HTTP {resp.status}; is this an "
-                        "OpenAI-compatible base URL (ending in /v1), and is the API key set in "
+                        proxy_status(transport.proxy_for(url), resp.status, url)
+                        or f"{url} answered HTTP {resp.status}; is this an OpenAI-compatible "
+                        f"base URL (ending in /v1), and is the API key set in "
                         f"${target.api_key_env}?"
                     )
                 listing = await resp.json(content_type=None)
@@ -44,18 +58,19 @@ async def identify(
                 raise TargetError(tls) from err
             if isinstance(err, ValueError) and not isinstance(err, aiohttp.ClientError):
                 raise TargetError(f"{url} did not answer JSON: {err}") from err
+            if isinstance(err, aiohttp.ConnectionTimeoutError):
+                hint = await plain_http_hint(url, transport.proxy_for(url))
+                raise TargetError(
+                    f"cannot reach {url}: no connection within {connect_s:g} s{hint}"
+                ) from err
             raise TargetError(f"cannot reach {url}: {describe(err, url)}") from err
         data = listing.get("data") if isinstance(listing, dict) else None
         if not isinstance(data, list):
-            raise TargetError(
-                f"{target.base_url}/models is not an OpenAI model list (no 'data' array)"
-            )
+            raise TargetError(f"{url} is not an OpenAI model list (no 'data' array)")
         models = [str(m.get("id", "")) for m in data if isinstance(m, dict)]
         model = target.model or (models[0] if models else None)
         if model is None:
-            raise TargetError(
-                f"{target.base_url}/models lists no model; name one with Target.model"
-            )
+            raise TargetError(f"{url} lists no model; name one with Target.model")
         if target.model is not None and models and target.model not in models:
             # Every turn would fail (vLLM and SGLang answer 404): say so before sending any.
             raise TargetError(

@@ -34,7 +34,7 @@ from workloads.model.errors import RequestError
 from workloads.wire.arrival import kernel_stamped, open_stamped, stall_watch
 from workloads.wire.failures import connect_kind, retry_after, status_kind
 from workloads.wire.http1 import MalformedHTTP, ResponseHead, ResponseParser
-from workloads.wire.transport import Proxy, open_tunnel, tls_message
+from workloads.wire.transport import Proxy, open_tunnel, plain_http_hint, tls_message
 
 __all__ = ["SETTLE_S", "Connection", "Exchange", "Pool"]
 
@@ -44,9 +44,10 @@ SETTLE_S = 0.005
 DNS_TTL_S = 10.0  # aiohttp's default DNS cache life: a host is resolved once per this
 FILL_AT_ONCE = 32  # connections Pool.fill opens at a time (a server's accept queue is finite)
 ERROR_DETAIL_BYTES = 2048  # of a non-200 body, or of a 200 that is not an event stream
-# A 200 without Content-Type is an event stream unless its body starts like one of these:
-# JSON (an error object) or HTML (a proxy's page). An event stream starts with a field name,
-# a comment (":") or a blank line.
+ERROR_MESSAGE_CHARS = 300  # of a non-200 body, in the turn's error message
+# A 200 without Content-Type, or labelled text/event-stream, is an event stream unless its
+# body starts like one of these: JSON (an error object) or HTML (a proxy's page). An event
+# stream starts with a field name, a comment (":") or a blank line.
 NOT_EVENTS = frozenset(b"{[<")
 # zlib's window bits for each content coding a server may send anyway: gzip (+32: a gzip or
 # zlib header), deflate (zlib framing, or raw deflate as some servers send it: the first
@@ -220,12 +221,14 @@ class Exchange:
             self.detail_limit = ERROR_DETAIL_BYTES
             return
         content_type = head.header("content-type")
-        if content_type is None:
+        if content_type is None or content_type.split(";", 1)[0].strip().lower() == (
+            "text/event-stream"
+        ):
+            # An event stream unless its body starts like JSON or HTML: a gateway's error
+            # object labelled text/event-stream keeps its text (not "truncated", text lost).
             self.sniff = True
-        elif content_type.split(";", 1)[0].strip().lower() != "text/event-stream":
-            self.detail_limit = ERROR_DETAIL_BYTES
         else:
-            self.stream = ChatStream()
+            self.detail_limit = ERROR_DETAIL_BYTES
 
     def _decode(self, body: bytes) -> bytes:
         """A read of a gzip or deflate body, decoded (zlib keeps the state between reads)."""
@@ -251,8 +254,9 @@ class Exchange:
         return done
 
     def _sniffed(self, body: bytes, now: int, since: int) -> None:
-        """A 200 without Content-Type: an event stream unless its body looks like JSON or
-        HTML (an error object, a proxy's page), whose text then becomes the error."""
+        """A 200 without Content-Type or labelled an event stream: an event stream unless its
+        body looks like JSON or HTML (an error object, a proxy's page), whose text then
+        becomes the error."""
         start = body.lstrip()
         if not start and not self.parser.complete:
             return  # only whitespace so far
@@ -289,12 +293,14 @@ class Exchange:
     def _finish_detail(self) -> None:
         head = self.head
         assert head is not None
-        text = self.detail.decode("utf-8", "replace").strip()
+        # Redacted before it is cut: a secret the server echoed across the cut would leave
+        # its start in the record.
+        text = self.conn.pool.redact(self.detail.decode("utf-8", "replace").strip())
         if head.status != 200:
             self._finish(
                 RequestError(
                     status_kind(head.status),
-                    f"HTTP {head.status}: {text[:300]}",
+                    f"HTTP {head.status}: {text[:ERROR_MESSAGE_CHARS]}",
                     http_status=head.status,
                     retry_after_s=retry_after(head.header("retry-after")),
                 )
@@ -461,6 +467,7 @@ class Pool:
         reuse: bool,
         ssl_context: ssl.SSLContext | None = None,
         proxy: Proxy | None = None,
+        redact: Callable[[str], str] = str,  # secrets out of an echoed body (Transport's)
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.host = host
@@ -470,6 +477,7 @@ class Pool:
         self.tls = (ssl_context or ssl.create_default_context()) if tls else None
         # Through a proxy: connect to it; an https origin through a CONNECT tunnel.
         self.proxy = proxy
+        self.redact = redact
         self.connect_s = connect_s
         self.keepalive_s = keepalive_s
         self.reuse = reuse
@@ -560,9 +568,11 @@ class Pool:
             async with asyncio.timeout(self.connect_s):
                 conn = await self._connect()
         except TimeoutError as err:
+            hint = await plain_http_hint(self._origin(), self.proxy) if self.tls else ""
             raise RequestError(
                 "connect_timeout",
-                f"cannot connect to {self._origin()}: no connection within {self.connect_s:g} s",
+                f"cannot connect to {self._origin()}: no connection within "
+                f"{self.connect_s:g} s{hint}",
             ) from err
         except OSError as err:  # gaierror, SSLError, ConnectionRefusedError, ...
             raise RequestError(

@@ -73,7 +73,7 @@ class _HttpTokenizer:
             try:
                 async with self._http.post(url, json=body) as resp:
                     if resp.status != 200:
-                        detail = self._transport.redact((await resp.text())[:200])
+                        detail = self._transport.redact(await resp.text())[:200]
                         raise TokenizeError(f"POST {url}: HTTP {resp.status}: {detail}")
                     # orjson: a deep prompt's answer is a list of ~100K ids, and it is
                     # parsed on the loop between turns (the stdlib's json took ~4x longer)

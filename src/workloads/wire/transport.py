@@ -41,23 +41,32 @@ from workloads.model.target import Target
 
 __all__ = [
     "MAX_REDIRECTS",
+    "MIN_CUT_SECRET",
     "Proxy",
     "Transport",
     "check_header",
     "followed",
     "open_tunnel",
+    "plain_http_hint",
+    "proxy_status",
     "tls_message",
     "transport_for",
 ]
 
 MAX_REDIRECTS = 5  # hops per request, reads and chat alike (aiohttp's default is 10)
+# The shortest start of a secret redact() takes off the end of a cut text. Every echo the
+# library records is redacted whole before it is cut (wire/stream.py) but for an error event's
+# data, cut in core/chat_stream.py, which knows no secrets: there 1-3 characters may stay.
+MIN_CUT_SECRET = 4
+PORT_CHECK_S = 2.0  # a TCP connect to a port that just took one (plain_http_hint)
 _FOLLOWED = (307, 308)  # keep method and body; 301/302/303 on a POST would become a GET
 
 
-def check_header(name: str, value: str) -> None:
+def check_header(name: str, value: str, what: str | None = None) -> None:
     """Raise a one-line TargetError when ``name: value`` cannot be sent as it is: CR or LF
-    (a second header could be injected) or a character outside Latin-1 (HTTP/1.1's bytes)."""
-    what = "the API key" if name.lower() == "authorization" else f"header {name!r}"
+    (a second header could be injected) or a character outside Latin-1 (HTTP/1.1's bytes).
+    ``what`` names where the value came from (default: the header)."""
+    what = what or f"header {name!r}"
     for text, part in ((name, "name"), (value, "value")):
         if "\r" in text or "\n" in text or "\0" in text:
             raise TargetError(f"{what}: its {part} holds a line break or NUL; remove it")
@@ -98,14 +107,17 @@ class Proxy:
 def _proxy(value: str, source: str) -> Proxy:
     url = URL(value if "://" in value else "http://" + value)
     if url.scheme != "http" or not url.raw_host:
-        raise TargetError(
-            f"{source}: proxy {url.with_user(None)} is not http://HOST:PORT; "
-            "an https:// proxy is not supported (the target may still be https)"
-        )
+        if url.scheme == "https":
+            why = "an https:// proxy is not supported (the target may still be https)"
+        elif url.scheme != "http":
+            why = f"a {url.scheme}:// proxy is not supported, only an http:// one"
+        else:
+            why = "it names no host"
+        raise TargetError(f"{source}: proxy {url.with_user(None)} is not http://HOST:PORT; {why}")
     auth = None
     if url.user is not None:
         pair = f"{url.user}:{url.password or ''}"
-        check_header("Proxy-Authorization", pair)
+        check_header("Proxy-Authorization", pair, f"{source}: the proxy URL's user:password")
         auth = "Basic " + base64.b64encode(pair.encode("latin-1")).decode("ascii")
     return Proxy(URL.build(scheme="http", host=url.raw_host, port=url.port or 80), auth, source)
 
@@ -184,6 +196,7 @@ class Transport:
         timeout_s: float | None,
         limit: int = 100,
         headers: Mapping[str, str] | None = None,
+        connect_s: float | None = None,  # a new connection, TLS handshake included
     ) -> aiohttp.ClientSession:
         """An aiohttp session for the plain reads of ``url``'s origin, with this transport's
         headers, proxy and TLS (the environment is read here, not by aiohttp: one rule)."""
@@ -192,13 +205,13 @@ class Transport:
         if proxy is not None:
             kwargs["proxy"] = str(proxy.url)
             if proxy.authorization is not None:
-                kwargs["proxy_headers"] = {"Proxy-Authorization": proxy.authorization}
+                kwargs["middlewares"] = (_proxy_authorization(proxy.authorization),)
         # An http origin with the default TLS options needs no context of ours (making one
         # reads the system's CA store: ~50 ms each); aiohttp's own verified one serves a
         # redirect to https, with the same system store.
         default_tls = URL(url).scheme != "https" and self.ca_bundle is None and not self.insecure
         return aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=timeout_s),
+            timeout=aiohttp.ClientTimeout(total=timeout_s, connect=connect_s),
             headers={**self.headers, **(headers or {})},
             connector=aiohttp.TCPConnector(
                 limit=limit, ssl=True if default_tls else self.ssl_context()
@@ -208,10 +221,19 @@ class Transport:
         )
 
     def redact(self, text: str) -> str:
-        """``text`` with the API key and URL password replaced by ``<redacted>``."""
+        """``text`` with the API key and URL password replaced by ``<redacted>``, and a
+        text that ends with the start of one (an echo cut at a length limit) cut before it."""
         for secret in self.secrets:
-            if secret and secret in text:
+            if not secret:
+                continue
+            if secret in text:
                 text = text.replace(secret, "<redacted>")
+            # The longest start of the secret the text ends with, of MIN_CUT_SECRET or more
+            # characters: a shorter one may be the text's own ending (an "s" of "tokens").
+            for size in range(min(len(secret) - 1, len(text)), MIN_CUT_SECRET - 1, -1):
+                if text.endswith(secret[:size]):
+                    text = text[:-size] + "<redacted>"
+                    break
         return text
 
     def environment(self, url: str) -> dict[str, str]:
@@ -229,6 +251,25 @@ class Transport:
         return env
 
 
+def _proxy_authorization(value: str) -> aiohttp.ClientMiddlewareType:
+    """An aiohttp client middleware that gives each request through the proxy its
+    Proxy-Authorization: on the CONNECT of an https origin, on the absolute-form request of
+    an http one. (ClientSession takes no ``proxy_headers``; its ``proxy_auth`` is deprecated
+    in aiohttp 3.14, and a request's ``proxy_headers`` reach the CONNECT only.)"""
+
+    async def middleware(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        if request.proxy is not None:
+            if request.is_ssl():
+                request.update_proxy(request.proxy, None, {"Proxy-Authorization": value})
+            else:
+                request.headers["Proxy-Authorization"] = value
+        return await handler(request)
+
+    return middleware
+
+
 def transport_for(target: Target) -> Transport:
     """The transport for ``target``: its API key or URL credentials as the Authorization
     header, its proxy and TLS options."""
@@ -242,11 +283,11 @@ def transport_for(target: Target) -> Transport:
             "key: both would be the Authorization header; drop one"
         )
     if key:
-        check_header("Authorization", key)
+        check_header("Authorization", key, f"the API key (${target.api_key_env})")
         headers["Authorization"] = f"Bearer {key}"
         secrets.append(key)
     elif credentials:
-        check_header("Authorization", credentials)
+        check_header("Authorization", credentials, "the target URL's user:password")
         token = base64.b64encode(credentials.encode("latin-1")).decode("ascii")
         headers["Authorization"] = f"Basic {token}"
         secrets += [token, credentials.partition(":")[2] or credentials]
@@ -256,6 +297,50 @@ def transport_for(target: Target) -> Transport:
         ca_bundle=target.ca_bundle,
         insecure=target.insecure,
         secrets=tuple(secrets),
+    )
+
+
+# Answers a forward proxy gives of its own: 407 (credentials), 502/504 (it could not reach
+# the origin, or got no answer in time; RFC 9110 15.6.3 and 15.6.5).
+_PROXY_STATUSES = (407, 502, 504)
+
+
+def proxy_status(proxy: Proxy | None, status: int, url: str) -> str | None:
+    """One line for a status that, through ``proxy``, is most likely the proxy's own answer
+    (407, 502, 504), naming the proxy and what to check; None otherwise (the target's)."""
+    if proxy is None or status not in _PROXY_STATUSES:
+        return None
+    where = f"{url} answered HTTP {status} through proxy {proxy.describe()}"
+    if status == 407:
+        return (
+            f"{where}: the proxy refused the credentials in its URL; check the user and password"
+            if proxy.authorization is not None
+            else f"{where}: the proxy asks for credentials; give them as "
+            "http://USER:PASSWORD@HOST:PORT"
+        )
+    return (
+        f"{where}: most likely the proxy's own answer (it could not reach the target, or got "
+        "no answer in time); check that the proxy can reach it, or name the host in NO_PROXY"
+    )
+
+
+async def plain_http_hint(url: str | URL, proxy: Proxy | None) -> str:
+    """Why no connection to an https ``url`` came within the connect timeout, as a clause:
+    when its port accepts TCP at once (checked here: a connect, then a close, nothing
+    written), the TLS handshake is what got no answer: most likely a plain-HTTP port (a
+    server that reads a request line waits for one the ClientHello never ends)."""
+    url = URL(url)
+    if url.scheme != "https" or proxy is not None or url.raw_host is None:
+        return ""
+    try:
+        async with asyncio.timeout(PORT_CHECK_S):
+            _, writer = await asyncio.open_connection(url.raw_host, url.port)
+    except (OSError, TimeoutError):
+        return ""
+    writer.close()
+    return (
+        f"; port {url.port} accepts connections but never answered the TLS handshake: most "
+        "likely it speaks plain HTTP (then write the target with http://)"
     )
 
 
