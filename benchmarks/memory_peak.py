@@ -54,7 +54,7 @@ def top(stats: list[tracemalloc.StatisticDiff] | list[tracemalloc.Statistic], n:
 def main() -> None:
     users, turns = int(sys.argv[1]), int(sys.argv[2])
     os.sched_setaffinity(0, {1})
-    from client_overhead import MODEL, SCENARIO, stream_server
+    from client_overhead import MODEL, PLAIN, SCENARIO, stream_server
 
     import workloads
     import workloads.runner.run
@@ -82,7 +82,7 @@ def main() -> None:
 
     with stream_server("--ttft-ms", "100", "--itl-ms", "10") as url:
         (tmp / "s.toml").write_text(
-            SCENARIO.format(users=users, turns=turns, tokens=512, reps=1, pacing="free")
+            SCENARIO.format(users=users, turns=turns, tokens=512, reps=1, pacing="free", **PLAIN)
         )
         scenario = workloads.load_scenario(tmp / "s.toml")
         start = time.perf_counter()
