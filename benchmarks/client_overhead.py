@@ -136,7 +136,7 @@ AGENT_REPS = {5: 4, 64: 1}  # repetitions per run (C5: 120 requests, C64: 384)
 HISTORIES = (8_000, 32_000, 100_000)
 HISTORY_USERS = 4
 HISTORY_TURNS = 2
-HISTORY_EXTRA = 6
+HISTORY_EXTRA = 10
 
 SCENARIO = """\
 description = "client overhead benchmark: {users} users, {turns} turn(s), {tokens}-token streams"
@@ -888,9 +888,11 @@ def history_cost(
 ) -> None:
     """Per-request CPU at long histories: C{HISTORY_USERS} sessions of HISTORY_TURNS and of
     HISTORY_TURNS + HISTORY_EXTRA turns on an opening of ``history`` tokens, 64-token replies,
-    zero delay; (CPU of the longer run − the shorter's) / the extra requests. The opening's
-    first sizing, the imports and every per-run cost cancel; what is left is what one more
-    request at that history costs (its 64 streamed tokens included). Clients alternated."""
+    zero delay; (the client's CPU inside the streaming window of the longer run − the
+    shorter's) / the extra requests. The window (first request sent → last stream done)
+    leaves out the imports, the probes, the opening's first sizing and the summaries; the
+    difference cancels the rest, so what is left is what one more request at that history
+    costs (its 64 streamed tokens included). Clients alternated."""
     print(
         f"\nper-request CPU at long histories: C{HISTORY_USERS}, {SHORT_TOKENS}-token replies, "
         f"{setup.tool_tokens}-token tool results, {HISTORY_TURNS} against "
@@ -926,7 +928,7 @@ def history_cost(
                         break
                     if py != BARE and run.out is not None:
                         scripts.setdefault(turns, run.out / "run")
-                    cpu[turns] = run.run_cpu_s
+                    cpu[turns] = run.window_cpu_s or 0.0
                 else:
                     extra = HISTORY_USERS * HISTORY_EXTRA
                     per[py].append(
