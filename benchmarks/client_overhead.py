@@ -122,12 +122,28 @@ PACED_REPS = {1: 4, 5: 2, 64: 2, 256: 1, 1000: 1}
 PACED_REPS_QUICK = {5: 1, 64: 1, 256: 1, 1000: 1}  # C1 paced is left out of --quick
 MARGINAL_QUICK = (5, 64)  # --quick measures the marginal cost at these only
 
+# --agent, the shape agents run (issue 38): several free-paced turns on an opening of
+# thousands of tokens, each turn the real reply and a tool result appended. An opening of
+# ~4K tokens is a coding agent's system prompt and tool schemas (Claude Code's is larger);
+# 500-token tool results are the middle of the coding-agents preset's.
+AGENT_USERS = (5, 64)
+AGENT_TURNS = 6
+AGENT_OPENING = 4000
+AGENT_TOOL_TOKENS = 500
+AGENT_REPS = {5: 4, 64: 1}  # repetitions per run (C5: 120 requests, C64: 384)
+# Per-request CPU at a long history: sessions of HISTORY_TURNS and HISTORY_TURNS + EXTRA
+# turns, 64-token replies, on the same opening; the CPU difference / the extra requests.
+HISTORIES = (8_000, 32_000, 100_000)
+HISTORY_USERS = 4
+HISTORY_TURNS = 2
+HISTORY_EXTRA = 10
+
 SCENARIO = """\
 description = "client overhead benchmark: {users} users, {turns} turn(s), {tokens}-token streams"
 users = {users}
 turns = {turns}
-opening_tokens = 0
-turn_tokens = 32
+opening_tokens = {opening}
+turn_tokens = {turn_tokens}
 output_tokens = {tokens}
 exact_output = true
 nonce = "session"
@@ -141,9 +157,11 @@ mode = "{pacing}"
 
 [content]
 corpus = "synthetic"
-style = "chat"
+style = "{style}"
 seed = 0
 """
+# The plain shapes (one lock-step turn, or --turns N of chat): no opening, 32-token turns.
+PLAIN = {"opening": 0, "turn_tokens": 32, "style": "chat"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,20 +245,25 @@ def bare_main(config: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     records: list[dict[str, Any]] = []
     url = config["url"].rstrip("/") + "/chat/completions"
+    # --agent: the library's histories, each turn's new messages (read before the clock)
+    script = json.loads(Path(config["script"]).read_text()) if config.get("script") else None
 
     async def turn(
         http: aiohttp.ClientSession,
         rep: int,
         session: int,
         number: int,
-        history: list[dict[str, str]],
+        history: list[dict[str, Any]],
     ) -> None:
-        history.append(
-            {
-                "role": "user",
-                "content": f"session {session} turn {number}: " + "write about the sea " * 6,
-            }
-        )
+        if script is not None:
+            history.extend(script[f"{rep}/{session}"][number - 1])
+        else:
+            history.append(
+                {
+                    "role": "user",
+                    "content": f"session {session} turn {number}: " + "write about the sea " * 6,
+                }
+            )
         body = {
             "model": MODEL,
             "messages": history,
@@ -290,7 +313,9 @@ def bare_main(config: dict[str, Any]) -> None:
         )
 
     async def session(http: aiohttp.ClientSession, rep: int, index: int) -> None:
-        history: list[dict[str, str]] = [{"role": "system", "content": "You are terse."}]
+        history: list[dict[str, Any]] = []
+        if script is None:
+            history.append({"role": "system", "content": "You are terse."})
         for number in range(1, config["turns"] + 1):
             await turn(http, rep, index, number, history)
 
@@ -348,6 +373,16 @@ class Setup:
         int, ...
     ] = ()  # the harness's cores at the start (--workers: all but the server's)
     server_processes: int = 1  # benchmark server processes (SO_REUSEPORT), a core each
+    agent: bool = False  # the agent shape: an opening, a tool result each turn (see --agent)
+    opening: int = AGENT_OPENING  # --agent: the opening's tokens
+    tool_tokens: int = AGENT_TOOL_TOKENS  # --agent: each turn's tool result, tokens
+
+    @property
+    def shape(self) -> dict[str, Any]:
+        """The scenario's opening, turn tokens and content style."""
+        if not self.agent:
+            return PLAIN
+        return {"opening": self.opening, "turn_tokens": self.tool_tokens, "style": "agent"}
 
     @property
     def pacing(self) -> str:
@@ -429,6 +464,33 @@ class Run:
     lag_p99_ms: float | None = None  # the library's own event-loop lag (its result's client)
     lag_max_ms: float | None = None
     error: str | None = None
+    out: Path | None = None  # the run's folder (--agent: the bare loop's script comes from it)
+
+
+def agent_script(run_dir: Path, dest: Path) -> Path:
+    """The library run's histories as the bare loop replays them: from its transcripts, per
+    repetition and session, each turn's new messages (the prompt less the previous prompt
+    and its reply; turn 1: the whole opening). The bare loop appends its own real reply
+    between them, so it sends what the library sent. Written to ``dest`` as JSON."""
+    store: dict[str, Any] = {}
+    turns: dict[tuple[int, int], list[tuple[int, list[str]]]] = {}
+    for line in (run_dir / "transcripts.jsonl").open():
+        entry = json.loads(line)
+        if "sha256" in entry:
+            store[entry["sha256"]] = entry["message"]
+        elif not (t := entry["turn"])["warmup"]:
+            turns.setdefault((t["repetition"], t["session"]), []).append((t["turn"], t["messages"]))
+    reps = sorted({rep for rep, _ in turns})
+    script: dict[str, list[list[dict[str, Any]]]] = {}
+    for (rep, session), played in turns.items():
+        sent = 0  # messages the previous prompt and its reply hold
+        new = []
+        for _, names in sorted(played):
+            new.append([store[h] for h in names[sent:]])
+            sent = len(names) + 1
+        script[f"{reps.index(rep)}/{session}"] = new
+    dest.write_text(json.dumps(script))
+    return dest
 
 
 def server_cores(setup: Setup) -> list[int]:
@@ -534,15 +596,22 @@ def run_client(
     setup: Setup,
     profile: Path | None = None,
     python: str = sys.executable,
+    script: Path | None = None,
 ) -> Run:
-    """One fresh server, one client process; the figures of that run."""
+    """One fresh server, one client process; the figures of that run. ``script``: the bare
+    loop sends these histories (:func:`agent_script`) instead of its own chat."""
     tag = f"{mode}-c{users}-n{tokens}-{time.monotonic_ns()}"
     out = work / tag
     out.mkdir(parents=True)
     scenario = out / "scenario.toml"
     scenario.write_text(
         SCENARIO.format(
-            users=users, tokens=tokens, reps=reps, turns=setup.turns, pacing=setup.pacing
+            users=users,
+            tokens=tokens,
+            reps=reps,
+            turns=setup.turns,
+            pacing=setup.pacing,
+            **setup.shape,
         )
     )
     run = Run(mode=mode, users=users, tokens=tokens, reps=reps, python=python)
@@ -564,7 +633,9 @@ def run_client(
             "tokens": tokens,
             "reps": reps,
             "turns": setup.turns,
+            "script": str(script) if script else None,
         }
+        run.out = out
         role = "--client"
         reaped = children_cpu()  # the server is reaped later: the growth is the client's
         if interpreter == BARE:
@@ -786,6 +857,91 @@ def fixed_cost(pythons: list[str], setup: Setup, runs: int, names: dict[str, str
         print(f"  parts ({names[py]}; each a process of its own, median of 5): {parts}")
 
 
+def play(
+    py: str,
+    tokens: int,
+    mode: str,
+    users: int,
+    reps: int,
+    work: Path,
+    setup: Setup,
+    latest: dict[int, Path],
+) -> Run:
+    """One run of client ``py``; with --agent the bare loop replays the histories of the
+    library's last run of this length (``latest``, which this updates)."""
+    script = None
+    if py == BARE and setup.agent and tokens in latest:
+        script = agent_script(latest[tokens], work / f"script-{tokens}.json")
+    run = run_client(mode, users, tokens, reps, work, setup, python=py, script=script)
+    if py != BARE and run.error is None and run.out is not None:
+        latest.setdefault(tokens, run.out / "run")
+    return run
+
+
+def history_cost(
+    pythons: list[str],
+    setup: Setup,
+    work: Path,
+    runs: int,
+    histories: list[int],
+    names: dict[str, str],
+) -> None:
+    """Per-request CPU at long histories: C{HISTORY_USERS} sessions of HISTORY_TURNS and of
+    HISTORY_TURNS + HISTORY_EXTRA turns on an opening of ``history`` tokens, 64-token replies,
+    zero delay; (the client's CPU inside the streaming window of the longer run − the
+    shorter's) / the extra requests. The window (first request sent → last stream done)
+    leaves out the imports, the probes, the opening's first sizing and the summaries; the
+    difference cancels the rest, so what is left is what one more request at that history
+    costs (its 64 streamed tokens included). Clients alternated."""
+    print(
+        f"\nper-request CPU at long histories: C{HISTORY_USERS}, {SHORT_TOKENS}-token replies, "
+        f"{setup.tool_tokens}-token tool results, {HISTORY_TURNS} against "
+        f"{HISTORY_TURNS + HISTORY_EXTRA} turns, zero delay; median of {runs} run(s)"
+    )
+    print(f"{'client':<21}{'history':>9}{'ms/request':>12}{'runs (ms)':>30}")
+    for history in histories:
+        per: dict[str, list[float]] = {py: [] for py in pythons}
+        for _ in range(runs):
+            scripts: dict[int, Path] = {}
+            for py in pythons:
+                cpu = {}
+                for turns in (HISTORY_TURNS, HISTORY_TURNS + HISTORY_EXTRA):
+                    shape = dataclasses.replace(setup, turns=turns, opening=history)
+                    script = None
+                    if py == BARE and turns in scripts:
+                        script = agent_script(scripts[turns], work / f"history-{turns}.json")
+                    run = run_client(
+                        "zero",
+                        HISTORY_USERS,
+                        SHORT_TOKENS,
+                        1,
+                        work,
+                        shape,
+                        python=py,
+                        script=script,
+                    )
+                    if run.error or run.valid < run.requests:
+                        print(
+                            f"  {names[py]} {history}: "
+                            + (run.error or f"{run.valid}/{run.requests} valid")
+                        )
+                        break
+                    if py != BARE and run.out is not None:
+                        scripts.setdefault(turns, run.out / "run")
+                    cpu[turns] = run.window_cpu_s or 0.0
+                else:
+                    extra = HISTORY_USERS * HISTORY_EXTRA
+                    per[py].append(
+                        (cpu[HISTORY_TURNS + HISTORY_EXTRA] - cpu[HISTORY_TURNS]) / extra * 1e3
+                    )
+        for py in pythons:
+            values = per[py]
+            spread = " ".join(f"{v:.2f}" for v in values)
+            print(
+                f"{names[py]:<21}{history:>9}{fmt(median_of(list(values)), '.2f'):>12}   [{spread}]"
+            )
+
+
 def startup_cpu(code: str, python: str = sys.executable, times: int = 5) -> float:
     """Median user + system CPU seconds of ``python -c code``, a fresh process each time."""
     values = []
@@ -944,8 +1100,31 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="one run of each, fewer requests")
     parser.add_argument("--runs", type=int, help="runs per figure (median); default 3, quick 1")
-    parser.add_argument("--users", type=int, nargs="+", default=list(CONCURRENCIES))
-    parser.add_argument("--modes", nargs="+", choices=("zero", "paced"), default=["zero", "paced"])
+    parser.add_argument(
+        "--agent",
+        action="store_true",
+        help="the shape agents run (the headline): zero delay, free pacing, "
+        f"{AGENT_TURNS} turns (--turns), an opening of {AGENT_OPENING} tokens (--opening), "
+        f"each turn the real reply and a {AGENT_TOOL_TOKENS}-token tool result "
+        f"(--tool-tokens) appended, C{' and C'.join(map(str, AGENT_USERS))}; the bare loop "
+        "replays the library's histories (its transcripts); then the per-request CPU at "
+        "long histories (--histories)",
+    )
+    parser.add_argument("--opening", type=int, default=AGENT_OPENING, help="--agent: tokens")
+    parser.add_argument(
+        "--tool-tokens", type=int, default=AGENT_TOOL_TOKENS, help="--agent: tokens per turn"
+    )
+    parser.add_argument(
+        "--histories",
+        type=int,
+        nargs="*",
+        default=list(HISTORIES),
+        metavar="TOKENS",
+        help=f"--agent: the per-request CPU at these openings (C{HISTORY_USERS}, 64-token "
+        f"replies, {HISTORY_TURNS} against {HISTORY_TURNS + HISTORY_EXTRA} turns); none: skip",
+    )
+    parser.add_argument("--users", type=int, nargs="+")
+    parser.add_argument("--modes", nargs="+", choices=("zero", "paced"))
     parser.add_argument(
         "--cpus",
         type=int,
@@ -964,9 +1143,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--turns",
         type=int,
-        default=1,
-        help="turns per session (default 1, lock-step); more than one: free "
-        "pacing, each session's next turn sent as its reply ends, so turn ends "
+        help=f"turns per session (default 1, lock-step; --agent {AGENT_TURNS}); more than "
+        "one: free pacing, each session's next turn sent as its reply ends, so turn ends "
         "(records, sizing, transcripts) overlap other streams' first tokens",
     )
     parser.add_argument(
@@ -1041,6 +1219,14 @@ def main(argv: list[str] | None = None) -> int:
     if not set(args.cpus) <= available or args.cpus[0] == args.cpus[1]:
         parser.error(f"--cpus must be two different cores of {sorted(available)}")
     os.sched_setaffinity(0, {args.cpus[0]})
+    if args.turns is None:
+        args.turns = AGENT_TURNS if args.agent else 1
+    if args.users is None:
+        args.users = list(AGENT_USERS if args.agent else CONCURRENCIES)
+    if args.modes is None:
+        args.modes = ["zero"] if args.agent else ["zero", "paced"]
+    if args.agent and (args.modes != ["zero"] or args.turns < 2):
+        parser.error("--agent is zero delay (--modes zero) with 2 or more turns")
     if args.turns < 1:
         parser.error("--turns must be at least 1")
     if args.workers != "auto" and (not args.workers.isdigit() or int(args.workers) < 1):
@@ -1059,6 +1245,9 @@ def main(argv: list[str] | None = None) -> int:
         args.workers,
         tuple(sorted(available)),
         args.server_processes,
+        args.agent,
+        args.opening,
+        args.tool_tokens,
     )
     if args.bare:
         args.python = [*args.python, BARE]
@@ -1107,21 +1296,28 @@ def main(argv: list[str] | None = None) -> int:
         for mode in args.modes:
             for users in args.users:
                 reps_of = zero_reps if mode == "zero" else paced_reps
+                if args.agent:
+                    reps_of = (
+                        {u: max(1, r // 2) for u, r in AGENT_REPS.items()}
+                        if args.quick
+                        else AGENT_REPS
+                    )
                 if args.quick and users not in reps_of:
                     continue
                 reps = reps_of.get(users, 1)
-                marginal = mode == "zero" and (not args.quick or users in MARGINAL_QUICK)
+                marginal = mode == "zero" and (
+                    args.agent or not args.quick or users in MARGINAL_QUICK
+                )
                 long: dict[str, list[Run]] = {py: [] for py in args.python}
                 short: dict[str, list[Run]] = {py: [] for py in args.python}
+                latest: dict[int, Path] = {}  # --agent: the last library run, by length
                 for _ in range(runs):
+                    latest.clear()
                     for py in args.python:  # alternating: the same machine state for each
-                        long[py].append(
-                            run_client(mode, users, STREAM_TOKENS, reps, work, setup, python=py)
-                        )
+                        config = (mode, users, reps, work, setup, latest)
+                        long[py].append(play(py, STREAM_TOKENS, *config))
                         if marginal:
-                            short[py].append(
-                                run_client(mode, users, SHORT_TOKENS, reps, work, setup, python=py)
-                            )
+                            short[py].append(play(py, SHORT_TOKENS, *config))
                 for py in args.python:
                     for r in long[py] + short[py]:
                         if r.error:
@@ -1159,6 +1355,11 @@ def main(argv: list[str] | None = None) -> int:
             if setup.turns == 1
             else f"{setup.turns} turns per session, free pacing"
         )
+        if setup.agent:
+            shape += (
+                f", agent shape: {setup.opening}-token opening, the reply and a "
+                f"{setup.tool_tokens}-token tool result appended each turn"
+            )
         print(
             f"\n{' and '.join(modes[m] for m in args.modes)} · {STREAM_TOKENS}-token streams"
             f" (marginal: against {SHORT_TOKENS}) · {shape} · median of {runs} run(s)"
@@ -1172,6 +1373,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"warning: zero delay C{row.users}: the server core was "
                     f"{row.server_core:.0%} busy; the server may have set the pace"
                 )
+        if args.agent and args.histories:
+            history_cost(args.python, setup, work, runs, args.histories, names)
         if args.profile:
             run_client(
                 "zero", 64, STREAM_TOKENS, zero_reps[64], work, setup, args.profile, args.python[0]

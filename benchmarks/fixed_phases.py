@@ -98,12 +98,12 @@ def one_run() -> dict[str, float]:
     phases["import workloads (the rest)"] = cpu_s(resource.getrusage(resource.RUSAGE_SELF)) - cpu_s(
         after
     )
-    from client_overhead import MODEL, SCENARIO, stream_server
+    from client_overhead import MODEL, PLAIN, SCENARIO, stream_server
 
     tmp = Path(tempfile.mkdtemp(prefix="fixed-phases-"))
     with stream_server() as url:
         (tmp / "s.toml").write_text(
-            SCENARIO.format(users=1, turns=2, tokens=64, reps=1, pacing="free")
+            SCENARIO.format(users=1, turns=2, tokens=64, reps=1, pacing="free", **PLAIN)
         )
         scenario = workloads.load_scenario(tmp / "s.toml")
         done = threading.Event()

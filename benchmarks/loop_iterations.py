@@ -28,7 +28,11 @@ import types
 from pathlib import Path
 from typing import Any
 
-from client_overhead import SCENARIO, stream_server  # the benchmark's scenario: one shape for all
+from client_overhead import (
+    PLAIN,
+    SCENARIO,
+    stream_server,
+)  # the benchmark's scenario: one shape for all
 
 BUSY_S = 0.004  # an iteration whose own work is longer is printed
 
@@ -111,7 +115,9 @@ def main() -> None:
     with stream_server(
         *("--ttft-ms", "100", "--itl-ms", "10", "--truth", str(tmp / "truth.jsonl"))
     ) as url:
-        scenario = SCENARIO.format(users=users, turns=turns, tokens=512, reps=1, pacing="free")
+        scenario = SCENARIO.format(
+            users=users, turns=turns, tokens=512, reps=1, pacing="free", **PLAIN
+        )
         (tmp / "s.toml").write_text(scenario)
         os.sched_setaffinity(0, {1})
         import workloads

@@ -50,7 +50,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from client_overhead import SCENARIO, stream_server  # the benchmark's scenario: one shape for both
+from client_overhead import (
+    PLAIN,
+    SCENARIO,
+    stream_server,
+)  # the benchmark's scenario: one shape for both
 
 LATE_S = 0.005  # a heartbeat this late is a stall
 BEAT_S = 0.001
@@ -70,7 +74,9 @@ def main() -> None:
     with stream_server(
         *("--ttft-ms", "100", "--itl-ms", "10", "--truth", str(tmp / "truth.jsonl"))
     ) as url:
-        scenario = SCENARIO.format(users=users, turns=turns, tokens=512, reps=1, pacing="free")
+        scenario = SCENARIO.format(
+            users=users, turns=turns, tokens=512, reps=1, pacing="free", **PLAIN
+        )
         (tmp / "s.toml").write_text(scenario)
         report(*watch_run(tmp, url, users, workers))
 

@@ -11,6 +11,8 @@ the imports hold by file, and the peak snapshot less the after-import one, by fi
 
     python benchmarks/memory_peak.py 256 2
     python benchmarks/memory_peak.py 256 2 --rss   # RSS over time only, no tracing
+    python benchmarks/memory_peak.py 256 6 --agent # client_overhead's --agent shape: a
+                                                   # 4K-token opening, 500-token tool results
 
 Native memory (tiktoken's Rust tables, uvloop's and the kernel's buffers) is not traced: the
 RSS lines show it. Loopback only; Linux only (sched_setaffinity).
@@ -54,7 +56,18 @@ def top(stats: list[tracemalloc.StatisticDiff] | list[tracemalloc.Statistic], n:
 def main() -> None:
     users, turns = int(sys.argv[1]), int(sys.argv[2])
     os.sched_setaffinity(0, {1})
-    from client_overhead import MODEL, SCENARIO, stream_server
+    from client_overhead import (
+        AGENT_OPENING,
+        AGENT_TOOL_TOKENS,
+        MODEL,
+        PLAIN,
+        SCENARIO,
+        stream_server,
+    )
+
+    shape = PLAIN
+    if "--agent" in sys.argv:
+        shape = {"opening": AGENT_OPENING, "turn_tokens": AGENT_TOOL_TOKENS, "style": "agent"}
 
     import workloads
     import workloads.runner.run
@@ -82,7 +95,7 @@ def main() -> None:
 
     with stream_server("--ttft-ms", "100", "--itl-ms", "10") as url:
         (tmp / "s.toml").write_text(
-            SCENARIO.format(users=users, turns=turns, tokens=512, reps=1, pacing="free")
+            SCENARIO.format(users=users, turns=turns, tokens=512, reps=1, pacing="free", **shape)
         )
         scenario = workloads.load_scenario(tmp / "s.toml")
         start = time.perf_counter()

@@ -40,6 +40,7 @@ from workloads.runner.plan import (
 )
 from workloads.runner.sizing import CellSizing, PreparedTurn
 from workloads.runner.turn import (
+    PromptHasher,
     RecordHead,
     TokenTrace,
     build_body,
@@ -109,6 +110,7 @@ class Session:
         # (session, turn, actual added tokens, estimated added), for the warm-up correction
         self.observations: list[tuple[int, int, int, int]] = []
         self.seen = Seen()  # what the server has computed KV for
+        self._prompt_hash = PromptHasher()  # the records' prompt hashes, by new messages
         self.last = LastTurn()  # what this session sent last
         self._plan: TurnPlan | None = None
         # Exact token ids of the turns sent, in the target's tokenizer, for the what-if cache
@@ -384,7 +386,7 @@ class Session:
             self.conversation.add_reply(response.text if calls else response.text or marker, calls)
         reply = response.text if reached else None
         await slice_()
-        record = record.model_copy(update=identity(sent, reply))
+        record = record.model_copy(update=identity(sent, reply, self._prompt_hash))
         self.last = LastTurn(record, prepared.ids, prepared.exact, response.text)
         if io.on_exchange is not None:
             await slice_()
