@@ -10,8 +10,8 @@ import pytest
 import workloads
 from fakes import QUICK_ENGINE, sim_args
 from workloads.cli import main
-from workloads.report.console import run_line
 from workloads.model.results import FORMAT_VERSION
+from workloads.report.console import run_line
 
 SMALL = [
     "--set",
