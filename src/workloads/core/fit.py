@@ -163,7 +163,7 @@ def decode_points(streams: Sequence[StreamStamps]) -> list[DecodePoint]:
                         request=s.request,
                         streams=n,
                         context=statistics.fmean(c for _, c in gaps),
-                        step_s=statistics.median(g for g, _ in gaps),
+                        step_s=statistics.fmean(g for g, _ in gaps),
                     )
                 )
     return points

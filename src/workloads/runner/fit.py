@@ -538,7 +538,7 @@ def profile_toml(fitted: Fitted, *, records_file: str | None = None) -> str:
         elif isinstance(value, int):
             text = str(value)
         elif isinstance(value, float):
-            text = _number(value)
+            text = repr(value)  # the very number the fit gave: the file is the profile
         else:
             text = f'"{value}"'
         lines.append(f"{name} = {text}{note}")
