@@ -64,6 +64,10 @@ __all__ = ["Fitted", "fit_async", "profile_toml"]
 # deployment gives a slot. Two of each: one prompt's TTFT is one sample of a noisy host.
 PREFILL_TOKENS = (256, 1024, 2048, 4096)
 PREFILL_REPEATS = 2
+# A prompt whose TTFT the rate seen so far puts past this is left out, with every larger one
+# (two sizes at least are kept): a CPU llama.cpp on a busy 2-core host prefilled Gemma 3 270M
+# at 60-140 tok/s, 66 s for 4,096 tokens, where the probe is meant to take minutes.
+PREFILL_CAP_S = 8.0
 PREFILL_OUTPUT = 16  # 15 chunk gaps: a decode point at each prompt's context
 BATCH_STREAMS = (1, 2, 4, 8)  # sent together: step time against the batch
 BATCH_PROMPT = 128  # short, so the batch's step is the sequences', not their context
@@ -317,8 +321,18 @@ async def _prefill(
     points: list[PrefillPoint] = []
     streams: list[StreamStamps] = []
     cold = None
+    sizes = sorted(sizes)
     for repeat in range(PREFILL_REPEATS):
-        for size in sizes:
+        for size in list(sizes):
+            slowest = max((p.ttft_s / max(1, p.uncached_tokens) for p in points), default=0.0)
+            if len({p.uncached_tokens for p in points}) >= 2 and size * slowest > PREFILL_CAP_S:
+                # a slow server (a busy CPU): the larger prompts would take minutes
+                sizes = [s for s in sizes if s < size]
+                say(
+                    f"prefill: {size:,} tokens and more left out (about "
+                    f"{size * slowest:,.0f} s each at the rate seen, over {PREFILL_CAP_S:g} s)"
+                )
+                break
             messages = _prompt(secrets.token_hex(6), size)
             index, response = await probe.send("prefill", messages, PREFILL_OUTPUT, size)
             ttft = _ttft_s(response)
