@@ -180,6 +180,10 @@ def first_wave(spans: Sequence[tuple[int, int]]) -> int:
 
 
 def _estimate(value: float, half: float | None, requests: Sequence[int], how: str) -> Estimate:
+    if value < 0 and (half is None or value + half < 0):
+        # below 0 with its whole interval: the points do not follow the model (a server
+        # starved of CPU while probed, a step cost the model has not got); said, not hidden
+        how += f"; fitted {value:.3g}, below 0 with its whole interval: the model does not fit"
     if half is None:
         return Estimate(max(0.0, value), None, None, tuple(sorted(set(requests))), how)
     # The engine's costs are not negative: an interval reaching below 0 is cut there.

@@ -10,9 +10,10 @@ The probes, in order (each prompt opens with a nonce, so nothing of it is cached
 1. **/metrics** (and llama.cpp's /props): vLLM's ``cache_config_info`` gives the KV
    capacity, block size and whether prefix caching is on; llama.cpp's /props its slots and
    context. Nothing here is guessed: a server that says nothing leaves them "not measured".
-2. **prefill**: cold prompts of :data:`PREFILL_TOKENS` sent alone, :data:`PREFILL_REPEATS`
-   times each, each streaming :data:`PREFILL_OUTPUT` tokens: TTFT against uncached tokens
-   (the prefill cost), and the chunk gaps of one stream against its context.
+2. **prefill** (after one short warm-up request, left out): cold prompts of
+   :data:`PREFILL_TOKENS` sent alone, :data:`PREFILL_REPEATS` times each, each streaming
+   :data:`PREFILL_OUTPUT` tokens: TTFT against uncached tokens (the prefill cost), and the
+   chunk gaps of one stream against its context.
 3. **prefix cache**: the first prefill prompt sent again: its cached tokens, or its TTFT
    against the cold one where the server does not report them.
 4. **batch**: :data:`BATCH_STREAMS` streams sent together, :data:`BATCH_OUTPUT` tokens each:
@@ -264,6 +265,9 @@ async def fit_async(
             )
         )
         probe = _Probe(client, model)
+        # One short request first, left out of the fit: a server's first request after it
+        # started pays for its warm-up (llama.cpp: 6.7 s for 267 tokens, then 1.4 s).
+        await probe.send("warm-up", _prompt(secrets.token_hex(6), 64), 2, 64)
         prefill, streams, cold = await _prefill(probe, prefill_tokens, say)
         await _prefix_cache(probe, cold, estimates, not_measured, snapshot, say)
         streams += await _batches(probe, batch_streams, estimates, not_measured, say)
