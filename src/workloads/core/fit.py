@@ -7,7 +7,7 @@ The model is the simulated engine's (servers/simulated/profiles.py)::
                 + attend_s_per_token * context tokens they attend
     TTFT of a lone cold prompt = overhead + step_fixed_s + prefill_s_per_token * uncached
 
-A streamed reply's chunk gap is one engine step, so the median gap of a stream while the same
+A streamed reply's chunk gap is one engine step, so the mean gap of a stream while the same
 streams decode (:func:`decode_points`) is a step time at that batch and context; least
 squares over such points gives the step's three coefficients, and over lone cold prompts'
 TTFTs the prefill cost per token (the intercept is the fixed step plus the HTTP round trip,
@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 CONFIDENCE = 0.95  # every interval the fit writes
-# A stream's gaps at one batch size make a point only from this many: a median of fewer is
+# A stream's gaps at one batch size make a point only from this many: a mean of fewer is
 # one step's jitter (a late wake-up of the server's or the client's loop).
 MIN_GAPS = 4
 
@@ -71,7 +71,7 @@ class PrefillPoint:
 
 @dataclass(frozen=True, slots=True)
 class DecodePoint:
-    """One stream's median chunk gap while ``streams`` streams decoded together, attending
+    """One stream's mean chunk gap while ``streams`` streams decoded together, attending
     ``context`` tokens between them (the mean over those gaps)."""
 
     request: int
@@ -137,7 +137,7 @@ def _inverse(m: list[list[float]]) -> list[list[float]]:
 
 
 def decode_points(streams: Sequence[StreamStamps]) -> list[DecodePoint]:
-    """Per stream and batch size, the median chunk gap: a gap counts the streams decoding at
+    """Per stream and batch size, the mean chunk gap: a gap counts the streams decoding at
     its midpoint (between their first and last content chunk; a queued or prefilling one is
     not decoding) and the context they hold then (prompt + chunks so far × tokens a chunk).
     A stream's gaps at a batch size make a point only from MIN_GAPS on."""
@@ -209,7 +209,7 @@ def fit_engine(
         beta, halves = least_squares(rows, [p.step_s for p in decode])
         used = [p.request for p in decode]
         how = (
-            f"median chunk gap = fixed + per sequence × streams + per token × context, least "
+            f"mean chunk gap = fixed + per sequence × streams + per token × context, least "
             f"squares over {len(decode)} (stream, batch size) points, batches "
             f"{min(p.streams for p in decode)}-{max(p.streams for p in decode)}, contexts "
             f"{min(p.context for p in decode):,.0f}-{max(p.context for p in decode):,.0f} tokens"
