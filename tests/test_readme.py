@@ -116,6 +116,8 @@ SHORTENED: dict[str, list[str]] = {
         "--no-plots",
     ],
     "python -m workloads run five-user-coding --slo ttft_s=2,itl_ms=50,e2e_s=60": SMALL,
+    # the profile the fit before it wrote (the fit runs as written: seconds on the simulator)
+    "python -m workloads run five-user-coding --sim profile=gpu-box.toml": SMALL,
     # one load (C1), one run of 3 repetitions: the search's path without its doublings
     "python -m workloads capacity five-user-coding --slo ttft_s=2,itl_ms=50 --target "
     "http://gpu:8000/v1": [
@@ -187,6 +189,7 @@ RUNS_AS_WRITTEN = {
     "python -m workloads probe --target http://gpu-box:8000/v1",
     "python -m workloads probe --launch llama.cpp",
     "python -m workloads probe --json",
+    "python -m workloads fit --target http://gpu-box:8000/v1 --out gpu-box.toml",
     "python -m workloads show runs/five-user-coding-… --slo ttft_s=1",  # the run above
     "python -m workloads compare runs/baseline runs/patched",  # the two arms made first
     # no --set: a replay runs the recorded run's (shortened) scenario

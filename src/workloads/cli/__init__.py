@@ -1,4 +1,4 @@
-"""Command line: ``python -m workloads run|capacity|list|show|compare|probe|serve``.
+"""Command line: ``python -m workloads run|capacity|fit|list|show|compare|probe|serve``.
 
 The library never prints or exits; this module does. ``main(argv) -> int`` returns the exit
 code so tests call it in process.
@@ -33,6 +33,7 @@ from workloads.cli.common import (
     slo_argument,
     target_arguments,
 )
+from workloads.cli.fit import add_fit_parser
 from workloads.cli.help import RUN_EPILOG, command_parser
 from workloads.cli.run import cmd_run
 from workloads.model.errors import (
@@ -150,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(func=cmd_run)
     add_capacity_parser(sub)
+    add_fit_parser(sub)
 
     listing = command_parser(sub, "list", aliases=["scenarios"])
     listing.set_defaults(func=cmd_list)

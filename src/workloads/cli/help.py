@@ -58,6 +58,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "to --max-repetitions is 'cannot tell'. Bounded by --max-points, --max-load and "
         "--max-minutes. `show DIR` prints the answer again (--format too).",
     ),
+    "fit": (
+        "measure a server from outside and fit the simulator's profile to it",
+        "Measure a server from outside (HTTP and /metrics only): TTFT of cold prompts of "
+        "several sizes (prefill cost per token), chunk gaps of 1 to 8 streams decoding "
+        "together and of long contexts (decode step time), how many streams decode at once, "
+        "whether a repeated prompt is served from a prefix cache, and the KV capacity where "
+        "the server exports it. Least squares fits the embedded simulator's profile; --out "
+        "gets it as TOML, every number with its 95% interval and the probe requests that "
+        "measured it, and the requests' records beside it. `run SCENARIO --sim "
+        "profile=FILE.toml` runs the simulator with it. Exit 0 when the profile was "
+        "written; 4 when the target cannot be used or too few probe requests succeeded; 2 "
+        "for bad arguments or an --out that exists.",
+    ),
     "list": (
         "list the packaged scenarios",
         "List the packaged scenarios: name, shape and description. `run NAME` runs one; "

@@ -62,7 +62,9 @@ Profiles
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
@@ -70,7 +72,14 @@ from pydantic import Field, ValidationError, model_validator
 from workloads.model.base import Frozen
 from workloads.model.errors import ScenarioError
 
-__all__ = ["PROFILES", "Faults", "Profile", "expected_acceptance_rate", "get_profile"]
+__all__ = [
+    "PROFILES",
+    "Faults",
+    "Profile",
+    "expected_acceptance_rate",
+    "get_profile",
+    "load_profile",
+]
 
 
 class Faults(Frozen):
@@ -260,8 +269,13 @@ def get_profile(name: str | Profile, overrides: dict[str, object] | None = None)
         data = name.model_dump()
     elif name in PROFILES:
         data = PROFILES[name].model_dump()
+    elif name.endswith(".toml"):
+        data = load_profile(name).model_dump()
     else:
-        raise ScenarioError(f"no simulator profile {name!r}; known: {', '.join(PROFILES)}")
+        raise ScenarioError(
+            f"no simulator profile {name!r}; known: {', '.join(PROFILES)}, or a "
+            "profile file (FILE.toml, as `workloads fit` writes)"
+        )
     for key, value in (overrides or {}).items():
         _set(data, key, value)
     try:
@@ -272,9 +286,35 @@ def get_profile(name: str | Profile, overrides: dict[str, object] | None = None)
         raise ScenarioError(f"simulator override {field!r}: {first['msg']}") from err
 
 
+def load_profile(path: str | Path) -> Profile:
+    """A profile from a TOML file (what ``workloads fit`` writes; ``--sim
+    profile=FILE.toml``): the Profile's fields at the top level, and a ``[provenance]``
+    table that says where each number came from (read by people, ignored here). Raises
+    :class:`ScenarioError` naming the file and the field.
+
+        load_profile("server.toml").prefill_s_per_token
+    """
+    where = Path(path)
+    try:
+        data = tomllib.loads(where.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ScenarioError(f"simulator profile {where}: cannot read it ({err.strerror})") from err
+    except tomllib.TOMLDecodeError as err:
+        raise ScenarioError(f"simulator profile {where}: not TOML: {err}") from err
+    data.pop("provenance", None)
+    data.setdefault("name", where.stem)
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise ScenarioError(f"simulator profile {where}: field {field!r}: {first['msg']}") from err
+
+
 def sim_profile(sim: Mapping[str, object] | None, default: str | Profile = "fast") -> Profile:
     """The profile that simulator overrides make of ``default``, validated: ``profile=NAME``
-    among them picks the named profile (``--sim profile=arc-b70-27b``), the others set its
+    among them picks the named profile (``--sim profile=arc-b70-27b``) or a profile file
+    (``--sim profile=server.toml``, :func:`load_profile`), the others set its
     fields. Raises :class:`ScenarioError` naming the first field that is not one, or not
     valid; the CLI calls it before anything starts.
 
