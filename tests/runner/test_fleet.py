@@ -109,7 +109,7 @@ def test_a_step_belongs_to_the_window_it_was_sent_in(fleet_run):
 def test_steps_follow_the_replies_they_need(fleet_run):
     scenario, result, out = fleet_run
     flow = session_flow(result.records, scenario)
-    assert flow is not None and flow.tool_steps > 20 and flow.human_steps > 0
+    assert flow is not None and flow.tool_steps > 0 and flow.human_steps > 0
     assert flow.tool_after_calls == flow.tool_steps  # the simulator obeys "required"
     assert flow.human_after_text == flow.human_steps  # and "none"
     assert flow.compactions > 0

@@ -218,6 +218,7 @@ def test_requests_with_merged_chunks_are_counted_in_one_warning():
     assert merged_warning(marked) == (
         "2 of 7 requests had chunks read together after the client's event loop stalled "
         "(42 chunks, each stamped when the last of its read arrived): their gaps are left out "
-        "of ITL, and 1 of these requests have no decode rate (their first chunk was one, after "
-        "a stall over 1% of their decode span: their TTFT may read high by up to the stall)"
+        "of ITL, a decode rate starts at the last chunk of such a read, and where the first "
+        "chunk was one, TTFT reads high by up to the stall, and 1 of these requests have no "
+        "decode rate (the whole reply came in the read after the stall)"
     )

@@ -179,7 +179,6 @@ class ChatStream:
         "done_ns",
         "finish_reason",
         "first_content_ns",
-        "first_stall_ns",
         "first_text_ns",
         "last_content_ns",
         "merged",
@@ -208,9 +207,6 @@ class ChatStream:
         # the client's loop stalled: each carries its read's stamp, the last one's arrival,
         # not its own (:meth:`merge`; wire/arrival.py says why no finer stamp exists).
         self.merged: array[int] = array("q")
-        # How long the loop stalled behind the read that carried the first content chunk when
-        # that read was merged (0: it was not): how early the first chunk may have come.
-        self.first_stall_ns = 0
         self.done_ns: int | None = None
         self.content_events = 0
         self.finish_reason: str | None = None
@@ -297,12 +293,9 @@ class ChatStream:
             self.content_ns.extend([now] * events)
         self.content_events += events
 
-    def merge(self, first: int, stall_ns: int = 0) -> None:
+    def merge(self, first: int) -> None:
         """The content chunks from index ``first`` on (those of the last read) arrived at
-        times the read cannot tell apart, within the ``stall_ns`` the loop stalled before
-        reading them: mark them merged."""
-        if first == 0:
-            self.first_stall_ns = stall_ns
+        times the read cannot tell apart: mark them merged."""
         self.merged.extend(range(first, self.content_events))
 
     def close(self, now: int) -> bool:

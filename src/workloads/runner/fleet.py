@@ -193,7 +193,7 @@ class FleetPlay:
                 return False
             if turn > 1:  # turn 1 was prepared when the session opened
                 if step.children:
-                    await spawn(session, turn, stop)
+                    await spawn(session, turn, stop, end)
                     due = time.perf_counter()
                 await session.prepare(turn)
             late = await sleep_until_or(due, stop)

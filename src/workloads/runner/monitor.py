@@ -304,14 +304,15 @@ def merged_warning(records: Sequence[TurnRecord]) -> str | None:
     chunks = sum(r.merged_chunks for r in marked)
     no_rate = sum(1 for r in marked if r.decode_tokens_per_s is None)
     rate = (
-        f", and {no_rate:,} of these requests have no decode rate (their first chunk was "
-        "one, after a stall over 1% of their decode span: their TTFT may read high by up to "
-        "the stall)"
+        f", and {no_rate:,} of these requests have no decode rate (the whole reply came in "
+        "the read after the stall)"
         if no_rate
         else ""
     )
     return (
         f"{len(marked):,} of {len(valid):,} requests had chunks read together after the "
         f"client's event loop stalled ({chunks:,} chunks, each stamped when the last of its "
-        f"read arrived): their gaps are left out of ITL{rate}"
+        f"read arrived): their gaps are left out of ITL, a decode rate starts at the last "
+        f"chunk of such a read, and where the first chunk was one, TTFT reads high by up to "
+        f"the stall{rate}"
     )

@@ -18,10 +18,11 @@ from workloads.runner.session import Session
 __all__ = ["play_alone", "spawn"]
 
 
-async def spawn(parent: Session, turn: int, stop: asyncio.Event) -> None:
+async def spawn(parent: Session, turn: int, stop: asyncio.Event, end: float | None = None) -> None:
     """Run the sub-agents ``parent``'s turn ``turn`` spawns, concurrently, each on its own
     clock; their final replies become the start of the step's tool result. Call before
-    ``parent.prepare(turn)``."""
+    ``parent.prepare(turn)``. ``end``: a fleet's last window's end (perf_counter s): no
+    sub-agent step starts after it."""
     step = parent.step(turn)
     if not step.children:
         return
@@ -58,13 +59,13 @@ async def spawn(parent: Session, turn: int, stop: asyncio.Event) -> None:
         kid.window = parent.window  # a fleet's windows
         parent.children.append(kid)
         kids.append(kid)
-    results = await asyncio.gather(*(play_alone(kid, stop) for kid in kids))
+    results = await asyncio.gather(*(play_alone(kid, stop, end) for kid in kids))
     parent.conversation.heads[turn] = "\n\n".join(r for r in results if r)
 
 
-async def play_alone(kid: Session, stop: asyncio.Event) -> str:
-    """Play every step of a sub-agent's plan on its own clock; the final reply's text (what
-    it hands back)."""
+async def play_alone(kid: Session, stop: asyncio.Event, end: float | None = None) -> str:
+    """Play every step of a sub-agent's plan on its own clock, none starting after ``end``
+    (perf_counter s; None: no end); the final reply's text (what it hands back)."""
     if kid.conversation.messages:
         # The system message is the parent's: the server has seen it (turn 1's share).
         tok = (
@@ -81,7 +82,7 @@ async def play_alone(kid: Session, stop: asyncio.Event) -> str:
     for step in kid.plan:
         await kid.prepare(step.turn)
         late = await sleep_until_or(since + step.pause_s, stop)
-        if late is None:
+        if late is None or (end is not None and time.perf_counter() >= end):
             break
         await kid.send(step.turn, lag_ns=round(late * 1e9))
         since = time.perf_counter()

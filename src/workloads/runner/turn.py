@@ -143,10 +143,27 @@ class RecordHead:
         return dict(vars(self))  # flat values: no deep copy (turn-end work is on the loop)
 
 
-# A decode rate whose first chunk was read merged after a stall is kept when the stall is at
-# most this share of its span (first to last content chunk): the rate is then high by at most
-# that much (a 5 ms stall against a 512-token reply's 2 s: 0.25%).
-MERGED_RATE_SHARE = 0.01
+def _rate_after_merged_start(
+    completion: int, merged: Sequence[int], content_ns: Sequence[int] | None, last: int
+) -> float | None:
+    """The decode rate of a reply whose first read merged chunks 0..m after a client stall
+    (wire/arrival.py): chunk 0 carries chunk m's stamp, so the span from it is not known,
+    but chunk m's is its arrival (a read's stamp is its last byte's). The rate is taken from
+    chunk m on: the tokens after it (the completion's, pro rata over the chunks after the
+    first) over the time from it to the last chunk. None when the whole reply came in that
+    read (no span left)."""
+    end = 0
+    while end + 1 < len(merged) and merged[end + 1] == merged[end] + 1:
+        end += 1
+    m = merged[end]  # chunks 0..m came in the first read
+    if content_ns is None or m + 1 >= len(content_ns) or completion < 2:
+        return None
+    span = last - content_ns[m]
+    if span <= 0:
+        return None
+    chunks_after = len(content_ns) - 1 - m
+    tokens_after = (completion - 1) * chunks_after / (len(content_ns) - 1)
+    return tokens_after / (span / 1e9)
 
 
 def record_from_response(
@@ -176,20 +193,8 @@ def record_from_response(
     merged = figures.merged
     if completion is not None and completion > 1 and first is not None and last is not None:
         rate = (completion - 1) / ((last - first) / 1e9) if last > first else None
-    if (
-        rate is not None
-        and merged
-        and merged[0] == 0
-        and first is not None
-        and last is not None
-        and figures.first_stall_ns > MERGED_RATE_SHARE * (last - first)
-    ):
-        # the first chunk carries a later chunk's stamp (a client stall): it arrived up to
-        # the stall before it, so the span reads short by up to that much. Kept while that
-        # bounds the rate within MERGED_RATE_SHARE, else not known (wire/arrival.py). A
-        # merged last chunk is its read's last content: stamped when it arrived (the finish
-        # and [DONE] follow it at once)
-        rate = None
+    if rate is not None and merged and merged[0] == 0 and last is not None:
+        rate = _rate_after_merged_start(completion or 0, merged, figures.content_ns, last)
     status: Status = "ok" if response.ok else "error"
     if response.error_kind == "cancelled":
         status = "incomplete"

@@ -208,22 +208,18 @@ class StallWatch:
             self.stalls.append((self._due, now))
         self._arm(now)  # from now: a stall is one late wake, not a train of them
 
-    def stalled(self, since_ns: int, until_ns: int) -> int:
-        """How long (ns; 0: not) the loop stalled before a read made now, of bytes that
-        arrived in ``(since_ns, until_ns]``, when that read is the loop catching up after a
-        stall (over :data:`STALL_NS`) that began before its last byte arrived: a wake overdue
-        now that was due before it, or a noted stall that ended after the read before and at
-        most ``WATCH_NS + STALL_NS`` ago (the loop ran freely since an older one: a byte
-        arriving after it was read at once, as any read is). The read's chunks arrived
-        within that long before its stamp (plus a wake's period)."""
+    def stalled(self, since_ns: int, until_ns: int) -> bool:
+        """Whether a read made now, of bytes that arrived in ``(since_ns, until_ns]``, is the
+        loop catching up after a stall (over :data:`STALL_NS`) that began before its last
+        byte arrived: a wake overdue now that was due before it, or a noted stall that ended
+        after the read before and at most ``WATCH_NS + STALL_NS`` ago (the loop ran freely
+        since an older one: a byte arriving after it was read at once, as any read is)."""
         now = clock()
         due = self._due
-        longest = now - due if due and due < until_ns and now - due > STALL_NS else 0
+        if due and due < until_ns and now - due > STALL_NS:
+            return True
         recent = max(since_ns, now - WATCH_NS - STALL_NS)
-        for start, end in self.stalls:
-            if end > recent and start < until_ns:
-                longest = max(longest, end - start)
-        return longest + WATCH_NS if longest else 0
+        return any(end > recent and start < until_ns for start, end in self.stalls)
 
 
 _watches: dict[asyncio.AbstractEventLoop, StallWatch] = {}

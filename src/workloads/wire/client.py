@@ -80,7 +80,6 @@ class StreamFigures:
     content_events: int = 0
     content_ns: Sequence[int] | None = None
     merged: Sequence[int] = ()  # content chunks read together after a stall (ChatStream)
-    first_stall_ns: int = 0  # the stall behind the first content chunk's merged read
     finish_reason: str | None = None
     usage: Usage | None = None
     timings: dict[str, Any] | None = None
@@ -101,7 +100,6 @@ class _Figures(TypedDict, total=False):
     content_events: int
     content_ns: Sequence[int] | None
     merged: Sequence[int]
-    first_stall_ns: int
     finish_reason: str | None
     usage: Usage | None
     timings: dict[str, Any] | None

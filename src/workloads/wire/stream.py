@@ -249,8 +249,8 @@ class Exchange:
         apart, all with its stamp: they are marked merged."""
         before = stream.content_events
         done = stream.feed(body, now)
-        if stream.content_events - before > 1 and (stall := self.conn.watch.stalled(since, now)):
-            stream.merge(before, stall)
+        if stream.content_events - before > 1 and self.conn.watch.stalled(since, now):
+            stream.merge(before)
         return done
 
     def _sniffed(self, body: bytes, now: int, since: int) -> None:
