@@ -134,6 +134,11 @@ def test_the_report_says_how_sessions_flowed(fleet_run):
     # its turns are never all full (sessions start and end at any time): the wall
     # throughput leads the headline, never "no headline"
     assert "no headline" not in text and "wall throughput" in text
+    # turn N is every session's N-th step, whenever it came: no Σ or span over them
+    from workloads.report import console
+
+    assert console.turn_table(result).columns[1:3] == ["per-user tok/s", "TTFT s"]
+    assert "Σ streams" not in text and "left out of" not in text
     assert "sessions:" in text
 
 

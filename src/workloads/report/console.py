@@ -115,7 +115,7 @@ def turn_table(result: RunResult) -> ReportTable:
         if figures[0] is rates.AGGREGATE and rates.low_overlap(_median(t.decode_overlap)):
             cells[0] += f" {rates.OVERSTATES}"
             marked.append(t)
-        if t.partial_repetitions:
+        if t.partial_repetitions and any(f.summed for f in figures):
             cells = [c + " *" if f.summed else c for f, c in zip(figures, cells, strict=True)]
             partial.append(t)
             notes.append(

@@ -83,15 +83,19 @@ def free_pacing(result: RunResult) -> bool:
 
 def turn_rates(result: RunResult) -> list[Rate]:
     """The per-turn throughput figures of ``result`` in report order: the aggregate first in
-    lock-step, the wall throughput first (and the Σ under its † name) otherwise."""
+    lock-step, the wall throughput first (and the Σ under its † name) otherwise; a fleet's
+    per-user rate alone (its turn N is every session's N-th step, whenever it came: a Σ or a
+    span over them measures nothing; its wall throughput is the windows', in the headline)."""
+    if result.scenario.fleet is not None:
+        return [PER_USER]
     if free_pacing(result):
         return [WALL, STREAMS_SUM, PER_USER]
     return [AGGREGATE, WALL, PER_USER]
 
 
 def dagger_note(result: RunResult) -> str | None:
-    """The footnote of the † figure; None in lock-step, which has none."""
-    if not free_pacing(result):
+    """The footnote of the † figure; None in lock-step and in a fleet, which have none."""
+    if not free_pacing(result) or result.scenario.fleet is not None:
         return None
     return (
         f"† {result.scenario.pacing.mode} pacing: a turn's streams need not overlap in "
