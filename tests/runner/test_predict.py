@@ -13,7 +13,7 @@ from fakes import TINY_RUN
 from workloads.cli import main
 from workloads.core.load import load_result
 from workloads.model.errors import ScenarioError
-from workloads.runner.predict import predict
+from workloads.runner.predict import INTAKE_NS, predict
 
 # five-user-coding's shape (5 users, lock-step, 3 turns, cache reuse from turn 2), smaller.
 SHAPE = [
@@ -106,6 +106,23 @@ def test_free_sessions_send_their_next_turn_a_pause_after_their_last_one_ended()
 def test_the_profile_decides_what_is_cached():
     off = predict(_scenario(), "fast", sim={"prefix_caching": False})
     assert {r.cached_tokens for r in off.records} == {0}
+
+
+def test_a_fitted_round_trip_is_each_requests_intake(tmp_path):
+    fields = (
+        'name = "fitted"\nstep_fixed_s = 0.0025\nprefill_s_per_token = 5e-6\n'
+        "decode_s_per_seq = 0.0003\nattend_s_per_token = 1e-9\n"
+    )
+    bare, fitted = tmp_path / "bare.toml", tmp_path / "fitted.toml"
+    bare.write_text(fields)
+    fitted.write_text(fields + "\n[provenance.overhead_s]\nvalue = 0.05\nrequests = [1]\n")
+    alone = _scenario().with_overrides(["users=1"])
+    without, with_trip = predict(alone, str(bare)), predict(alone, str(fitted))
+    assert without.predicted is not None and without.predicted.round_trip_s is None
+    assert with_trip.predicted is not None and with_trip.predicted.round_trip_s == 0.05
+    for a, b in zip(without.records, with_trip.records, strict=True):
+        assert a.ttft_ns is not None and b.ttft_ns is not None
+        assert b.ttft_ns - a.ttft_ns == 50_000_000 - INTAKE_NS  # the intake, 0.2 ms before
 
 
 def test_the_cli_saves_a_prediction_that_show_and_compare_call_predicted(tmp_path, capsys):

@@ -214,6 +214,9 @@ class PredictionInfo(Frozen):
     file: str | None = None  # the profile file it was read from; None: a named profile
     # sha256 of the file's bytes, or of a named profile's canonical JSON (with its overrides)
     profile_sha256: str
+    # The round trip a fit measured beyond the engine (the profile file's
+    # provenance.overhead_s): each request's intake took that long. None: not measured.
+    round_trip_s: float | None = None
     cpu_s: float | None = None  # the prediction's CPU seconds (process time)
 
 
@@ -614,9 +617,9 @@ def _upgrade_6(data: dict[str, Any]) -> dict[str, Any]:
 #       older files: not watched). ITL's Percentiles.bounds are cluster bounds
 #       (requests resampled whole, core/stats.py), recomputed by load_result from records.
 #   6.7 — 2026-12-03: RunResult.predicted and RunHeader.predicted (PredictionInfo: the
-#       profile a `workloads predict` played in virtual time, its file and sha256); records
-#       of a prediction carry virtual nanoseconds. Optional: None, a measured run, in
-#       older files.
+#       profile a `workloads predict` played in virtual time, its file, sha256 and measured
+#       round trip); records of a prediction carry virtual nanoseconds. Optional: None, a
+#       measured run, in older files.
 _LOADERS = {
     1: _upgrade_1,
     2: _upgrade_2,

@@ -824,11 +824,15 @@ def predicted_line(result: RunResult) -> str | None:
     if p is None:
         return None
     cpu = f" in {p.cpu_s:.2f} s of CPU" if p.cpu_s is not None else ""
+    trip = (
+        f"each request's intake the fit's round trip, {p.round_trip_s * 1000:.1f} ms"
+        if p.round_trip_s is not None
+        else "no round trip measured (each request's intake 0.2 ms)"
+    )
     return (
         f"predicted, not measured: `workloads predict` played the scenario against the "
-        f"simulated engine ({p.profile} profile) on a virtual clock{cpu}; the figures are "
-        "the engine's alone (no HTTP, server tokenizer or client delays; no gate, likelihood "
-        "or server telemetry)"
+        f"simulated engine ({p.profile} profile) on a virtual clock{cpu}; {trip}; no gate, "
+        "likelihood or server telemetry"
     )
 
 

@@ -21,10 +21,10 @@ run's; every session of every repetition starts from ids of its own (fresh nonce
 
 The records are a run's with virtual stamps: sent, first and last token, the gap between
 every emission (a content chunk each, as the simulated server writes them), usage with
-cached tokens, the shareable prefix (exact). What a run adds around the engine is not
-modelled: HTTP, the server's tokenizer and the client's own delays (each under a millisecond
-at five-user-coding on the fast profile), the correctness gate, the likelihood probe, server
-telemetry and the profile's faults.
+cached tokens, the shareable prefix (exact). What a run adds around the engine is the
+server's intake (:data:`INTAKE_NS`, or the round trip a fit measured: a profile file's
+``provenance.overhead_s``), one request at a time; not modelled: the correctness gate, the
+likelihood probe, server telemetry and the profile's faults.
 
 Agent scenarios (``[agent]``: human requests, tool steps, sub-agents, compactions) and
 fleets are refused: their sub-agents and windows are not played here yet.
@@ -37,6 +37,7 @@ import heapq
 import itertools
 import random
 import time
+import tomllib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,7 +67,7 @@ from workloads.runner.turn import step_fields
 from workloads.servers.simulated.engine import Engine, RequestTruth, Sequence
 from workloads.servers.simulated.profiles import Profile, sim_profile
 
-__all__ = ["predict", "predictable", "profile_identity"]
+__all__ = ["INTAKE_NS", "VirtualEngine", "predict", "predictable", "profile_identity"]
 
 # The virtual clock starts at 1 s, so that no stamp is 0.
 START_NS = 1_000_000_000
@@ -76,14 +77,18 @@ START_NS = 1_000_000_000
 # nothing else.
 FILLER = 7
 _FIRST_ID = 1_000
-# Requests due together reach the engine one after another, this far apart: the client sends
-# them a send slice apart (core/send_slice.py: ~40-80 µs of work each) and the server parses
-# and tokenizes each on one thread (the simulated server's tokenizer: 14 ns a token, 0.25 ms
-# for 17,600), first come, first served. So an idle engine starts its first step with the
-# first request alone and the others join the next, as on the simulated server (and vLLM,
-# whose engine core takes the first request it is handed). Any gap under a step gives that
-# schedule: five-user-coding on fast, whose turn-2 step alone takes 7.5 ms, read turn 2's
-# median TTFT 11% short of the run's with the requests reaching the engine together.
+# Requests reach the engine one after another, in the order they fell due, each taking the
+# server's intake at least this long: the client sends requests due together a send slice
+# apart (core/send_slice.py: ~40-80 µs of work each), and the server parses, tokenizes and
+# plans each on one thread, first come, first served (the simulated server: one worker
+# thread). So an idle engine starts its first step with the first request alone and the
+# others join the next, as on the simulated server (and vLLM, whose engine core takes the
+# first request it is handed). Any gap under a step gives that schedule: five-user-coding on
+# fast, whose turn-2 step alone takes 7.5 ms, read turn 2's median TTFT 11% short of the
+# run's with the requests reaching the engine together. A profile `fit` wrote also has the
+# round trip its lone cold prompts' TTFT carried beyond the engine (provenance.overhead_s:
+# 7.0 ms [4.0-9.9] on the simulated server of a 2-core host, whose intake took 3-8 ms a
+# request and its engine's wake-up 1-3 ms): each request's intake then takes that long.
 INTAKE_NS = 200_000
 
 
@@ -99,16 +104,23 @@ def predictable(scenario: Scenario) -> None:
 
 
 def profile_identity(profile: str | Profile, sim: dict[str, Any] | None = None) -> PredictionInfo:
-    """What a prediction's result says of its profile: the name, the file it came from, and
-    a sha256: of the file's bytes (``sha256sum FILE`` tells it), or, for a named profile or
-    one with ``sim`` overrides, of the played profile's canonical JSON."""
+    """What a prediction's result says of its profile: the name, the file it came from, a
+    sha256 (of the file's bytes, which ``sha256sum FILE`` tells, or, for a named profile or
+    one with ``sim`` overrides, of the played profile's canonical JSON), and the round trip
+    the fit measured beyond the engine (a file's ``provenance.overhead_s``; None: none)."""
     played = _profile(profile, sim)
     file = profile if isinstance(profile, str) and profile.endswith(".toml") else None
+    trip = None
+    if file is not None:
+        data = Path(file).read_bytes()  # load_profile read it already: a bad file was told
+        value = tomllib.loads(data.decode()).get("provenance", {}).get("overhead_s", {})
+        if isinstance(value, dict) and isinstance(value.get("value"), int | float):
+            trip = max(0.0, float(value["value"]))
     if file is not None and not _overrides(sim):
-        digest = hashlib.sha256(Path(file).read_bytes()).hexdigest()
+        digest = hashlib.sha256(data).hexdigest()
     else:
         digest = hashlib.sha256(played.model_dump_json().encode()).hexdigest()
-    return PredictionInfo(profile=played.name, file=file, profile_sha256=digest)
+    return PredictionInfo(profile=played.name, file=file, profile_sha256=digest, round_trip_s=trip)
 
 
 def _overrides(sim: dict[str, Any] | None) -> dict[str, Any]:
@@ -142,8 +154,15 @@ class VirtualEngine:
     take their modelled duration, and nothing sleeps. ``on_done`` gets each request once its
     last token is out (it may send more)."""
 
-    def __init__(self, profile: Profile, on_done: Callable[[_Request], None]) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        on_done: Callable[[_Request], None],
+        *,
+        intake_ns: int = INTAKE_NS,  # the server's intake of one request (serial)
+    ) -> None:
         self.engine = Engine(profile)
+        self.intake_ns = intake_ns
         self.now = START_NS
         self.on_done = on_done
         self.steps = 0
@@ -158,12 +177,12 @@ class VirtualEngine:
 
     def _arrive(self) -> None:
         """Hand the engine every request through the intake by now: in the order they fell
-        due, :data:`INTAKE_NS` apart at least."""
+        due, each ``intake_ns`` after it fell due or the one before went through."""
         engine = self.engine
         while self._due and self._due[0][0] <= self.now:
             due, _, r = heapq.heappop(self._due)
-            at = max(due, self._intake)
-            self._intake = at + INTAKE_NS
+            at = max(due, self._intake) + self.intake_ns
+            self._intake = at
             self._inbound.append((at, r))
         while self._inbound and self._inbound[0][0] <= self.now:
             _, r = self._inbound.popleft()
@@ -225,11 +244,11 @@ class _Session:
 class _Play:
     """One prediction: the scenario's cells and repetitions, in a run's order."""
 
-    def __init__(self, scenario: Scenario, profile: Profile) -> None:
+    def __init__(self, scenario: Scenario, profile: Profile, intake_ns: int) -> None:
         self.scenario = scenario
         self.here = scenario  # the cell's scenario (cells play one after another)
         self.profile = profile
-        self.sim = VirtualEngine(profile, self._done)
+        self.sim = VirtualEngine(profile, self._done, intake_ns=intake_ns)
         self.records: list[TurnRecord] = []
         self.nonces: list[RepetitionNonces] = []
         self.windows: dict[int, tuple[int, int]] = {}  # per cell: measured span (virtual ns)
@@ -411,13 +430,13 @@ def predict(
         scenario = load_scenario(scenario)
     predictable(scenario)
     played = _profile(profile, sim)
+    info = profile_identity(profile, sim)
+    trip = info.round_trip_s
     cpu = time.process_time()
-    play = _Play(scenario, played)
+    play = _Play(scenario, played, max(INTAKE_NS, round((trip or 0.0) * 1e9)))
     for cell in scenario.cells():
         play.cell(cell)
-    info = profile_identity(profile, sim).model_copy(
-        update={"cpu_s": round(time.process_time() - cpu, 3)}
-    )
+    info = info.model_copy(update={"cpu_s": round(time.process_time() - cpu, 3)})
     return _result(scenario, played, info, play, label=label, note=note)
 
 
