@@ -77,9 +77,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "or a named one) on a virtual clock: no server, no HTTP, no sleeping; "
         "five-user-coding takes about a second. The result is a run's (records with "
         "virtual stamps, the same report, `show` and `compare`), marked predicted in "
-        "its header. Fixed-shape scenarios (lock-step, free or arrivals pacing); agent "
-        "scenarios and fleets are refused. Exit 0 when the prediction was saved; 2 for "
-        "a scenario it does not play, a bad profile, or an --out that holds a result.",
+        "its header. Every pacing, agents' sub-agents and compactions, and fleets; an "
+        "agent trace is refused. Exit 0 when the prediction was saved; 2 for a scenario "
+        "it does not play, a bad profile, or an --out that holds a result.",
     ),
     "list": (
         "list the packaged scenarios",

@@ -61,9 +61,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     sim_profile(sim)  # a bad profile or field: one line naming it
     out = Path(args.out or f"runs/{scenario.name}-predicted-{time.strftime('%Y%m%d-%H%M%S')}")
     check_out_dir(out, overwrite=args.overwrite)
-    result = predict(
-        scenario, sim.get("profile", "fast"), sim=sim, label=args.label, note=args.note
-    )
+    result = predict(scenario, sim=sim, label=args.label, note=args.note)
     if args.overwrite:  # an older run's files would sit beside this result
         for name in (RESULT_FILE, RECORDS_FILE, TRANSCRIPTS_FILE):
             (out / name).unlink(missing_ok=True)
