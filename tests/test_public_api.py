@@ -36,6 +36,7 @@ EXPECTED = {
     "load_result",
     "load_scenario",
     "parse_slo",
+    "predict",
     "probe_target",
     "probe_target_async",
     "run",

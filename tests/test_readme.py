@@ -118,6 +118,9 @@ SHORTENED: dict[str, list[str]] = {
     "python -m workloads run five-user-coding --slo ttft_s=2,itl_ms=50,e2e_s=60": SMALL,
     # the profile the fit before it wrote (the fit runs as written: seconds on the simulator)
     "python -m workloads run five-user-coding --sim profile=gpu-box.toml": SMALL,
+    # the measured arm and its prediction, at the same (shortened) shape
+    "python -m workloads run five-user-coding --out runs/measured": SMALL,
+    "python -m workloads predict five-user-coding --profile fast --out runs/predicted": SMALL,
     # one load (C1), one run of 3 repetitions: the search's path without its doublings
     "python -m workloads capacity five-user-coding --slo ttft_s=2,itl_ms=50 --target "
     "http://gpu:8000/v1": [
@@ -195,6 +198,7 @@ RUNS_AS_WRITTEN = {
     # no --set: a replay runs the recorded run's (shortened) scenario
     "python -m workloads run --replay runs/a --target http://gpu-box:8000/v1 --out runs/b",
     "python -m workloads compare runs/a runs/b",
+    "python -m workloads compare runs/predicted runs/measured",  # the two arms above
 }
 
 # Made before a command runs: what it reads that the README does not make.

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from workloads.model.target import Target
     from workloads.probe import probe_target, probe_target_async
     from workloads.runner.capacity import capacity, capacity_async
+    from workloads.runner.predict import predict
     from workloads.runner.run import run, run_async
     from workloads.servers.simulated import SimulatedServer
     from workloads.telemetry import TelemetryOptions
@@ -85,6 +86,7 @@ _LAZY = {
     "Target": "workloads.model.target",
     "capacity": "workloads.runner.capacity",
     "capacity_async": "workloads.runner.capacity",
+    "predict": "workloads.runner.predict",
     "run": "workloads.runner.run",
     "run_async": "workloads.runner.run",
     "SimulatedServer": "workloads.servers.simulated",
@@ -122,6 +124,7 @@ __all__ = [
     "load_result",
     "load_scenario",
     "parse_slo",
+    "predict",
     "probe_target",
     "probe_target_async",
     "run",

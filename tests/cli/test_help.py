@@ -56,7 +56,17 @@ def test_every_command_has_a_line_in_the_help_and_a_paragraph_in_its_own(capsys)
     top = flat(help_of(capsys))
     sub = subcommands()
     lines = {action.dest: action.help for action in sub._choices_actions}
-    assert set(lines) == {"run", "capacity", "fit", "list", "show", "compare", "probe", "serve"}
+    assert set(lines) == {
+        "run",
+        "capacity",
+        "fit",
+        "predict",
+        "list",
+        "show",
+        "compare",
+        "probe",
+        "serve",
+    }
     for name, line in lines.items():
         assert line and flat(line) in top, name
         own = flat(help_of(capsys, name))

@@ -1,4 +1,4 @@
-"""Command line: ``python -m workloads run|capacity|fit|list|show|compare|probe|serve``.
+"""Command line: ``python -m workloads run|capacity|fit|predict|list|show|compare|probe|serve``.
 
 The library never prints or exits; this module does. ``main(argv) -> int`` returns the exit
 code so tests call it in process.
@@ -35,6 +35,7 @@ from workloads.cli.common import (
 )
 from workloads.cli.fit import add_fit_parser
 from workloads.cli.help import RUN_EPILOG, command_parser
+from workloads.cli.predict import add_predict_parser
 from workloads.cli.run import cmd_run
 from workloads.model.errors import (
     OutputError,
@@ -152,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     add_capacity_parser(sub)
     add_fit_parser(sub)
+    add_predict_parser(sub)
 
     listing = command_parser(sub, "list", aliases=["scenarios"])
     listing.set_defaults(func=cmd_list)

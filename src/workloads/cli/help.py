@@ -71,6 +71,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "written; 4 when the target cannot be used or too few probe requests succeeded; 2 "
         "for bad arguments or an --out that exists.",
     ),
+    "predict": (
+        "predict a scenario's report from a profile, in virtual time (no server)",
+        "Play a scenario against the simulated engine with a profile (a file `fit` wrote, "
+        "or a named one) on a virtual clock: no server, no HTTP, no sleeping; "
+        "five-user-coding takes about a second. The result is a run's (records with "
+        "virtual stamps, the same report, `show` and `compare`), marked predicted in "
+        "its header. Every pacing, agents' sub-agents and compactions, and fleets; an "
+        "agent trace is refused. Exit 0 when the prediction was saved; 2 for a scenario "
+        "it does not play, a bad profile, or an --out that holds a result.",
+    ),
     "list": (
         "list the packaged scenarios",
         "List the packaged scenarios: name, shape and description. `run NAME` runs one; "

@@ -59,6 +59,7 @@ __all__ = [
     "FORMAT_VERSION",
     "CellSummary",
     "ClientHealth",
+    "PredictionInfo",
     "RecordsFile",
     "RunHeader",
     "RunResult",
@@ -72,7 +73,7 @@ __all__ = [
 # history are above _LOADERS); tests/model/test_results.py fails when a saved model's
 # fields change and these do not.
 FORMAT_VERSION = 6
-FORMAT_MINOR = 6
+FORMAT_MINOR = 7
 RESULT_FILE = "result.json"
 RECORDS_FILE = "records.jsonl"
 
@@ -204,6 +205,21 @@ class TraceReplay(Frozen):
     observed_hit_rate: float | None = None
 
 
+class PredictionInfo(Frozen):
+    """A result no server produced: ``workloads predict`` played the scenario against the
+    simulated engine on a virtual clock (:mod:`workloads.runner.predict`). Its records'
+    stamps are virtual nanoseconds; its figures are the engine's with this profile."""
+
+    profile: str  # the profile's name (a file's: its stem, as load_profile names it)
+    file: str | None = None  # the profile file it was read from; None: a named profile
+    # sha256 of the file's bytes, or of a named profile's canonical JSON (with its overrides)
+    profile_sha256: str
+    # The round trip a fit measured beyond the engine (the profile file's
+    # provenance.overhead_s): each request's intake took that long. None: not measured.
+    round_trip_s: float | None = None
+    cpu_s: float | None = None  # the prediction's CPU seconds (process time)
+
+
 class RunResult(Frozen):
     """Everything a run produced. Save with :meth:`save`, read back with
     :func:`workloads.load_result`.
@@ -249,6 +265,8 @@ class RunResult(Frozen):
     # SLO, or records that cannot be judged by it); a sweep's pools every cell (each cell
     # has its own).
     goodput: Goodput | None = None
+    # Not measured but predicted (workloads predict, format 6.7; None: a measured run).
+    predicted: PredictionInfo | None = None
 
     def save(self, directory: str | Path, *, overwrite: bool = False) -> Path:
         """Write ``result.json`` into ``directory`` (and records.jsonl, with its header, if
@@ -300,6 +318,7 @@ class RunHeader(Frozen):
     environment: dict[str, str] = Field(default_factory=dict)
     trace: TraceReplay | None = None  # run --trace (its observed hit rate is not known yet)
     replay: Replay | None = None  # run --replay (this run's turn 1 is not known yet)
+    predicted: PredictionInfo | None = None  # workloads predict (format 6.7)
 
 
 def header_line(header: RunHeader) -> str:
@@ -597,6 +616,10 @@ def _upgrade_6(data: dict[str, Any]) -> dict[str, Any]:
 #       out of chunk_gaps_us and whose decode rate is None when the first chunk is one (0 in
 #       older files: not watched). ITL's Percentiles.bounds are cluster bounds
 #       (requests resampled whole, core/stats.py), recomputed by load_result from records.
+#   6.7 — 2026-12-03: RunResult.predicted and RunHeader.predicted (PredictionInfo: the
+#       profile a `workloads predict` played in virtual time, its file, sha256 and measured
+#       round trip); records of a prediction carry virtual nanoseconds. Optional: None, a
+#       measured run, in older files.
 _LOADERS = {
     1: _upgrade_1,
     2: _upgrade_2,

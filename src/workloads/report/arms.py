@@ -1,6 +1,7 @@
 """What ``compare`` says about each arm beside the match: whether it may get verdicts at all
-(invalid or incomplete), whether it is a replay on a warm cache, and what differs between
-the two targets (server identity, simulator profile). Pure; text for the comparison's lines.
+(invalid or incomplete), whether it is a replay on a warm cache or a prediction, and what
+differs between the two targets (server identity, simulator profile). Pure; text for the
+comparison's lines.
 """
 
 from __future__ import annotations
@@ -11,7 +12,14 @@ from workloads.core.replay import judged, turn1_cache
 from workloads.model.results import RunResult
 from workloads.report.verdicts import turn1_text
 
-__all__ = ["CACHE_VARIABLE", "arm_problems", "cache_notes", "cache_value", "target_differences"]
+__all__ = [
+    "CACHE_VARIABLE",
+    "arm_problems",
+    "cache_notes",
+    "cache_value",
+    "prediction_line",
+    "target_differences",
+]
 
 # The variable under test that names the target's prefix cache: a replay on a warm cache
 # against a cold arm, compared on purpose.
@@ -35,6 +43,26 @@ def arm_problems(a: RunResult, b: RunResult) -> tuple[list[str], list[str]]:
             )
             short.append(f"{name} incomplete")
     return long, short
+
+
+def prediction_line(a: RunResult, b: RunResult) -> str | None:
+    """Which arm is a prediction (``workloads predict``) and which was measured, in one
+    sentence; None when neither is. A prediction is compared like any arm: nothing is
+    refused for it."""
+    if a.predicted is None and b.predicted is None:
+        return None
+
+    def kind(result: RunResult) -> str:
+        p = result.predicted
+        if p is None:
+            where = "the embedded simulated server" if result.target.simulated else "a server"
+            return f"measured (a run on {where})"
+        return (
+            f"PREDICTED (workloads predict, profile {p.file or p.profile}, sha256 "
+            f"{p.profile_sha256[:12]}, virtual time)"
+        )
+
+    return f"A is {kind(a)}; B is {kind(b)}"
 
 
 def cache_notes(a: RunResult, b: RunResult, variable: str | None) -> list[str]:
@@ -88,7 +116,7 @@ def target_differences(a: RunResult, b: RunResult) -> list[str]:
     be the variable under test)."""
     ta, tb = a.target, b.target
     out = []
-    if ta.simulated != tb.simulated:
+    if ta.simulated != tb.simulated and a.predicted is None and b.predicted is None:
         kinds = ["the simulated server" if t.simulated else "a real server" for t in (ta, tb)]
         out.append(f"A ran on {kinds[0]}, B on {kinds[1]}")
     for field in ("system_fingerprint", "version"):

@@ -88,6 +88,7 @@ from workloads.report.arms import (
     arm_problems,
     cache_notes,
     cache_value,
+    prediction_line,
     target_differences,
 )
 from workloads.report.identity import Completions, Identity, correctness, identities, likelihood
@@ -268,6 +269,7 @@ class Comparison:
     arm_tags: str = ""  # the same in short, "B invalid", for the rows
     forced: bool = False  # --force: verdicts given anyway (forced_over says over what)
     cache: list[str] = field(default_factory=list)  # a replay on a warm cache, per arm
+    predicted: str | None = None  # which arm is a prediction (workloads predict), if one is
     targets: list[str] = field(default_factory=list)  # server identity, simulator profile
     free: bool = False  # an arm's streams need not overlap: wall throughput leads
     # Per cell pair whose streams did not decode together in an arm: why its aggregate
@@ -670,7 +672,11 @@ def compare(
         n_pairs, differ, without = _hash_match(ca, cb)
         hashed, differing, unhashed = hashed + n_pairs, differing + differ, unhashed + without
     if unhashed:
-        hash_note = f"{unhashed} measured records carry no prompt hash (an older result)"
+        hash_note = f"{unhashed} measured records carry no prompt hash " + (
+            "(a prediction sends token counts, no text)"
+            if a.predicted is not None or b.predicted is not None
+            else "(an older result)"
+        )
     elif not hashed:
         hash_note = "no (repetition, session, turn) measured by both arms"
     elif differing:
@@ -757,6 +763,7 @@ def compare(
         arm_tags=", ".join(tags),
         forced=force,
         cache=cache_notes(a, b, variable),
+        predicted=prediction_line(a, b),
         targets=target_differences(a, b),
         free=free,
         prompts_excused=excuses and bool(prompt_problems),
@@ -812,6 +819,8 @@ def comparison_lines(result: Comparison, name_a: str, name_b: str) -> list[Line]
             "error" if result.withheld else "",
         )
     ]
+    if result.predicted is not None:
+        lines.append(Line(result.predicted, "warning"))
     if result.withheld:
         lines.append(
             Line(

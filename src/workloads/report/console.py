@@ -43,6 +43,7 @@ __all__ = [
     "coordinates_line",
     "latency_table",
     "overstates_line",
+    "predicted_line",
     "records_notes",
     "render",
     "run_line",
@@ -799,14 +800,39 @@ def stopped_early(result: RunResult) -> str | None:
 
 
 def header_line(result: RunResult) -> str:
-    """Scenario → model @ target [label]."""
+    """Scenario → model @ target [label]; a prediction's starts with PREDICTED and names the
+    profile instead of a server."""
     target = result.target
     where = "simulated server" if target.simulated else target.base_url
+    if (p := result.predicted) is not None:
+        return (
+            f"PREDICTED · {result.scenario.name} → {target.model} @ the simulated engine, "
+            f"profile {p.file or p.profile} (sha256 {p.profile_sha256[:12]}), virtual time"
+            + (f"  [{result.label}]" if result.label else "")
+        )
     proxy = result.environment.get("proxy")  # no credentials: the transport wrote it
     if proxy is not None:
         where += f" via proxy {proxy}"
     return f"{result.scenario.name} → {target.model} @ {where}" + (
         f"  [{result.label}]" if result.label else ""
+    )
+
+
+def predicted_line(result: RunResult) -> str | None:
+    """What a prediction's figures are, under its header; None for a measured run."""
+    p = result.predicted
+    if p is None:
+        return None
+    cpu = f" in {p.cpu_s:.2f} s of CPU" if p.cpu_s is not None else ""
+    trip = (
+        f"each request's intake the fit's round trip, {p.round_trip_s * 1000:.1f} ms"
+        if p.round_trip_s is not None
+        else "no round trip measured (each request's intake 0.2 ms)"
+    )
+    return (
+        f"predicted, not measured: `workloads predict` played the scenario against the "
+        f"simulated engine ({p.profile} profile) on a virtual clock{cpu}; {trip}; no gate, "
+        "likelihood or server telemetry"
     )
 
 
@@ -836,6 +862,8 @@ def blocks(result: RunResult) -> list[Block]:
     """The report as a sequence of lines, tables and labelled rows: what the console, the
     Markdown and the HTML exports all draw."""
     parts: list[Block] = [Line(header_line(result), "bold")]
+    if (predicted := predicted_line(result)) is not None:
+        parts.append(Line(predicted, "warning"))
     if result.cells is not None:
         parts += [Line(sweep_line(result)), sweep_table(result)]
         if (latency := latency_table(result)) is not None:

@@ -116,6 +116,11 @@ def _provenance(result: RunResult) -> str:
     ]
     if t.simulator_profile:
         items.append(("simulator profile", str(t.simulator_profile.get("name", "—"))))
+    if (p := result.predicted) is not None:
+        items[1] = ("target", f"none: PREDICTED by the simulated engine · model {t.model}")
+        items.append(
+            ("predicted", f"profile {p.file or p.profile}, sha256 {p.profile_sha256}, virtual time")
+        )
     ident = t.server
     if ident.version or ident.system_fingerprint:
         items.append(

@@ -76,6 +76,8 @@ def _pyplot() -> Any:
 
 def _title(result: RunResult) -> str:
     where = "simulated server" if result.target.simulated else result.target.base_url
+    if result.predicted is not None:
+        where = f"PREDICTED ({result.predicted.profile} profile)"
     label = f" [{result.label}]" if result.label else ""
     return f"{result.scenario.name}{label} — {result.target.model} @ {where}"
 

@@ -205,6 +205,9 @@ def window_blocks(result: RunResult) -> list[Block]:
         head += f", {w.duration_s:.2f} s"
     parts: list[Block] = [Line(head, "bold")]
     rows = window_lines(w, [r for r in result.records if not r.warmup])
+    if result.predicted is not None:
+        head = head.replace("Window", "Window (virtual time)", 1)
+        rows[0] = ("server", "none: predicted (the simulated engine's figures, no metrics)")
     parts.append(Pairs(rows[:1]))  # which server, where, how many scrapes
     t = w.server
     if t is not None and t.reconciliation:
