@@ -57,6 +57,34 @@ def test_a_changed_example_is_caught():
             assert examples.stale_blocks(stale) != [], f"{doc.name}: {block['name']}"
 
 
+def test_the_readme_opens_with_the_two_setup_commands_and_stays_a_front_door():
+    import shlex
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300, "README.md is the front door: the manual is docs/"
+    first, second = re.findall(r"^```(\w*)\n(.*?)^```", text, re.S | re.M)[:2]
+    assert first[0] == second[0] == "bash"
+    run, test = first[1].strip(), second[1].strip()
+    assert run.startswith(SETUP) and run.endswith(
+        "python -m workloads run five-user-coding --out runs/first"
+    )
+    assert test.startswith(SETUP)
+    # the test command is CI's own (.ci/run runs each of its steps)
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    steps = [step.strip() for step in test.split("&&")][2:]
+    assert len(steps) == 4, steps
+    install, download, light, heavy = steps
+    words = shlex.split(install)
+    env = dict(w.split("=", 1) for w in words if "=" in w and w.split("=", 1)[0].isupper())
+    assert f'export CMAKE_ARGS="{env["CMAKE_ARGS"]}"' in ci
+    assert f"export LLAMA_CPP_BUILD_JOBS={env['LLAMA_CPP_BUILD_JOBS']}" in ci
+    assert 'pip install -q --no-cache-dir ".[test,llamacpp]"' in ci and install.endswith(
+        'pip install --no-cache-dir ".[test,llamacpp]"'
+    )
+    assert download.replace("pip download ", "pip download -q ") in ci
+    assert light in ci and heavy in ci
+
+
 def anchors(doc: Path) -> set[str]:
     """The anchors GitHub gives ``doc``'s headings: lower case, spaces to hyphens, other
     punctuation dropped."""
