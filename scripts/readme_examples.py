@@ -1,7 +1,7 @@
-"""The README's example outputs, from real runs kept in the repository.
+"""The README's and docs' example outputs, from real runs kept in the repository.
 
-Each example block in README.md sits under a marker naming a stored run and a part of its
-report::
+Each example block in README.md and docs/*.md sits under a marker naming a stored run and a
+part of its report::
 
     <!-- example: first-run window -->
     ```text
@@ -12,7 +12,7 @@ The stored runs are in ``docs/examples/NAME/`` (result.json + records.jsonl), ma
 commands in :data:`EXAMPLES` against the embedded simulated server. A block's text is the
 report of its run as ``python -m workloads show docs/examples/NAME`` prints it at
 :data:`WIDTH` columns, cut to the part named. tests/test_readme.py fails when a block differs
-from what this script prints, so a README example can never go stale.
+from what this script prints, so an example in README.md or docs/ can never go stale.
 
     python scripts/readme_examples.py            # rewrite the blocks from the stored runs
     python scripts/readme_examples.py --check    # exit 1 and name the stale blocks
@@ -30,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 STORE = ROOT / "docs" / "examples"
 WIDTH = 100  # GitHub shows about this many columns of a code block without scrolling
 
@@ -83,6 +84,14 @@ PARTS: dict[str, Callable[[list[str]], list[str]]] = {
     "cells": lambda lines: _between(lines, lambda line: line.startswith("sweep of"),
                                     lambda line: line.startswith("Per cell — latency")),
 }
+# the README's excerpt: the header, the per-turn rates and the run line
+PARTS["summary"] = lambda lines: [*PARTS["head"](lines), "", *PARTS["turns"](lines), "",
+                                  *PARTS["run-line"](lines)]
+
+
+def files() -> list[Path]:
+    """The files whose example blocks this script keeps: README.md and every page in docs/."""
+    return [README, *sorted(DOCS.glob("*.md"))]
 
 
 def report_text(name: str) -> list[str]:
@@ -97,15 +106,15 @@ def report_text(name: str) -> list[str]:
 
 def block_text(name: str, part: str) -> str:
     if name not in EXAMPLES:
-        raise SystemExit(f"README.md names example {name!r}; known: {', '.join(EXAMPLES)}")
+        raise SystemExit(f"an example block names {name!r}; known: {', '.join(EXAMPLES)}")
     if part not in PARTS:
-        raise SystemExit(f"README.md names part {part!r}; known: {', '.join(PARTS)}")
+        raise SystemExit(f"an example block names part {part!r}; known: {', '.join(PARTS)}")
     lines = PARTS[part](report_text(name))
     return "\n".join(lines) + "\n"
 
 
 def regenerated(text: str) -> str:
-    """README text with every example block replaced by what the stored run prints."""
+    """A file's text with every example block replaced by what the stored run prints."""
     def replace(m: re.Match[str]) -> str:
         body = block_text(m["name"], m["part"])
         return f"<!-- example: {m['name']} {m['part']} -->\n```text\n{body}```"
@@ -141,16 +150,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rerun", nargs="*", metavar="NAME",
                         help="run these examples again (all when none named)")
     args = parser.parse_args(argv)
-    text = README.read_text(encoding="utf-8")
     if args.check:
-        stale = stale_blocks(text)
-        for block in stale:
-            print(f"README.md: example '{block}' is stale: run "
+        stale = [(path, block) for path in files()
+                 for block in stale_blocks(path.read_text(encoding="utf-8"))]
+        for path, block in stale:
+            print(f"{path.relative_to(ROOT)}: example '{block}' is stale: run "
                   "python scripts/readme_examples.py", file=sys.stderr)
         return 1 if stale else 0
     if args.rerun is not None:
         rerun(args.rerun or list(EXAMPLES))
-    README.write_text(regenerated(text), encoding="utf-8")
+    for path in files():
+        text = path.read_text(encoding="utf-8")
+        new = regenerated(text)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
     return 0
 
 

@@ -43,12 +43,25 @@ def found(path: str, base: Path) -> bool:
     return (base / path).exists()
 
 
-def test_the_layout_names_only_files_and_folders_that_exist():
+def layout_names() -> tuple[set[Path], list[str]]:
+    """What the layout names, resolved: the files and folders that exist, and a line for each
+    name that does not (``line N: NAME``). A name is looked up in the folder of its entry: an
+    entry line's own names in its parent folder, a module named in an entry's description (as
+    ``telemetry/`` lists ``prometheus.py``) in that entry's folder."""
     lines = doc_lines()
     first, end = layout()
+    named: set[Path] = set()
     missing = []
     stack: list[tuple[int, Path]] = []  # (indent, folder) of the entries above this line
     context = ROOT  # where a name on the current line is looked up
+
+    def look_up(name: str, base: Path, number: int) -> None:
+        if found(name, base):
+            top = name.rstrip("/").split("/", 1)[0]
+            named.add((ROOT if top in REPO_DIRS else base) / name.rstrip("/"))
+        else:
+            missing.append(f"line {number + 1}: {name}")
+
     for number in range(first, end):
         line = lines[number]
         if not line.strip():
@@ -69,8 +82,7 @@ def test_the_layout_names_only_files_and_folders_that_exist():
             context = parent
             for name in (n.strip() for n in names.split(",")):
                 if name.endswith("/") or name.endswith(".py"):
-                    if not found(name, parent if name.count("/") <= 1 else SRC):
-                        missing.append(f"line {number + 1}: {name}")
+                    look_up(name, parent if name.count("/") <= 1 else SRC, number)
                     if name.endswith("/") and name.count("/") == 1:
                         context = parent / name.rstrip("/")
                         if not names.count(","):
@@ -79,11 +91,24 @@ def test_the_layout_names_only_files_and_folders_that_exist():
         else:
             text = line
         for name in PY.findall(text):
-            if not found(name, SRC if "/" in name else context):
-                missing.append(f"line {number + 1}: {name}")
+            look_up(name, SRC if "/" in name else context, number)
+    return named, missing
+
+
+def test_the_layout_names_only_files_and_folders_that_exist():
+    _, missing = layout_names()
     assert not missing, "docs/architecture.md's layout names what does not exist:\n" + "\n".join(
         missing
     )
+
+
+def test_the_layout_names_every_module():
+    # each module under src/workloads/ in its own folder's entry (a package's __init__.py is
+    # its folder's entry, but for the top level's own)
+    named, _ = layout_names()
+    modules = {p for p in SRC.rglob("*.py") if p.name != "__init__.py" or p.parent == SRC}
+    absent = sorted(str(p.relative_to(SRC)) for p in modules - named)
+    assert not absent, f"modules docs/architecture.md's layout does not name: {absent}"
 
 
 def test_every_package_and_top_level_module_has_its_entry_in_the_layout():

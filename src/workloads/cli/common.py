@@ -16,8 +16,9 @@ from typing import Any
 
 from workloads.model.errors import ScenarioError, WorkloadsError
 
-# Exit codes scripts can trust (README, "Exit codes"): 0 only for a run whose measured turns
-# were valid (or failed under --max-error-rate); 128 + N when stopped by signal N.
+# Exit codes scripts can trust (docs/targets.md, "Stopping, failures and exit codes"): 0 only
+# for a run whose measured turns were valid (or failed under --max-error-rate); 128 + N when
+# stopped by signal N.
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2  # a command line, scenario or --out that cannot work; a refused compare
 EXIT_FAILED_TURNS = 3  # measured turns failed beyond --max-error-rate, or none was recorded

@@ -17,9 +17,11 @@ likelihood probe, ``probe``) follow the same rules:
   a ``UnicodeEncodeError``.
 * **redaction**: :meth:`Transport.redact` takes the key and the password out of any text a
   server echoed (an error body) before it is recorded or printed.
-* **redirects**: at most :data:`MAX_REDIRECTS` hops, the Location resolved with yarl against
-  the request URL; 307/308 keep the method and body (reads and chat alike); a 301/302/303 on
-  a POST is not followed (it would turn the chat request into a GET).
+* **redirects** (the streamed chat path only): at most :data:`MAX_REDIRECTS` hops, the
+  Location resolved with yarl against the request URL; 307/308 keep the method and body; a
+  301/302/303 on a POST is not followed (it would turn the chat request into a GET). The
+  aiohttp reads (:meth:`Transport.session`) keep aiohttp's own rule: ``max_redirects`` 10, and a
+  POST redirected by a 301/302/303 is sent again as a GET.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ __all__ = [
     "transport_for",
 ]
 
-MAX_REDIRECTS = 5  # hops per request, reads and chat alike (aiohttp's default is 10)
+MAX_REDIRECTS = 5  # hops per streamed chat request (the aiohttp reads: its max_redirects, 10)
 # The shortest start of a secret redact() takes off the end of a cut text. Every echo the
 # library records is redacted whole before it is cut (wire/stream.py) but for an error event's
 # data, cut in core/chat_stream.py, which knows no secrets: there 1-3 characters may stay.
