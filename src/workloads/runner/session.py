@@ -390,7 +390,7 @@ class Session:
         self.last = LastTurn(record, prepared.ids, prepared.exact, response.text)
         if io.on_exchange is not None:
             await slice_()
-            io.on_exchange(record, sent, reply)
+            io.on_exchange(record, sent, reply, self._prompt_hash.digests)
         await slice_()
         io.on_record(record)
         if stopped:
