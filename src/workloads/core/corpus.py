@@ -25,6 +25,7 @@ import json
 import os
 import random
 import sysconfig
+from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -190,14 +191,14 @@ class TextStream:
 
     def __init__(self, pieces: Iterator[str]) -> None:
         self._pieces = pieces
-        self._ids: list[int] = []
+        self._ids: array[int] = array("i")  # compact (tokens.compact): a list held ~36 B a token
         self._taken: dict[int, str] = {}  # the last few cuts: sizing asks for one several times
 
     def _extend_to(self, n_tokens: int) -> None:
         for _ in range(1_000_000):  # bounded: every piece adds at least one token in practice
             if len(self._ids) >= n_tokens:
                 return
-            self._ids += tokens.encode(next(self._pieces))
+            self._ids.extend(tokens.encode(next(self._pieces)))
 
     def prefixed(self, head: str) -> TextStream:
         """A stream that starts with ``head`` and goes on with this one's text (use before

@@ -33,6 +33,7 @@ __all__ = [
     "TokenizeError",
     "assistant_text",
     "common_prefix_length",
+    "compact",
     "count",
     "count_rendered",
     "encode",
@@ -90,22 +91,48 @@ def truncate(text: str, n_tokens: int) -> str:
     return encoding().decode(ids[:n_tokens])
 
 
+def compact(ids: Sequence[int]) -> array[int]:
+    """Token ids as a session holds them: ``array('i')``, 4 bytes a token, where a list of
+    Python ints takes ~36 (an 8-byte pointer and a 28-byte int each past 256): at C256 in
+    the agent shape the sessions' lists were 117 MB of the client's peak
+    (benchmarks/RESULTS.md). Every tokenizer's ids fit (vocabularies are far below 2**31;
+    the estimate's template tokens are -1). An ``array('i')`` is returned as it is."""
+    if isinstance(ids, array) and ids.typecode == "i":
+        return ids
+    return array("i", ids)
+
+
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token sequences.
 
-    Compares slices (C speed) and bisects, so 100K-token prompts cost microseconds.
+    Compares slices (C speed; ``array('i')`` slices as bytes) and bisects, so 100K-token
+    prompts cost microseconds.
     """
     n = min(len(a), len(b))
-    if list(a[:n]) == list(b[:n]):
+    same = _same_bytes if _both_compact(a, b) else _same_items
+    if same(a[:n], b[:n]):
         return n
     lo, hi = 0, n  # a[:lo] == b[:lo] holds, a[:hi] == b[:hi] does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if list(a[lo:mid]) == list(b[lo:mid]):
+        if same(a[lo:mid], b[lo:mid]):
             lo = mid
         else:
             hi = mid
     return lo
+
+
+def _both_compact(a: Sequence[int], b: Sequence[int]) -> bool:
+    return isinstance(a, array) and isinstance(b, array) and a.typecode == b.typecode
+
+
+def _same_bytes(a: Sequence[int], b: Sequence[int]) -> bool:
+    assert isinstance(a, array) and isinstance(b, array)
+    return a.tobytes() == b.tobytes()
+
+
+def _same_items(a: Sequence[int], b: Sequence[int]) -> bool:
+    return list(a) == list(b)
 
 
 # --- what a chat template renders ------------------------------------------------------------
@@ -249,9 +276,10 @@ class TargetTokenizer(Protocol):
     seconds: float
     tools: list[dict[str, Any]] | None  # the request's tools: rendered into every chat
 
-    async def render(self, messages: Sequence[Message], mode: Render) -> list[int]:
+    async def render(self, messages: Sequence[Message], mode: Render) -> Sequence[int]:
         """Token ids of a chat: ``"generate"`` adds the generation prompt (what a chat request
-        sends); ``"continue"`` stops at the end of the last message's content."""
+        sends); ``"continue"`` stops at the end of the last message's content. A list, or an
+        ``array('i')`` (the estimate's: see :func:`compact`)."""
         ...
 
     async def encode(self, text: str) -> list[int]:
@@ -300,7 +328,7 @@ class SegmentMemo:
     O(new tokens), not O(context). Bounded: least recently used entries go first past
     ``max_tokens`` (each of the two memos)."""
 
-    def __init__(self, max_tokens: int = 4_000_000) -> None:  # 32 MB of ids per memo at most
+    def __init__(self, max_tokens: int = 4_000_000) -> None:  # 16 MB of ids per memo at most
         self.max_tokens = max_tokens
         self._segments: _Lru = _Lru(max_tokens)
         self._whole: _Lru = _Lru(max_tokens)
@@ -320,11 +348,11 @@ class SegmentMemo:
         enc = encoding()
         for seg in segs:
             if seg not in self._segments:
-                self._segments.put(seg, array("l", enc.encode_ordinary(seg)))
+                self._segments.put(seg, array("i", enc.encode_ordinary(seg)))
 
     def ids(self, text: str) -> list[int]:
         """The ids of ``text`` (encoding what is missing, on this thread)."""
-        out: array[int] = array("l")
+        out: array[int] = array("i")
         self.extend(out, text)
         return out.tolist()
 
@@ -389,8 +417,10 @@ class _Lru:
 _RECENT = _Lru(1_000_000)
 _RECENT_LOCK = threading.Lock()
 
-_MARKERS = array("l", [-1] * 4)  # a message's role markers, in the estimate
-_GENERATION = array("l", [-1] * 3)  # the generation prompt
+# The estimate's ids are array('i') throughout (compact()): memoised, rendered and returned
+# without a copy into Python ints.
+_MARKERS = array("i", [-1] * 4)  # a message's role markers, in the estimate
+_GENERATION = array("i", [-1] * 3)  # the generation prompt
 
 
 class EstimateTokenizer:
@@ -425,7 +455,7 @@ class EstimateTokenizer:
         self._message_tokens = 0
 
     def _ids(self, text: str) -> array[int]:
-        ids: array[int] = array("l", _MARKERS)
+        ids: array[int] = array("i", _MARKERS)
         self.memo.extend(ids, text)
         return ids
 
@@ -445,7 +475,7 @@ class EstimateTokenizer:
         if schemas and not lead:
             todo.append(schemas)
         await self.memo.prepare(todo)
-        ids: array[int] = array("l")  # signed: template tokens are -1
+        ids: array[int] = array("i")  # signed: template tokens are -1
         if schemas and not lead:  # a system block of its own, before the first message
             ids.extend(self._ids(schemas))
             ids.append(-1)
@@ -471,8 +501,9 @@ class EstimateTokenizer:
             _, (_, _, dropped) = self._messages.popitem(last=False)
             self._message_tokens -= len(dropped)
 
-    async def render(self, messages: Sequence[Message], mode: Render) -> list[int]:
-        return (await self._render(messages, mode)).tolist()
+    async def render(self, messages: Sequence[Message], mode: Render) -> array[int]:
+        """The ids as :func:`compact` holds them (a fresh array: the caller may keep it)."""
+        return await self._render(messages, mode)
 
     async def count(self, messages: Sequence[Message], mode: Render) -> int:
         """``len(render(messages, mode))`` without making the list."""

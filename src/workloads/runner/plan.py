@@ -13,6 +13,8 @@ the tokenizer calls live in :mod:`workloads.runner.sizing` and the session.
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from workloads.core import tokens
@@ -26,7 +28,7 @@ __all__ = ["LastTurn", "Seen", "TurnPlan", "estimated_shareable", "observation",
 class Seen:
     """The last prompt of this session that reached the server, and its reply."""
 
-    ids: list[int] = field(default_factory=list)
+    ids: array[int] = field(default_factory=lambda: array("i"))  # compact (tokens.compact)
     exact: bool = False  # ids are the target's own
     reply: str = ""
 
@@ -36,7 +38,7 @@ class LastTurn:
     """This session's previous turn as sent (None record: no turn yet)."""
 
     record: TurnRecord | None = None
-    ids: list[int] = field(default_factory=list)
+    ids: array[int] = field(default_factory=lambda: array("i"))  # compact: only len() is read
     exact: bool = False
     reply: str = ""
 
@@ -51,7 +53,7 @@ class TurnPlan:
 
 
 def turn_base(
-    turn: int, last: LastTurn, *, opening: list[int], opening_exact: bool, sizing_exact: bool
+    turn: int, last: LastTurn, *, opening: Sequence[int], opening_exact: bool, sizing_exact: bool
 ) -> tuple[int | None, bool]:
     """What the server has seen before turn ``turn`` in the units sizing will count in, and
     whether to count exactly (the target's tokenizer). Base None: the units changed (a

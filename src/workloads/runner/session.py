@@ -101,7 +101,7 @@ class Session:
         # nonce = "run": who of this repetition's sessions sent turn 1 first (shared); the
         # first to send has nothing the server has seen.
         self.order: OpeningOrder | None = None
-        self.opening_ids: list[int] = []
+        self.opening_ids: array[int] = array("i")  # compact (tokens.compact)
         self.opening_exact = sizing.exact
         # Turn 1's shareable prefix: the part of the opening other sessions of this
         # repetition also send (nonce = "run"); set by the runner once all have opened.
@@ -146,7 +146,8 @@ class Session:
             else:
                 if self.token_log:
                     self.token_log[-1].completion = array("i", reply_ids)
-                return tokens.common_prefix_length(prepared.ids, seen.ids + reply_ids), True
+                seen_ids = seen.ids + tokens.compact(reply_ids)
+                return tokens.common_prefix_length(prepared.ids, seen_ids), True
         elif prepared.exact and not seen.ids:
             return 0, True  # nothing of this session reached the server yet
         return estimated_shareable(self.last), False
@@ -358,7 +359,7 @@ class Session:
                     TokenTrace(
                         record.sent_ns,
                         turn,
-                        array("i", prepared.ids if prepared.exact else ()),
+                        prepared.ids if prepared.exact else array("i"),  # shared: never changed
                         # a fleet's warm-up turns are traced (sessions span windows),
                         # not counted; other warm-ups are not traced at all. A sub-agent's
                         # steps are replayed, not counted: the observed per-turn hit rate
