@@ -358,11 +358,15 @@ class SegmentMemo:
 
     def extend(self, out: array[int], text: str) -> None:
         """Append the ids of ``text`` to ``out``."""
+        out.extend(self.shared(text))
+
+    def shared(self, text: str) -> array[int]:
+        """The ids of ``text``, as the memo may hold them: read them, never change them (one
+        array serves the whole-text memo and the estimate's per-message ids)."""
         whole = self._whole.get(text)
         if whole is not None:
-            out.extend(whole)
-            return
-        start = len(out)
+            return whole
+        out: array[int] = array("i")
         for seg in segments(text):
             ids = self._segments.get(seg)
             if ids is None:
@@ -371,7 +375,8 @@ class SegmentMemo:
                 assert ids is not None
             out.extend(ids)
         if len(text) >= _WHOLE_CHARS:
-            self._whole.put(text, out[start:])
+            self._whole.put(text, out)
+        return out
 
     async def prepare(self, texts: Sequence[str]) -> None:
         """Encode what :meth:`ids` will need for ``texts``, off the event loop when large."""
@@ -445,19 +450,15 @@ class EstimateTokenizer:
         self.seconds = 0.0
         self.memo = SegmentMemo()
         self.tools: list[dict[str, Any]] | None = None
-        # Each message's ids (role markers + text), by the message object: a session's
-        # history is a list of messages that never change once made (Conversation shares
-        # them between renders), so re-rendering a 100K-token history is a concatenation.
+        # Each message's text ids (the memo's own array, shared), by the message object: a
+        # session's history is a list of messages that never change once made (Conversation
+        # shares them between renders), so re-rendering a 100K-token history is a
+        # concatenation.
         # Checked by identity of the message and its content; bounded like the memo.
         self._messages: OrderedDict[tuple[int, bool], tuple[Message, Any, array[int]]] = (
             OrderedDict()
         )
         self._message_tokens = 0
-
-    def _ids(self, text: str) -> array[int]:
-        ids: array[int] = array("i", _MARKERS)
-        self.memo.extend(ids, text)
-        return ids
 
     async def _render(self, messages: Sequence[Message], mode: Render) -> array[int]:
         await pace()  # a render is O(history): one piece of sizing
@@ -477,14 +478,16 @@ class EstimateTokenizer:
         await self.memo.prepare(todo)
         ids: array[int] = array("i")  # signed: template tokens are -1
         if schemas and not lead:  # a system block of its own, before the first message
-            ids.extend(self._ids(schemas))
+            ids.extend(_MARKERS)
+            ids.extend(self.memo.shared(schemas))
             ids.append(-1)
         last = len(messages) - 1
         texts = iter(todo)
         for index, (message, part) in enumerate(zip(messages, found, strict=True)):
-            if part is None:
-                part = self._ids(next(texts))
+            if part is None:  # the text's ids, shared with the memo: role markers added here
+                part = self.memo.shared(next(texts))
                 self._keep((id(message), index == 0 and lead), message, part)
+            ids.extend(_MARKERS)
             ids.extend(part)
             if not (mode == "continue" and index == last):
                 ids.append(-1)
