@@ -346,9 +346,13 @@ class Corpus:
             if not lines:
                 continue
             start = rng.randrange(len(lines))
-            for offset, line in enumerate(lines[start : start + 12]):
-                if line.strip():
-                    yield f"{f.path}:{start + offset + 1}: {line.strip()}\n"
+            hits = [
+                f"{f.path}:{start + offset + 1}: {line.strip()}\n"
+                for offset, line in enumerate(lines[start : start + 12])
+                if line.strip()
+            ]
+            del lines  # not held by the suspended generator (as in _snippets)
+            yield from hits
 
     def _test_log(self, rng: random.Random) -> Iterator[str]:
         while True:
@@ -356,13 +360,15 @@ class Corpus:
             name = Path(f.path).stem
             lines = [ln for ln in f.text.splitlines() if ln.strip()] or ["pass"]
             line_no = rng.randrange(len(lines)) + 1
-            yield (
+            failed = (
                 f"tests/test_{name}.py::test_{name}_{rng.randrange(100)} FAILED\n"
                 f"    {f.path}:{line_no}: in {name}\n"
                 f"        {lines[line_no - 1].strip()}\n"
                 f"E       AssertionError: expected {rng.randrange(1000)}, got "
                 f"{rng.randrange(1000)}\n"
             )
+            del lines  # not held by the suspended generator
+            yield failed
             yield f"tests/test_{name}.py::test_{name}_roundtrip PASSED\n"
 
     def _diffs(self, rng: random.Random) -> Iterator[str]:
@@ -370,7 +376,9 @@ class Corpus:
             f = self._pick(rng)
             old = f.text.splitlines(keepends=True)[:120]
             new = [ln.replace("    ", "\t", 1) if i % 7 == 3 else ln for i, ln in enumerate(old)]
-            yield "".join(difflib.unified_diff(old, new, f"a/{f.path}", f"b/{f.path}"))
+            diff = "".join(difflib.unified_diff(old, new, f"a/{f.path}", f"b/{f.path}"))
+            del old, new  # not held by the suspended generator
+            yield diff
 
     def _replies(self, rng: random.Random) -> Iterator[str]:
         while True:

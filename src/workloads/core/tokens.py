@@ -331,7 +331,7 @@ class SegmentMemo:
     def __init__(self, max_tokens: int = 4_000_000) -> None:  # 16 MB of ids per memo at most
         self.max_tokens = max_tokens
         self._segments: _Lru = _Lru(max_tokens)
-        self._whole: _Lru = _Lru(max_tokens)
+        self._whole: _Lru = _Lru(max_tokens // 4)
 
     def missing(self, texts: Iterable[str]) -> list[str]:
         """The segments of ``texts`` not memoised yet (what :meth:`learn` should encode)."""
@@ -486,7 +486,8 @@ class EstimateTokenizer:
         for index, (message, part) in enumerate(zip(messages, found, strict=True)):
             if part is None:  # the text's ids, shared with the memo: role markers added here
                 part = self.memo.shared(next(texts))
-                self._keep((id(message), index == 0 and lead), message, part)
+                if index < last:  # the last is the one sizing tries cuts of: not kept
+                    self._keep((id(message), index == 0 and lead), message, part)
             ids.extend(_MARKERS)
             ids.extend(part)
             if not (mode == "continue" and index == last):

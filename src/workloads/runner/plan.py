@@ -3,8 +3,8 @@
 * :class:`Seen` — what the *server* has computed KV for, of this session: the last prompt
   that reached it (HTTP 200 and prefill done) and its reply. A turn rejected with 429/500 or
   never connected leaves it unchanged: it adds nothing the next turn could reuse.
-* :class:`LastTurn` — what this session *sent* last: its record, its prompt ids (in the units
-  of the tokenizer used) and the reply text that went into the history.
+* :class:`LastTurn` — what this session *sent* last: its record, its prompt's length (in the
+  units of the tokenizer used) and the reply text that went into the history.
 * :class:`TurnPlan` — a turn ready to send: its sized messages and its shareable prefix.
 
 :func:`turn_base` and :func:`observation` are the sizing rules that need only these values;
@@ -28,9 +28,10 @@ __all__ = ["LastTurn", "Seen", "TurnPlan", "estimated_shareable", "observation",
 class Seen:
     """The last prompt of this session that reached the server, and its reply."""
 
-    ids: array[int] = field(default_factory=lambda: array("i"))  # compact (tokens.compact)
+    ids: array[int] = field(default_factory=lambda: array("i"))  # when exact (PreparedTurn)
     exact: bool = False  # ids are the target's own
     reply: str = ""
+    tokens: int = 0  # the prompt's length (0: nothing of this session reached the server)
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class LastTurn:
     """This session's previous turn as sent (None record: no turn yet)."""
 
     record: TurnRecord | None = None
-    ids: array[int] = field(default_factory=lambda: array("i"))  # compact: only len() is read
+    tokens: int = 0  # the prompt's length, in the units of the tokenizer used
     exact: bool = False
     reply: str = ""
 
@@ -63,9 +64,9 @@ def turn_base(
     exact = sizing_exact and last.exact
     record = last.record
     if exact and record is not None and record.completion_tokens is not None:
-        return len(last.ids) + record.completion_tokens, True
+        return last.tokens + record.completion_tokens, True
     if not exact and not last.exact:
-        return len(last.ids) + tokens.count(last.reply), False
+        return last.tokens + tokens.count(last.reply), False
     return None, exact
 
 
@@ -84,7 +85,7 @@ def observation(
     of estimate sizing; None when the turn was sized exactly or its count is unknown. Pure."""
     if prepared.exact or record.prompt_tokens is None:
         return None
-    estimated = len(prepared.ids) - (0 if turn == 1 else prepared.base)
+    estimated = prepared.tokens - (0 if turn == 1 else prepared.base)
     seen = 0
     if turn > 1:
         before = estimated_shareable(last)

@@ -148,7 +148,7 @@ class Session:
                     self.token_log[-1].completion = array("i", reply_ids)
                 seen_ids = seen.ids + tokens.compact(reply_ids)
                 return tokens.common_prefix_length(prepared.ids, seen_ids), True
-        elif prepared.exact and not seen.ids:
+        elif prepared.exact and not seen.tokens:
             return 0, True  # nothing of this session reached the server yet
         return estimated_shareable(self.last), False
 
@@ -295,7 +295,7 @@ class Session:
             turn=turn,
             configured_prior_tokens=step.prior_tokens,
             configured_prompt_tokens=step.prior_tokens + step.new_tokens,
-            tokenized_prompt_tokens=len(prepared.ids) if prepared.exact else None,
+            tokenized_prompt_tokens=prepared.tokens if prepared.exact else None,
             cell=self.cell,
             pacing_lag_ns=lag_ns,
         )
@@ -353,13 +353,13 @@ class Session:
             response.first_content_ns is not None or response.usage is not None
         )
         if reached:
-            self.seen = Seen(prepared.ids, prepared.exact, response.text)
+            self.seen = Seen(prepared.ids, prepared.exact, response.text, prepared.tokens)
             if (prepared.exact or self.sizing.exact) and record.sent_ns is not None:
                 self.token_log.append(
                     TokenTrace(
                         record.sent_ns,
                         turn,
-                        prepared.ids if prepared.exact else array("i"),  # shared: never changed
+                        prepared.ids,  # shared (never changed); empty when sized by estimate
                         # a fleet's warm-up turns are traced (sessions span windows),
                         # not counted; other warm-ups are not traced at all. A sub-agent's
                         # steps are replayed, not counted: the observed per-turn hit rate
@@ -388,7 +388,7 @@ class Session:
         reply = response.text if reached else None
         await slice_()
         record = record.model_copy(update=identity(sent, reply, self._prompt_hash))
-        self.last = LastTurn(record, prepared.ids, prepared.exact, response.text)
+        self.last = LastTurn(record, prepared.tokens, prepared.exact, response.text)
         if io.on_exchange is not None:
             await slice_()
             io.on_exchange(record, sent, reply, self._prompt_hash.digests)

@@ -84,12 +84,15 @@ class PreparedTurn:
     """A turn ready to send: its messages and what sizing knows about them."""
 
     messages: list[Message]
-    # the target's ids (or estimate ids, see ``exact``), compact (tokens.compact): an
-    # estimate-sized turn only reads their count, an exact one its prefix with the last
+    # The target's ids, compact (tokens.compact), when ``exact``: its shareable prefix and
+    # the what-if trace read them. Empty for a turn sized by estimate, of which only the
+    # count is ever read (the sessions' estimate ids were 117 MB of the client's peak at C256
+    # in the agent shape, as lists: benchmarks/RESULTS.md).
     ids: array[int]
-    exact: bool  # ids come from the target's tokenizer
-    target: int  # in the same units as ids
+    exact: bool  # sized with the target's tokenizer
+    target: int  # in the units sized in
     base: int  # what the server had seen before this turn, in the same units
+    tokens: int  # the rendered prompt's length, in the same units
 
 
 @dataclass
@@ -328,7 +331,7 @@ class CellSizing:
             self.fallbacks += 1
             tok = self.estimate
             ids = await tok.render(list(messages), "generate")
-        return PreparedTurn(list(messages), tokens.compact(ids), tok.exact, len(ids), 0)
+        return PreparedTurn(list(messages), _kept(ids, tok), tok.exact, len(ids), 0, len(ids))
 
     def turn_target(
         self,
@@ -406,10 +409,11 @@ class CellSizing:
         memo.framing[kind] = framing
         return PreparedTurn(
             messages=conversation.with_turn(turn, *key),
-            ids=tokens.compact(renders[key]),
+            ids=_kept(renders[key], tok),
             exact=tok.exact,
             target=target,
             base=base,
+            tokens=len(renders[key]),
         )
 
     # --- warm-up correction (quiet sizing) ------------------------------------------------
@@ -423,7 +427,7 @@ class CellSizing:
         if not prepared.exact:
             return  # a fallback turn: nothing exact to learn from
         est = self.estimate
-        added = len(prepared.ids) - (prepared.base if turn > 1 else 0)
+        added = prepared.tokens - (prepared.base if turn > 1 else 0)
         history = conversation.messages
         est_base = await est.count(history, "continue") if turn > 1 and history else 0
         est_added = await est.count(prepared.messages, "generate") - est_base
@@ -451,6 +455,12 @@ class CellSizing:
                 self.session_scale[(session, turn)] = actual / estimated
         for turn, ratios in by_turn.items():
             self.scale[turn] = statistics.median(ratios)
+
+
+def _kept(ids: Sequence[int], tok: TargetTokenizer) -> array[int]:
+    """What a PreparedTurn keeps of a prompt's ids: all of them, compact, when ``tok`` is
+    the target's; none of an estimate's."""
+    return tokens.compact(ids) if tok.exact else array("i")
 
 
 async def _padded(
