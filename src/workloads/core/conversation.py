@@ -308,9 +308,13 @@ class Conversation:
     kinds: dict[int, str] = field(default_factory=dict)
     heads: dict[int, str] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        self._system = self.corpus.system_stream(self.style, self.seed)
-        self._user = self.corpus.user_stream(self.style, self.seed, self.session)
+    def _streams(self) -> tuple[TextStream, TextStream]:
+        """The opening's text streams, made again when asked for after :meth:`set_opening`
+        let them go (a stream is a function of the seed and session: the same text)."""
+        if self._system is None or self._user is None:
+            self._system = self.corpus.system_stream(self.style, self.seed)
+            self._user = self.corpus.user_stream(self.style, self.seed, self.session)
+        return self._system, self._user
 
     # --- the opening -------------------------------------------------------------------
 
@@ -320,21 +324,24 @@ class Conversation:
         """The opening context with ``n_system`` / ``n_user`` tiktoken tokens of text after
         the nonce lines, the user text ending in ``pad``. ``nonce`` replaces the session
         nonce (to measure the shared part)."""
-        assert self._system is not None and self._user is not None
+        system_stream, user_stream = self._streams()
         session_line = f"{nonce or self.nonce}\n"
         # Cuts never end in whitespace: templates that trim messages (Llama 3's) would drop
         # it, and the count would stall for a step and then jump.
         if self.run_nonce is None:
-            system = session_line + self._system.take(n_system).rstrip()
-            user = self._user.take(n_user).rstrip() + pad
+            system = session_line + system_stream.take(n_system).rstrip()
+            user = user_stream.take(n_user).rstrip() + pad
         else:
-            system = f"{self.run_nonce}\n" + self._system.take(n_system).rstrip()
-            user = session_line + self._user.take(n_user).rstrip() + pad
+            system = f"{self.run_nonce}\n" + system_stream.take(n_system).rstrip()
+            user = session_line + user_stream.take(n_user).rstrip() + pad
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
     def set_opening(self, messages: list[Message]) -> None:
-        """Start the history with ``messages`` (an opening, or [] for none)."""
+        """Start the history with ``messages`` (an opening, or [] for none). The opening's
+        streams are let go: sized, they only held their text and token ids until the session
+        ended (at C256 in the agent shape most of the corpus' share of the client's peak)."""
         self.messages = copy.deepcopy(messages)
+        self._system = self._user = None
 
     # --- turns -------------------------------------------------------------------------
 

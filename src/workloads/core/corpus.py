@@ -192,9 +192,10 @@ class TextStream:
     def __init__(self, pieces: Iterator[str]) -> None:
         self._pieces = pieces
         self._ids: array[int] = array("i")  # compact (tokens.compact): a list held ~36 B a token
-        # The last two cuts: sizing asks for one several times in a row (a content count, then
-        # the render with it). Eight kept every stream's dead candidates alive (10.8 MB of the
-        # client's peak at C256, benchmarks/RESULTS.md); a cut asked for again is one decode.
+        # The last cut: sizing asks for one several times in a row (a content count, then the
+        # render with it; each pad of a cut). Eight kept every stream's dead candidates alive
+        # (10.8 MB of the client's peak at C256, benchmarks/RESULTS.md); a cut asked for
+        # again later is one decode.
         self._taken: dict[int, str] = {}
 
     def _extend_to(self, n_tokens: int) -> None:
@@ -218,9 +219,7 @@ class TextStream:
         self._extend_to(n_tokens)
         raw = tokens.encoding().decode_bytes(self._ids[:n_tokens])
         text = raw.decode("utf-8", "ignore")  # a cut inside a multi-byte character drops it
-        if len(self._taken) >= 2:
-            self._taken.pop(next(iter(self._taken)))
-        self._taken[n_tokens] = text
+        self._taken = {n_tokens: text}
         return text
 
 
