@@ -302,7 +302,11 @@ class Conversation:
     messages: list[Message] = field(default_factory=list)
     _system: TextStream | None = None
     _user: TextStream | None = None
+    # The stream of the turn being sized (one: an earlier turn's held its token ids and
+    # file text to the session's end), and what each turn's stream was made from, so one
+    # asked for again is made again with the same text.
     _turns: dict[int, TextStream] = field(default_factory=dict)
+    _made: dict[int, tuple[Style, str | None, str | None]] = field(default_factory=dict)
     # The agent's step kinds by turn ("human" content is a person's request; "tool" and
     # the others a tool result) and text a turn's content starts with (sub-agents' results).
     kinds: dict[int, str] = field(default_factory=dict)
@@ -351,16 +355,19 @@ class Conversation:
         turn 1's content starts with the session nonce."""
         stream = self._turns.get(turn)
         if stream is None:
-            style: Style = "chat" if self.kinds.get(turn) == "human" else self.style
-            # a tool result is the output of the tool the last reply called
-            calls = self.messages[-1].get("tool_calls") if self.messages else None
-            tool = None
-            if calls and self.kinds.get(turn, "tool") == "tool":
-                tool = str((calls[0].get("function") or {}).get("name") or "") or None
+            if turn not in self._made:
+                style: Style = "chat" if self.kinds.get(turn) == "human" else self.style
+                # a tool result is the output of the tool the last reply called
+                calls = self.messages[-1].get("tool_calls") if self.messages else None
+                tool = None
+                if calls and self.kinds.get(turn, "tool") == "tool":
+                    tool = str((calls[0].get("function") or {}).get("name") or "") or None
+                self._made[turn] = (style, tool, self.heads.get(turn))
+            style, tool, head = self._made[turn]
             stream = self.corpus.turn_stream(style, self.seed, self.session, turn, tool)
-            if turn in self.heads:
-                stream = stream.prefixed(self.heads[turn] + "\n\n")
-            self._turns[turn] = stream
+            if head is not None:
+                stream = stream.prefixed(head + "\n\n")
+            self._turns = {turn: stream}
         text = stream.take(n).rstrip() + pad
         if turn == 1 and not self.messages:
             text = f"{self.nonce}\n{text}"
