@@ -25,7 +25,7 @@ def _record(prompt: int | None, completion: int | None) -> TurnRecord:
 
 
 def test_turn_one_starts_from_the_opening():
-    assert turn_base(1, LastTurn(), opening=[1] * 40, opening_exact=True, sizing_exact=True) == (
+    assert turn_base(1, LastTurn(), opening=40, opening_exact=True, sizing_exact=True) == (
         40,
         True,
     )
@@ -33,22 +33,22 @@ def test_turn_one_starts_from_the_opening():
 
 def test_exact_base_is_the_last_prompt_plus_the_servers_completion_count():
     last = LastTurn(_record(50, 7), tokens=50, exact=True, reply="ignored when exact")
-    assert turn_base(2, last, opening=[], opening_exact=True, sizing_exact=True) == (57, True)
+    assert turn_base(2, last, opening=0, opening_exact=True, sizing_exact=True) == (57, True)
 
 
 def test_estimated_base_counts_the_reply_with_tiktoken():
     last = LastTurn(_record(50, 7), tokens=50, exact=False, reply="hello world")
-    assert turn_base(2, last, opening=[], opening_exact=False, sizing_exact=False) == (52, False)
+    assert turn_base(2, last, opening=0, opening_exact=False, sizing_exact=False) == (52, False)
 
 
 def test_after_a_fallback_the_session_stays_in_estimate_units():
     last = LastTurn(_record(50, 7), tokens=50, exact=False, reply="x")
-    assert turn_base(2, last, opening=[], opening_exact=True, sizing_exact=True) == (51, False)
+    assert turn_base(2, last, opening=0, opening_exact=True, sizing_exact=True) == (51, False)
 
 
 def test_unknown_completion_count_means_measure_the_history():
     last = LastTurn(_record(50, None), tokens=50, exact=True, reply="x")
-    assert turn_base(2, last, opening=[], opening_exact=True, sizing_exact=True) == (None, True)
+    assert turn_base(2, last, opening=0, opening_exact=True, sizing_exact=True) == (None, True)
 
 
 def test_estimated_shareable_is_the_previous_prompt_and_completion():

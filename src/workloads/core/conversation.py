@@ -305,6 +305,7 @@ class Conversation:
     # The stream of the turn being sized (one: an earlier turn's held its token ids and
     # file text to the session's end), and what each turn's stream was made from, so one
     # asked for again is made again with the same text.
+    _system_message: tuple[tuple[str, int], Message] | None = None  # opening()'s last
     _turns: dict[int, TextStream] = field(default_factory=dict)
     _made: dict[int, tuple[Style, str | None, str | None]] = field(default_factory=dict)
     # The agent's step kinds by turn ("human" content is a person's request; "tool" and
@@ -332,13 +333,17 @@ class Conversation:
         session_line = f"{nonce or self.nonce}\n"
         # Cuts never end in whitespace: templates that trim messages (Llama 3's) would drop
         # it, and the count would stall for a step and then jump.
+        head = session_line if self.run_nonce is None else f"{self.run_nonce}\n"
+        if self._system_message is None or self._system_message[0] != (head, n_system):
+            # One message while the sizing search holds n_system and cuts the user text:
+            # the candidates share it (and the estimate its ids), none is ever changed.
+            system = {"role": "system", "content": head + system_stream.take(n_system).rstrip()}
+            self._system_message = ((head, n_system), system)
         if self.run_nonce is None:
-            system = session_line + system_stream.take(n_system).rstrip()
             user = user_stream.take(n_user).rstrip() + pad
         else:
-            system = f"{self.run_nonce}\n" + system_stream.take(n_system).rstrip()
             user = session_line + user_stream.take(n_user).rstrip() + pad
-        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return [self._system_message[1], {"role": "user", "content": user}]
 
     def set_opening(self, messages: list[Message]) -> None:
         """Start the history with ``messages`` (an opening, or [] for none). The opening's

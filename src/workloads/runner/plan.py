@@ -14,7 +14,6 @@ the tokenizer calls live in :mod:`workloads.runner.sizing` and the session.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from workloads.core import tokens
@@ -54,13 +53,14 @@ class TurnPlan:
 
 
 def turn_base(
-    turn: int, last: LastTurn, *, opening: Sequence[int], opening_exact: bool, sizing_exact: bool
+    turn: int, last: LastTurn, *, opening: int, opening_exact: bool, sizing_exact: bool
 ) -> tuple[int | None, bool]:
     """What the server has seen before turn ``turn`` in the units sizing will count in, and
-    whether to count exactly (the target's tokenizer). Base None: the units changed (a
-    /tokenize call failed on the last turn), so sizing must measure the history. Pure."""
+    whether to count exactly (the target's tokenizer). ``opening``: the opening's length.
+    Base None: the units changed (a /tokenize call failed on the last turn), so sizing must
+    measure the history. Pure."""
     if turn == 1:
-        return len(opening), opening_exact
+        return opening, opening_exact
     exact = sizing_exact and last.exact
     record = last.record
     if exact and record is not None and record.completion_tokens is not None:

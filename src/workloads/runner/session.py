@@ -101,7 +101,10 @@ class Session:
         # nonce = "run": who of this repetition's sessions sent turn 1 first (shared); the
         # first to send has nothing the server has seen.
         self.order: OpeningOrder | None = None
-        self.opening_ids: array[int] = array("i")  # compact (tokens.compact)
+        # The opening's length, and its ids where they are read (nonce = "run": the prefix
+        # the sessions share, repetition.share_opening); else only the length is.
+        self.opening_tokens = 0
+        self.opening_ids: array[int] = array("i")
         self.opening_exact = sizing.exact
         # Turn 1's shareable prefix: the part of the opening other sessions of this
         # repetition also send (nonce = "run"); set by the runner once all have opened.
@@ -125,7 +128,8 @@ class Session:
             self.conversation, n_system, self.plan[0].prior_tokens if self.plan else None
         )
         self.conversation.set_opening(messages)
-        self.opening_ids, self.opening_exact = ids, exact
+        self.opening_tokens, self.opening_exact = len(ids), exact
+        self.opening_ids = ids if self.scenario.nonce == "run" else array("i")
         self._opening = messages  # what a rebuilt history keeps (Step: a shrunk prior)
 
     async def _shareable(self, turn: int, prepared: PreparedTurn) -> tuple[int | None, bool]:
@@ -197,7 +201,7 @@ class Session:
         base, exact = turn_base(
             turn,
             self.last,
-            opening=self.opening_ids,
+            opening=self.opening_tokens,
             opening_exact=self.opening_exact,
             sizing_exact=self.sizing.exact,
         )
@@ -252,7 +256,7 @@ class Session:
         the system message alone (a sub-agent's opening is its parent's system message)."""
         opening = self._opening or self.conversation.messages[:1]
         system = [m for m in opening[:1] if m["role"] == "system"]
-        return list(opening if prior >= len(self.opening_ids) else system)
+        return list(opening if prior >= self.opening_tokens else system)
 
     def family(self) -> list[Session]:
         """This session and every sub-agent it spawned (theirs too), in spawn order."""

@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import time
 
-from workloads.core import tokens
 from workloads.core.agent import child_session, top_sessions
 from workloads.core.clock import sleep_until_or
 from workloads.core.conversation import Conversation
@@ -74,11 +73,9 @@ async def play_alone(kid: Session, stop: asyncio.Event) -> str:
             else kid.sizing.estimate
         )
         with contextlib.suppress(TokenizeError):
-            kid.opening_ids = tokens.compact(
-                await tok.render(kid.conversation.messages, "continue")
-            )
+            kid.opening_tokens = len(await tok.render(kid.conversation.messages, "continue"))
             kid.opening_exact = tok.exact
-            kid.peer_shared = len(kid.opening_ids)
+            kid.peer_shared = kid.opening_tokens
             kid.peer_shared_exact = tok.exact
     since = time.perf_counter()
     for step in kid.plan:
