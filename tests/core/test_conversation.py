@@ -223,3 +223,29 @@ def test_a_tool_call_cut_before_its_arguments_closed_stays_out_of_the_history():
     listed = {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "[1]"}}
     assert complete_calls([whole, cut, listed]) == [whole]
     assert complete_calls(None) == []
+
+
+def test_the_opening_cut_again_after_it_was_set_is_the_same_text():
+    # set_opening lets the opening's streams go; asked again, they are made again
+    nonces = make_nonces(b"\x01" * 16, cell=0, repetition=0, users=2, mode="session")
+    conversation = conversations(nonces)[0]
+    first = conversation.opening(300, 900, ".")
+    conversation.set_opening(first)
+    assert conversation.opening(300, 900, ".") == first
+    assert conversation.opening(310, 1200) != first  # a longer cut: more of the same text
+    assert conversation.opening(310, 1200)[1]["content"].startswith(first[1]["content"][:-1])
+
+
+def test_a_turn_asked_for_again_after_a_later_one_is_the_same_text():
+    # only the turn being sized keeps its stream; an earlier one is made again from what
+    # made it, though the history (the tool its reply called) has changed since
+    nonces = make_nonces(b"\x02" * 16, cell=0, repetition=0, users=1, mode="session")
+    conversation = conversations(nonces)[0]
+    conversation.set_opening(conversation.opening(300, 600))
+    first = conversation.content(1, 200)
+    conversation.commit(conversation.with_turn(1, 200))
+    call = {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
+    conversation.add_reply("", [call])
+    second = conversation.content(2, 150)
+    assert conversation.content(1, 200) == first
+    assert conversation.content(2, 150) == second != first

@@ -302,15 +302,24 @@ class Conversation:
     messages: list[Message] = field(default_factory=list)
     _system: TextStream | None = None
     _user: TextStream | None = None
+    # The stream of the turn being sized (one: an earlier turn's held its token ids and
+    # file text to the session's end), and what each turn's stream was made from, so one
+    # asked for again is made again with the same text.
+    _system_message: tuple[tuple[str, int], Message] | None = None  # opening()'s last
     _turns: dict[int, TextStream] = field(default_factory=dict)
+    _made: dict[int, tuple[Style, str | None, str | None]] = field(default_factory=dict)
     # The agent's step kinds by turn ("human" content is a person's request; "tool" and
     # the others a tool result) and text a turn's content starts with (sub-agents' results).
     kinds: dict[int, str] = field(default_factory=dict)
     heads: dict[int, str] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        self._system = self.corpus.system_stream(self.style, self.seed)
-        self._user = self.corpus.user_stream(self.style, self.seed, self.session)
+    def _streams(self) -> tuple[TextStream, TextStream]:
+        """The opening's text streams, made again when asked for after :meth:`set_opening`
+        let them go (a stream is a function of the seed and session: the same text)."""
+        if self._system is None or self._user is None:
+            self._system = self.corpus.system_stream(self.style, self.seed)
+            self._user = self.corpus.user_stream(self.style, self.seed, self.session)
+        return self._system, self._user
 
     # --- the opening -------------------------------------------------------------------
 
@@ -320,21 +329,28 @@ class Conversation:
         """The opening context with ``n_system`` / ``n_user`` tiktoken tokens of text after
         the nonce lines, the user text ending in ``pad``. ``nonce`` replaces the session
         nonce (to measure the shared part)."""
-        assert self._system is not None and self._user is not None
+        system_stream, user_stream = self._streams()
         session_line = f"{nonce or self.nonce}\n"
         # Cuts never end in whitespace: templates that trim messages (Llama 3's) would drop
         # it, and the count would stall for a step and then jump.
+        head = session_line if self.run_nonce is None else f"{self.run_nonce}\n"
+        if self._system_message is None or self._system_message[0] != (head, n_system):
+            # One message while the sizing search holds n_system and cuts the user text:
+            # the candidates share it (and the estimate its ids), none is ever changed.
+            system = {"role": "system", "content": head + system_stream.take(n_system).rstrip()}
+            self._system_message = ((head, n_system), system)
         if self.run_nonce is None:
-            system = session_line + self._system.take(n_system).rstrip()
-            user = self._user.take(n_user).rstrip() + pad
+            user = user_stream.take(n_user).rstrip() + pad
         else:
-            system = f"{self.run_nonce}\n" + self._system.take(n_system).rstrip()
-            user = session_line + self._user.take(n_user).rstrip() + pad
-        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+            user = session_line + user_stream.take(n_user).rstrip() + pad
+        return [self._system_message[1], {"role": "user", "content": user}]
 
     def set_opening(self, messages: list[Message]) -> None:
-        """Start the history with ``messages`` (an opening, or [] for none)."""
+        """Start the history with ``messages`` (an opening, or [] for none). The opening's
+        streams are let go: sized, they only held their text and token ids until the session
+        ended (at C256 in the agent shape most of the corpus' share of the client's peak)."""
         self.messages = copy.deepcopy(messages)
+        self._system = self._user = None
 
     # --- turns -------------------------------------------------------------------------
 
@@ -344,16 +360,19 @@ class Conversation:
         turn 1's content starts with the session nonce."""
         stream = self._turns.get(turn)
         if stream is None:
-            style: Style = "chat" if self.kinds.get(turn) == "human" else self.style
-            # a tool result is the output of the tool the last reply called
-            calls = self.messages[-1].get("tool_calls") if self.messages else None
-            tool = None
-            if calls and self.kinds.get(turn, "tool") == "tool":
-                tool = str((calls[0].get("function") or {}).get("name") or "") or None
+            if turn not in self._made:
+                style: Style = "chat" if self.kinds.get(turn) == "human" else self.style
+                # a tool result is the output of the tool the last reply called
+                calls = self.messages[-1].get("tool_calls") if self.messages else None
+                tool = None
+                if calls and self.kinds.get(turn, "tool") == "tool":
+                    tool = str((calls[0].get("function") or {}).get("name") or "") or None
+                self._made[turn] = (style, tool, self.heads.get(turn))
+            style, tool, head = self._made[turn]
             stream = self.corpus.turn_stream(style, self.seed, self.session, turn, tool)
-            if turn in self.heads:
-                stream = stream.prefixed(self.heads[turn] + "\n\n")
-            self._turns[turn] = stream
+            if head is not None:
+                stream = stream.prefixed(head + "\n\n")
+            self._turns = {turn: stream}
         text = stream.take(n).rstrip() + pad
         if turn == 1 and not self.messages:
             text = f"{self.nonce}\n{text}"

@@ -25,6 +25,7 @@ import json
 import os
 import random
 import sysconfig
+from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -190,14 +191,18 @@ class TextStream:
 
     def __init__(self, pieces: Iterator[str]) -> None:
         self._pieces = pieces
-        self._ids: list[int] = []
-        self._taken: dict[int, str] = {}  # the last few cuts: sizing asks for one several times
+        self._ids: array[int] = array("i")  # compact (tokens.compact): a list held ~36 B a token
+        # The last cut: sizing asks for one several times in a row (a content count, then the
+        # render with it; each pad of a cut). Eight kept every stream's dead candidates alive
+        # (10.8 MB of the client's peak at C256, benchmarks/RESULTS.md); a cut asked for
+        # again later is one decode.
+        self._taken: dict[int, str] = {}
 
     def _extend_to(self, n_tokens: int) -> None:
         for _ in range(1_000_000):  # bounded: every piece adds at least one token in practice
             if len(self._ids) >= n_tokens:
                 return
-            self._ids += tokens.encode(next(self._pieces))
+            self._ids.extend(tokens.encode(next(self._pieces)))
 
     def prefixed(self, head: str) -> TextStream:
         """A stream that starts with ``head`` and goes on with this one's text (use before
@@ -214,9 +219,7 @@ class TextStream:
         self._extend_to(n_tokens)
         raw = tokens.encoding().decode_bytes(self._ids[:n_tokens])
         text = raw.decode("utf-8", "ignore")  # a cut inside a multi-byte character drops it
-        if len(self._taken) >= 8:
-            self._taken.pop(next(iter(self._taken)))
-        self._taken[n_tokens] = text
+        self._taken = {n_tokens: text}
         return text
 
 
@@ -342,9 +345,13 @@ class Corpus:
             if not lines:
                 continue
             start = rng.randrange(len(lines))
-            for offset, line in enumerate(lines[start : start + 12]):
-                if line.strip():
-                    yield f"{f.path}:{start + offset + 1}: {line.strip()}\n"
+            hits = [
+                f"{f.path}:{start + offset + 1}: {line.strip()}\n"
+                for offset, line in enumerate(lines[start : start + 12])
+                if line.strip()
+            ]
+            del lines  # not held by the suspended generator (as in _snippets)
+            yield from hits
 
     def _test_log(self, rng: random.Random) -> Iterator[str]:
         while True:
@@ -352,13 +359,15 @@ class Corpus:
             name = Path(f.path).stem
             lines = [ln for ln in f.text.splitlines() if ln.strip()] or ["pass"]
             line_no = rng.randrange(len(lines)) + 1
-            yield (
+            failed = (
                 f"tests/test_{name}.py::test_{name}_{rng.randrange(100)} FAILED\n"
                 f"    {f.path}:{line_no}: in {name}\n"
                 f"        {lines[line_no - 1].strip()}\n"
                 f"E       AssertionError: expected {rng.randrange(1000)}, got "
                 f"{rng.randrange(1000)}\n"
             )
+            del lines  # not held by the suspended generator
+            yield failed
             yield f"tests/test_{name}.py::test_{name}_roundtrip PASSED\n"
 
     def _diffs(self, rng: random.Random) -> Iterator[str]:
@@ -366,7 +375,9 @@ class Corpus:
             f = self._pick(rng)
             old = f.text.splitlines(keepends=True)[:120]
             new = [ln.replace("    ", "\t", 1) if i % 7 == 3 else ln for i, ln in enumerate(old)]
-            yield "".join(difflib.unified_diff(old, new, f"a/{f.path}", f"b/{f.path}"))
+            diff = "".join(difflib.unified_diff(old, new, f"a/{f.path}", f"b/{f.path}"))
+            del old, new  # not held by the suspended generator
+            yield diff
 
     def _replies(self, rng: random.Random) -> Iterator[str]:
         while True:

@@ -33,6 +33,7 @@ __all__ = [
     "TokenizeError",
     "assistant_text",
     "common_prefix_length",
+    "compact",
     "count",
     "count_rendered",
     "encode",
@@ -90,22 +91,48 @@ def truncate(text: str, n_tokens: int) -> str:
     return encoding().decode(ids[:n_tokens])
 
 
+def compact(ids: Sequence[int]) -> array[int]:
+    """Token ids as a session holds them: ``array('i')``, 4 bytes a token, where a list of
+    Python ints takes ~36 (an 8-byte pointer and a 28-byte int each past 256): at C256 in
+    the agent shape the sessions' lists were 117 MB of the client's peak
+    (benchmarks/RESULTS.md). Every tokenizer's ids fit (vocabularies are far below 2**31;
+    the estimate's template tokens are -1). An ``array('i')`` is returned as it is."""
+    if isinstance(ids, array) and ids.typecode == "i":
+        return ids
+    return array("i", ids)
+
+
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token sequences.
 
-    Compares slices (C speed) and bisects, so 100K-token prompts cost microseconds.
+    Compares slices (C speed; ``array('i')`` slices as bytes) and bisects, so 100K-token
+    prompts cost microseconds.
     """
     n = min(len(a), len(b))
-    if list(a[:n]) == list(b[:n]):
+    same = _same_bytes if _both_compact(a, b) else _same_items
+    if same(a[:n], b[:n]):
         return n
     lo, hi = 0, n  # a[:lo] == b[:lo] holds, a[:hi] == b[:hi] does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if list(a[lo:mid]) == list(b[lo:mid]):
+        if same(a[lo:mid], b[lo:mid]):
             lo = mid
         else:
             hi = mid
     return lo
+
+
+def _both_compact(a: Sequence[int], b: Sequence[int]) -> bool:
+    return isinstance(a, array) and isinstance(b, array) and a.typecode == b.typecode
+
+
+def _same_bytes(a: Sequence[int], b: Sequence[int]) -> bool:
+    assert isinstance(a, array) and isinstance(b, array)
+    return a.tobytes() == b.tobytes()
+
+
+def _same_items(a: Sequence[int], b: Sequence[int]) -> bool:
+    return list(a) == list(b)
 
 
 # --- what a chat template renders ------------------------------------------------------------
@@ -249,9 +276,10 @@ class TargetTokenizer(Protocol):
     seconds: float
     tools: list[dict[str, Any]] | None  # the request's tools: rendered into every chat
 
-    async def render(self, messages: Sequence[Message], mode: Render) -> list[int]:
+    async def render(self, messages: Sequence[Message], mode: Render) -> Sequence[int]:
         """Token ids of a chat: ``"generate"`` adds the generation prompt (what a chat request
-        sends); ``"continue"`` stops at the end of the last message's content."""
+        sends); ``"continue"`` stops at the end of the last message's content. A list, or an
+        ``array('i')`` (the estimate's: see :func:`compact`)."""
         ...
 
     async def encode(self, text: str) -> list[int]:
@@ -300,10 +328,10 @@ class SegmentMemo:
     O(new tokens), not O(context). Bounded: least recently used entries go first past
     ``max_tokens`` (each of the two memos)."""
 
-    def __init__(self, max_tokens: int = 4_000_000) -> None:  # 32 MB of ids per memo at most
+    def __init__(self, max_tokens: int = 4_000_000) -> None:  # 16 MB of ids per memo at most
         self.max_tokens = max_tokens
         self._segments: _Lru = _Lru(max_tokens)
-        self._whole: _Lru = _Lru(max_tokens)
+        self._whole: _Lru = _Lru(max_tokens // 4)
 
     def missing(self, texts: Iterable[str]) -> list[str]:
         """The segments of ``texts`` not memoised yet (what :meth:`learn` should encode)."""
@@ -320,21 +348,25 @@ class SegmentMemo:
         enc = encoding()
         for seg in segs:
             if seg not in self._segments:
-                self._segments.put(seg, array("l", enc.encode_ordinary(seg)))
+                self._segments.put(seg, array("i", enc.encode_ordinary(seg)))
 
     def ids(self, text: str) -> list[int]:
         """The ids of ``text`` (encoding what is missing, on this thread)."""
-        out: array[int] = array("l")
+        out: array[int] = array("i")
         self.extend(out, text)
         return out.tolist()
 
     def extend(self, out: array[int], text: str) -> None:
         """Append the ids of ``text`` to ``out``."""
+        out.extend(self.shared(text))
+
+    def shared(self, text: str) -> array[int]:
+        """The ids of ``text``, as the memo may hold them: read them, never change them (one
+        array serves the whole-text memo and the estimate's per-message ids)."""
         whole = self._whole.get(text)
         if whole is not None:
-            out.extend(whole)
-            return
-        start = len(out)
+            return whole
+        out: array[int] = array("i")
         for seg in segments(text):
             ids = self._segments.get(seg)
             if ids is None:
@@ -343,7 +375,8 @@ class SegmentMemo:
                 assert ids is not None
             out.extend(ids)
         if len(text) >= _WHOLE_CHARS:
-            self._whole.put(text, out[start:])
+            self._whole.put(text, out)
+        return out
 
     async def prepare(self, texts: Sequence[str]) -> None:
         """Encode what :meth:`ids` will need for ``texts``, off the event loop when large."""
@@ -389,8 +422,10 @@ class _Lru:
 _RECENT = _Lru(1_000_000)
 _RECENT_LOCK = threading.Lock()
 
-_MARKERS = array("l", [-1] * 4)  # a message's role markers, in the estimate
-_GENERATION = array("l", [-1] * 3)  # the generation prompt
+# The estimate's ids are array('i') throughout (compact()): memoised, rendered and returned
+# without a copy into Python ints.
+_MARKERS = array("i", [-1] * 4)  # a message's role markers, in the estimate
+_GENERATION = array("i", [-1] * 3)  # the generation prompt
 
 
 class EstimateTokenizer:
@@ -415,19 +450,15 @@ class EstimateTokenizer:
         self.seconds = 0.0
         self.memo = SegmentMemo()
         self.tools: list[dict[str, Any]] | None = None
-        # Each message's ids (role markers + text), by the message object: a session's
-        # history is a list of messages that never change once made (Conversation shares
-        # them between renders), so re-rendering a 100K-token history is a concatenation.
+        # Each message's text ids (the memo's own array, shared), by the message object: a
+        # session's history is a list of messages that never change once made (Conversation
+        # shares them between renders), so re-rendering a 100K-token history is a
+        # concatenation.
         # Checked by identity of the message and its content; bounded like the memo.
         self._messages: OrderedDict[tuple[int, bool], tuple[Message, Any, array[int]]] = (
             OrderedDict()
         )
         self._message_tokens = 0
-
-    def _ids(self, text: str) -> array[int]:
-        ids: array[int] = array("l", _MARKERS)
-        self.memo.extend(ids, text)
-        return ids
 
     async def _render(self, messages: Sequence[Message], mode: Render) -> array[int]:
         await pace()  # a render is O(history): one piece of sizing
@@ -445,16 +476,19 @@ class EstimateTokenizer:
         if schemas and not lead:
             todo.append(schemas)
         await self.memo.prepare(todo)
-        ids: array[int] = array("l")  # signed: template tokens are -1
+        ids: array[int] = array("i")  # signed: template tokens are -1
         if schemas and not lead:  # a system block of its own, before the first message
-            ids.extend(self._ids(schemas))
+            ids.extend(_MARKERS)
+            ids.extend(self.memo.shared(schemas))
             ids.append(-1)
         last = len(messages) - 1
         texts = iter(todo)
         for index, (message, part) in enumerate(zip(messages, found, strict=True)):
-            if part is None:
-                part = self._ids(next(texts))
-                self._keep((id(message), index == 0 and lead), message, part)
+            if part is None:  # the text's ids, shared with the memo: role markers added here
+                part = self.memo.shared(next(texts))
+                if index < last:  # the last is the one sizing tries cuts of: not kept
+                    self._keep((id(message), index == 0 and lead), message, part)
+            ids.extend(_MARKERS)
             ids.extend(part)
             if not (mode == "continue" and index == last):
                 ids.append(-1)
@@ -471,8 +505,9 @@ class EstimateTokenizer:
             _, (_, _, dropped) = self._messages.popitem(last=False)
             self._message_tokens -= len(dropped)
 
-    async def render(self, messages: Sequence[Message], mode: Render) -> list[int]:
-        return (await self._render(messages, mode)).tolist()
+    async def render(self, messages: Sequence[Message], mode: Render) -> array[int]:
+        """The ids as :func:`compact` holds them (a fresh array: the caller may keep it)."""
+        return await self._render(messages, mode)
 
     async def count(self, messages: Sequence[Message], mode: Render) -> int:
         """``len(render(messages, mode))`` without making the list."""

@@ -84,12 +84,14 @@ class TranscriptWriter(JsonlWriter):
         super().__init__(path)
         self._seen: set[str] = set()
 
-    def _store(self, message: dict[str, Any]) -> str:
-        digest = _message_hash(message)
+    def _store(self, message: dict[str, Any], digest: str | None = None) -> str:
+        if digest is None:
+            digest = _message_hash(message)
         if digest not in self._seen:
             self._seen.add(digest)
             self._append(
-                json.dumps({"sha256": digest, "message": message}, ensure_ascii=False), flush=False
+                json.dumps({"sha256": digest, "message": dict(message)}, ensure_ascii=False),
+                flush=False,
             )  # the turn line that names it flushes
         return digest
 
@@ -103,9 +105,21 @@ class TranscriptWriter(JsonlWriter):
         turn: int,
         messages: Sequence[dict[str, Any]],
         completion: str | None,
+        prompt_sha256: str | None = None,
+        digests: Sequence[str] | None = None,
     ) -> None:
-        """Append one turn (its new messages first, then the turn line) and flush."""
-        names = [self._store(dict(m)) for m in messages]
+        """Append one turn (its new messages first, then the turn line) and flush.
+
+        ``prompt_sha256`` (:func:`prompt_hash` of ``messages``) and ``digests`` (each
+        message's sha256, as this file names them) when the caller has them already: a
+        session's record carries the one and its hasher kept the other
+        (runner/turn.PromptHasher), so a long history is not serialised and hashed again
+        here (~4 ms a turn at 100K tokens)."""
+        if digests is None:
+            digests = [_message_hash(m) for m in messages]
+        elif len(digests) != len(messages):
+            raise ValueError(f"{len(digests)} digests for {len(messages)} messages")
+        names = [self._store(m, d) for m, d in zip(messages, digests, strict=True)]
         reply = None
         if completion is not None:
             reply = self._store({"role": "assistant", "content": completion})
@@ -115,7 +129,7 @@ class TranscriptWriter(JsonlWriter):
             "warmup": warmup,
             "session": session,
             "turn": turn,
-            "prompt_sha256": prompt_hash(messages),
+            "prompt_sha256": prompt_hash(messages) if prompt_sha256 is None else prompt_sha256,
             "messages": names,
             "completion_sha256": None if completion is None else text_hash(completion),
             "completion": reply,

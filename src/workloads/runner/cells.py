@@ -189,9 +189,14 @@ class Run:
         self.stop.set()
 
     def exchange(
-        self, record: TurnRecord, messages: list[dict[str, str]], reply: str | None
+        self,
+        record: TurnRecord,
+        messages: list[dict[str, str]],
+        reply: str | None,
+        digests: list[str] | None,
     ) -> None:
-        """Keep a turn's messages and completion in the transcripts (when kept)."""
+        """Keep a turn's messages and completion in the transcripts (when kept): the
+        record's prompt hash and the messages' digests named, not computed again."""
         if self.transcripts is not None:
             self.transcripts.write(
                 cell=record.cell,
@@ -201,6 +206,8 @@ class Run:
                 turn=record.turn,
                 messages=messages,
                 completion=reply,
+                prompt_sha256=record.prompt_sha256,
+                digests=digests,
             )
 
     async def execute(self) -> RunResult:

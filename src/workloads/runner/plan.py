@@ -3,8 +3,8 @@
 * :class:`Seen` — what the *server* has computed KV for, of this session: the last prompt
   that reached it (HTTP 200 and prefill done) and its reply. A turn rejected with 429/500 or
   never connected leaves it unchanged: it adds nothing the next turn could reuse.
-* :class:`LastTurn` — what this session *sent* last: its record, its prompt ids (in the units
-  of the tokenizer used) and the reply text that went into the history.
+* :class:`LastTurn` — what this session *sent* last: its record, its prompt's length (in the
+  units of the tokenizer used) and the reply text that went into the history.
 * :class:`TurnPlan` — a turn ready to send: its sized messages and its shareable prefix.
 
 :func:`turn_base` and :func:`observation` are the sizing rules that need only these values;
@@ -13,6 +13,7 @@ the tokenizer calls live in :mod:`workloads.runner.sizing` and the session.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 from workloads.core import tokens
@@ -26,9 +27,10 @@ __all__ = ["LastTurn", "Seen", "TurnPlan", "estimated_shareable", "observation",
 class Seen:
     """The last prompt of this session that reached the server, and its reply."""
 
-    ids: list[int] = field(default_factory=list)
+    ids: array[int] = field(default_factory=lambda: array("i"))  # when exact (PreparedTurn)
     exact: bool = False  # ids are the target's own
     reply: str = ""
+    tokens: int = 0  # the prompt's length (0: nothing of this session reached the server)
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,7 @@ class LastTurn:
     """This session's previous turn as sent (None record: no turn yet)."""
 
     record: TurnRecord | None = None
-    ids: list[int] = field(default_factory=list)
+    tokens: int = 0  # the prompt's length, in the units of the tokenizer used
     exact: bool = False
     reply: str = ""
 
@@ -51,19 +53,20 @@ class TurnPlan:
 
 
 def turn_base(
-    turn: int, last: LastTurn, *, opening: list[int], opening_exact: bool, sizing_exact: bool
+    turn: int, last: LastTurn, *, opening: int, opening_exact: bool, sizing_exact: bool
 ) -> tuple[int | None, bool]:
     """What the server has seen before turn ``turn`` in the units sizing will count in, and
-    whether to count exactly (the target's tokenizer). Base None: the units changed (a
-    /tokenize call failed on the last turn), so sizing must measure the history. Pure."""
+    whether to count exactly (the target's tokenizer). ``opening``: the opening's length.
+    Base None: the units changed (a /tokenize call failed on the last turn), so sizing must
+    measure the history. Pure."""
     if turn == 1:
-        return len(opening), opening_exact
+        return opening, opening_exact
     exact = sizing_exact and last.exact
     record = last.record
     if exact and record is not None and record.completion_tokens is not None:
-        return len(last.ids) + record.completion_tokens, True
+        return last.tokens + record.completion_tokens, True
     if not exact and not last.exact:
-        return len(last.ids) + tokens.count(last.reply), False
+        return last.tokens + tokens.count(last.reply), False
     return None, exact
 
 
@@ -82,7 +85,7 @@ def observation(
     of estimate sizing; None when the turn was sized exactly or its count is unknown. Pure."""
     if prepared.exact or record.prompt_tokens is None:
         return None
-    estimated = len(prepared.ids) - (0 if turn == 1 else prepared.base)
+    estimated = prepared.tokens - (0 if turn == 1 else prepared.base)
     seen = 0
     if turn > 1:
         before = estimated_shareable(last)

@@ -101,7 +101,10 @@ class Session:
         # nonce = "run": who of this repetition's sessions sent turn 1 first (shared); the
         # first to send has nothing the server has seen.
         self.order: OpeningOrder | None = None
-        self.opening_ids: list[int] = []
+        # The opening's length, and its ids where they are read (nonce = "run": the prefix
+        # the sessions share, repetition.share_opening); else only the length is.
+        self.opening_tokens = 0
+        self.opening_ids: array[int] = array("i")
         self.opening_exact = sizing.exact
         # Turn 1's shareable prefix: the part of the opening other sessions of this
         # repetition also send (nonce = "run"); set by the runner once all have opened.
@@ -125,7 +128,8 @@ class Session:
             self.conversation, n_system, self.plan[0].prior_tokens if self.plan else None
         )
         self.conversation.set_opening(messages)
-        self.opening_ids, self.opening_exact = ids, exact
+        self.opening_tokens, self.opening_exact = len(ids), exact
+        self.opening_ids = ids if self.scenario.nonce == "run" else array("i")
         self._opening = messages  # what a rebuilt history keeps (Step: a shrunk prior)
 
     async def _shareable(self, turn: int, prepared: PreparedTurn) -> tuple[int | None, bool]:
@@ -146,8 +150,9 @@ class Session:
             else:
                 if self.token_log:
                     self.token_log[-1].completion = array("i", reply_ids)
-                return tokens.common_prefix_length(prepared.ids, seen.ids + reply_ids), True
-        elif prepared.exact and not seen.ids:
+                seen_ids = seen.ids + tokens.compact(reply_ids)
+                return tokens.common_prefix_length(prepared.ids, seen_ids), True
+        elif prepared.exact and not seen.tokens:
             return 0, True  # nothing of this session reached the server yet
         return estimated_shareable(self.last), False
 
@@ -196,7 +201,7 @@ class Session:
         base, exact = turn_base(
             turn,
             self.last,
-            opening=self.opening_ids,
+            opening=self.opening_tokens,
             opening_exact=self.opening_exact,
             sizing_exact=self.sizing.exact,
         )
@@ -251,7 +256,7 @@ class Session:
         the system message alone (a sub-agent's opening is its parent's system message)."""
         opening = self._opening or self.conversation.messages[:1]
         system = [m for m in opening[:1] if m["role"] == "system"]
-        return list(opening if prior >= len(self.opening_ids) else system)
+        return list(opening if prior >= self.opening_tokens else system)
 
     def family(self) -> list[Session]:
         """This session and every sub-agent it spawned (theirs too), in spawn order."""
@@ -294,7 +299,7 @@ class Session:
             turn=turn,
             configured_prior_tokens=step.prior_tokens,
             configured_prompt_tokens=step.prior_tokens + step.new_tokens,
-            tokenized_prompt_tokens=len(prepared.ids) if prepared.exact else None,
+            tokenized_prompt_tokens=prepared.tokens if prepared.exact else None,
             cell=self.cell,
             pacing_lag_ns=lag_ns,
         )
@@ -352,13 +357,13 @@ class Session:
             response.first_content_ns is not None or response.usage is not None
         )
         if reached:
-            self.seen = Seen(prepared.ids, prepared.exact, response.text)
+            self.seen = Seen(prepared.ids, prepared.exact, response.text, prepared.tokens)
             if (prepared.exact or self.sizing.exact) and record.sent_ns is not None:
                 self.token_log.append(
                     TokenTrace(
                         record.sent_ns,
                         turn,
-                        array("i", prepared.ids if prepared.exact else ()),
+                        prepared.ids,  # shared (never changed); empty when sized by estimate
                         # a fleet's warm-up turns are traced (sessions span windows),
                         # not counted; other warm-ups are not traced at all. A sub-agent's
                         # steps are replayed, not counted: the observed per-turn hit rate
@@ -387,10 +392,10 @@ class Session:
         reply = response.text if reached else None
         await slice_()
         record = record.model_copy(update=identity(sent, reply, self._prompt_hash))
-        self.last = LastTurn(record, prepared.ids, prepared.exact, response.text)
+        self.last = LastTurn(record, prepared.tokens, prepared.exact, response.text)
         if io.on_exchange is not None:
             await slice_()
-            io.on_exchange(record, sent, reply)
+            io.on_exchange(record, sent, reply, self._prompt_hash.digests)
         await slice_()
         io.on_record(record)
         if stopped:

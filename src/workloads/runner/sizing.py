@@ -42,6 +42,7 @@ sizes, whose warm-up drew other content, by one ratio pooled over every taught t
 from __future__ import annotations
 
 import statistics
+from array import array
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -83,10 +84,15 @@ class PreparedTurn:
     """A turn ready to send: its messages and what sizing knows about them."""
 
     messages: list[Message]
-    ids: list[int]  # the target's ids (or estimate ids, see ``exact``)
-    exact: bool  # ids come from the target's tokenizer
-    target: int  # in the same units as ids
+    # The target's ids, compact (tokens.compact), when ``exact``: its shareable prefix and
+    # the what-if trace read them. Empty for a turn sized by estimate, of which only the
+    # count is ever read (the sessions' estimate ids were 117 MB of the client's peak at C256
+    # in the agent shape, as lists: benchmarks/RESULTS.md).
+    ids: array[int]
+    exact: bool  # sized with the target's tokenizer
+    target: int  # in the units sized in
     base: int  # what the server had seen before this turn, in the same units
+    tokens: int  # the rendered prompt's length, in the same units
 
 
 @dataclass
@@ -200,13 +206,13 @@ class CellSizing:
 
     async def fit_opening(
         self, conversation: Conversation, n_system: int, opening: int | None = None
-    ) -> tuple[list[Message], list[int], bool]:
-        """The opening messages, their ids (continue rendering) and whether exact.
+    ) -> tuple[list[Message], array[int], bool]:
+        """The opening messages, their ids (continue rendering, compact) and whether exact.
         ``opening``: this session's opening in target tokens (drawn; default the
         scenario's)."""
         opening = nominal(self.scenario.opening_tokens) if opening is None else opening
         if opening == 0:
-            return [], [], True
+            return [], array("i"), True
         try:
             return await self._fit_opening(conversation, n_system, self.tokenizer, opening)
         except TokenizeError:
@@ -215,12 +221,12 @@ class CellSizing:
 
     async def _fit_opening(
         self, conversation: Conversation, n_system: int, tok: TargetTokenizer, opening: int
-    ) -> tuple[list[Message], list[int], bool]:
+    ) -> tuple[list[Message], array[int], bool]:
         s = self.scenario
         memo = self.memo(conversation.session)
         target = self._units(opening, 1, tok, conversation.session)
         pinned = s.nonce == "run"  # the system text is shared: fit_shared chose it
-        renders: dict[tuple[int, int, str], list[int]] = {}
+        renders: dict[tuple[int, int, str], Sequence[int]] = {}
 
         async def by_pad(n_sys: int, n_user: int, pad: str) -> int:
             ids = await tok.render(conversation.opening(n_sys, n_user, pad), "continue")
@@ -238,7 +244,8 @@ class CellSizing:
             guess = memo.n_user if memo.n_user is not None else target - n_system - 40
             last = (n_system, guess, memo.user_pad)
             if memo.n_user is not None and await by_pad(*last) == target:
-                return conversation.opening(*last), renders[last], tok.exact  # as last time
+                # as last time
+                return conversation.opening(*last), tokens.compact(renders[last]), tok.exact
             found = await tokens.fit(by_user, target, guess=guess, max_calls=8)
             key = (n_system, found.n, "")
             if found.value != target and found.n > 0:
@@ -258,7 +265,7 @@ class CellSizing:
                 key = (n_sys, 0, pad)
             memo.n_system = key[0]
         ids = renders.get(key) or await tok.render(conversation.opening(*key), "continue")
-        return conversation.opening(*key), ids, tok.exact
+        return conversation.opening(*key), tokens.compact(ids), tok.exact
 
     async def _pad_opening(
         self,
@@ -324,7 +331,7 @@ class CellSizing:
             self.fallbacks += 1
             tok = self.estimate
             ids = await tok.render(list(messages), "generate")
-        return PreparedTurn(list(messages), ids, tok.exact, len(ids), 0)
+        return PreparedTurn(list(messages), _kept(ids, tok), tok.exact, len(ids), 0, len(ids))
 
     def turn_target(
         self,
@@ -360,7 +367,7 @@ class CellSizing:
             history = conversation.messages
             base = await tokens.count_rendered(tok, history, "continue") if history else 0
         target = self.turn_target(turn, base, tok, conversation.session, aim)
-        renders: dict[tuple[int, str], list[int]] = {}
+        renders: dict[tuple[int, str], Sequence[int]] = {}
         counts: dict[tuple[int, str], int] = {}
 
         async def full(n: int, pad: str = "") -> int:
@@ -402,10 +409,11 @@ class CellSizing:
         memo.framing[kind] = framing
         return PreparedTurn(
             messages=conversation.with_turn(turn, *key),
-            ids=renders[key],
+            ids=_kept(renders[key], tok),
             exact=tok.exact,
             target=target,
             base=base,
+            tokens=len(renders[key]),
         )
 
     # --- warm-up correction (quiet sizing) ------------------------------------------------
@@ -419,7 +427,7 @@ class CellSizing:
         if not prepared.exact:
             return  # a fallback turn: nothing exact to learn from
         est = self.estimate
-        added = len(prepared.ids) - (prepared.base if turn > 1 else 0)
+        added = prepared.tokens - (prepared.base if turn > 1 else 0)
         history = conversation.messages
         est_base = await est.count(history, "continue") if turn > 1 and history else 0
         est_added = await est.count(prepared.messages, "generate") - est_base
@@ -447,6 +455,12 @@ class CellSizing:
                 self.session_scale[(session, turn)] = actual / estimated
         for turn, ratios in by_turn.items():
             self.scale[turn] = statistics.median(ratios)
+
+
+def _kept(ids: Sequence[int], tok: TargetTokenizer) -> array[int]:
+    """What a PreparedTurn keeps of a prompt's ids: all of them, compact, when ``tok`` is
+    the target's; none of an estimate's."""
+    return tokens.compact(ids) if tok.exact else array("i")
 
 
 async def _padded(

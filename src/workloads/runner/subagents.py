@@ -74,9 +74,9 @@ async def play_alone(kid: Session, stop: asyncio.Event, end: float | None = None
             else kid.sizing.estimate
         )
         with contextlib.suppress(TokenizeError):
-            kid.opening_ids = await tok.render(kid.conversation.messages, "continue")
+            kid.opening_tokens = len(await tok.render(kid.conversation.messages, "continue"))
             kid.opening_exact = tok.exact
-            kid.peer_shared = len(kid.opening_ids)
+            kid.peer_shared = kid.opening_tokens
             kid.peer_shared_exact = tok.exact
     since = time.perf_counter()
     for step in kid.plan:

@@ -379,7 +379,7 @@ class TracePlayers(LocalPlayers):
             update={**identity(messages, reply), "output_tokens": request.output_length}
         )
         if io.on_exchange is not None:
-            io.on_exchange(record, messages, reply)
+            io.on_exchange(record, messages, reply, None)
         io.on_record(record)
 
     async def learn(self, repetition: Repetition) -> None:

@@ -33,48 +33,131 @@ __all__ = [
 ]
 
 # What was sent and what came back of one turn, for the transcripts: (its record, the
-# messages sent, the completion text or None when no reply reached us).
-Exchange = Callable[[TurnRecord, list[Message], str | None], None]
+# messages sent, the completion text or None when no reply reached us, each message's
+# digest when the sender's PromptHasher kept them, else None).
+Exchange = Callable[[TurnRecord, list[Message], str | None, list[str] | None], None]
 
 
 class PromptHasher:
-    """:func:`~workloads.model.transcripts.prompt_hash` of a session's prompts, each costing
-    only its new messages: the canonical JSON of a list is ``[`` + its items' canonical JSON
-    joined by ``,`` + ``]``, so the sha256 state after the last prompt's messages is carried
-    over (copied) to a prompt that starts with them. A session's history only grows by new
-    message objects and never changes one once made (Conversation shares them), so a message
-    is the same when it is the same object with the same content; any other prompt (a
-    compaction, a rebuilt history) is hashed from its start. The same digest, to the bit, as
-    ``prompt_hash`` (tests/runner/test_turn.py); at a 100K-token history it is O(new) instead
-    of one ``json.dumps`` of ~400 KB with sorted keys (~2.5 ms) per turn."""
+    """:func:`~workloads.model.transcripts.prompt_hash` of a session's prompts, and the
+    transcripts' digest of each message, each prompt costing only its new messages: the
+    canonical JSON of a list is ``[`` + its items' canonical JSON joined by ``,`` + ``]``, so
+    the sha256 state after the last prompt's messages is carried over (copied) to a prompt
+    that starts with them.
+
+    The prefix carried over is checked by content, not by object: each message hashed is
+    kept as a snapshot (:func:`_snapshot`), and a message counts as hashed only while it is
+    equal to its snapshot, so one changed in place (new content, a tool call appended, a key
+    added) is hashed again whatever object it is. The check is cheap because a session's
+    history shares its strings from turn to turn and Python compares a string with itself by
+    identity: ~0.3 µs a message, where hashing a 2 KB one costs ~16 µs. The same digests, to
+    the bit, as ``prompt_hash`` and the transcripts' (tests/runner/test_turn.py); at a
+    100K-token history it is O(new) instead of one ``json.dumps`` of ~400 KB with sorted keys
+    (~2.5 ms) per turn, and the transcripts reuse the digests (~4 ms more)."""
 
     def __init__(self) -> None:
-        # (message, its content, the state after it) for the last prompt's messages
-        self._seen: list[tuple[Message, object, Any]] = []
+        # (the message's snapshot, the state after it, its own digest), the last prompt's
+        self._seen: list[tuple[_Snapshot, Any, str]] = []
 
     def __call__(self, messages: Sequence[Message]) -> str:
         seen = self._seen
         kept = 0
-        for message, (old, content, _) in zip(messages, seen, strict=False):
-            if message is not old or message.get("content") is not content:
+        for message, (snapshot, _, _) in zip(messages, seen, strict=False):
+            if not snapshot.matches(message):
                 break
             kept += 1
         del seen[kept:]
-        state = seen[-1][2] if seen else hashlib.sha256(b"[")
+        state = seen[-1][1] if seen else hashlib.sha256(b"[")
         for message in messages[kept:]:
+            data = _canonical(message)
             state = state.copy()
             if seen:
                 state.update(b",")
-            state.update(_canonical(message))
-            seen.append((message, message.get("content"), state))
+            state.update(data)
+            seen.append((_snapshot(message), state, hashlib.sha256(data).hexdigest()))
         whole = state.copy()
         whole.update(b"]")
         return whole.hexdigest()
+
+    @property
+    def digests(self) -> list[str]:
+        """The last prompt's messages' digests, in order: the names the transcripts give
+        them (``sha256`` of each message's canonical JSON)."""
+        return [digest for _, _, digest in self._seen]
 
 
 def _canonical(value: object) -> bytes:
     """model/transcripts' canonical JSON (sorted keys, compact, UTF-8)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """A message as it was hashed: equal to a message later exactly when the two have the
+    same canonical JSON."""
+
+    value: object
+    plain: bool  # ``value`` is a deep copy of strings and None in dicts and lists
+
+    def matches(self, message: object) -> bool:
+        if self.plain:  # Python's equality is JSON's on strings and None (C speed)
+            return bool(message == self.value)
+        return _frozen(message) == self.value
+
+
+def _snapshot(message: object) -> _Snapshot:
+    copy = _plain_copy(message)
+    if copy is not _NOT_PLAIN:
+        return _Snapshot(copy, True)
+    return _Snapshot(_frozen(message), False)
+
+
+_NOT_PLAIN = object()
+
+
+def _plain_copy(value: object) -> object:
+    """A deep copy of ``value`` when it holds only strings and None in dicts (string keys)
+    and lists, as chat messages do; else ``_NOT_PLAIN``."""
+    if type(value) is str or value is None:
+        return value
+    if type(value) is dict:
+        out: dict[str, object] = {}
+        for k, v in value.items():
+            item = v if type(v) is str else _plain_copy(v)
+            if type(k) is not str or item is _NOT_PLAIN:
+                return _NOT_PLAIN
+            out[k] = item
+        return out
+    if type(value) is list:
+        items = [_plain_copy(v) for v in value]
+        return _NOT_PLAIN if any(i is _NOT_PLAIN for i in items) else items
+    return _NOT_PLAIN
+
+
+def _frozen(value: object) -> object:
+    """Any other JSON value's snapshot: containers copied, strings and None as they are,
+    other scalars tagged by type and ``repr`` (``1``, ``1.0`` and ``True`` are equal in Python,
+    not in JSON; nor are ``0.0`` and ``-0.0``). A dict with a key that is not a string (``1``
+    and ``True`` are one key to Python, two to JSON) is equal to nothing."""
+    if type(value) is str or value is None:
+        return value
+    if isinstance(value, dict):
+        if not all(type(k) is str for k in value):
+            return _Unequal()
+        return (dict, {k: _frozen(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return (list, [_frozen(v) for v in value])
+    return (type(value), repr(value))
+
+
+class _Unequal:
+    """Equal to nothing, itself included (a fresh one each time: containers compare their
+    items by identity first)."""
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def identity(

@@ -134,7 +134,12 @@ async def _work(channel: Channel, config: dict[str, Any], shard: Shard) -> int:
         records.append(record)
         channel.send("record", record=record.model_dump(mode="json"))
 
-    def on_exchange(record: TurnRecord, messages: list[dict[str, str]], reply: str | None) -> None:
+    def on_exchange(
+        record: TurnRecord,
+        messages: list[dict[str, str]],
+        reply: str | None,
+        digests: list[str] | None,
+    ) -> None:
         channel.send(
             "exchange",
             cell=record.cell,
@@ -144,6 +149,8 @@ async def _work(channel: Channel, config: dict[str, Any], shard: Shard) -> int:
             turn=record.turn,
             messages=messages,
             completion=reply,
+            prompt_sha256=record.prompt_sha256,
+            digests=digests,
         )
 
     await asyncio.to_thread(tokens.encoding)  # tiktoken's tables, off the loop (0.3 s)
