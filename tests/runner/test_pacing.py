@@ -65,10 +65,11 @@ def session_of(body) -> int:
 
 
 def fake():
-    """Session s takes s × 10 ms per turn: without a barrier, session 0 runs ahead."""
+    """Session s takes s × 50 ms per turn: without a barrier, session 0 runs ahead (by more
+    than a busy machine's sizing of a turn takes)."""
     return FakeChatClient(
         lambda body: (len(str(body["messages"])) // 4, "done"),
-        delay=lambda body: 0.01 * session_of(body),
+        delay=lambda body: 0.05 * session_of(body),
     )
 
 
