@@ -42,6 +42,7 @@ __all__ = [
     "Corpus",
     "SourceFile",
     "TextStream",
+    "cold_prompt",
     "load_corpus",
 ]
 
@@ -546,3 +547,56 @@ def load_corpus(name: str) -> Corpus:
             f"content.corpus: {name!r} is not 'stdlib', 'synthetic' or an existing directory"
         )
     return Corpus(str(root), _read_sources(root, _SOURCE_SUFFIXES, limit=2000))
+
+
+# Plain words that are about one token each in tiktoken and in the models' tokenizers, so a
+# cold prompt of N tiktoken tokens is ~N on the target too (digits are one token each in Gemma's).
+_WORDS = (
+    "cache",
+    "block",
+    "prefix",
+    "server",
+    "token",
+    "stream",
+    "model",
+    "prompt",
+    "reply",
+    "session",
+    "turn",
+    "user",
+    "agent",
+    "tool",
+    "file",
+    "source",
+    "window",
+    "counter",
+    "usage",
+    "length",
+    "probe",
+    "check",
+    "queue",
+    "slot",
+    "batch",
+    "decode",
+    "prefill",
+    "draft",
+    "accept",
+    "engine",
+    "request",
+    "response",
+    "chunk",
+    "event",
+    "table",
+    "report",
+    "value",
+)
+
+
+def cold_prompt(nonce: str, n_tokens: int, head: str) -> list[dict[str, str]]:
+    """A one-message chat of ``n_tokens`` tiktoken tokens that no earlier request shares
+    beyond the chat template's first tokens: ``head`` (which names ``nonce``), then plain
+    words drawn with ``nonce`` as the seed. The probe's cache check and fit's cold prompts.
+    Pure."""
+    rng = random.Random(nonce)
+    words = " ".join(rng.choice(_WORDS) for _ in range(n_tokens * 2))
+    return [{"role": "user", "content": tokens.truncate(f"{head} {words}", n_tokens)}]

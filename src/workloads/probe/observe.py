@@ -18,21 +18,18 @@ judging (:mod:`workloads.probe.conformance`, pure functions of what was seen) ar
 
 from __future__ import annotations
 
-import random
 import secrets
 import time
 from typing import Any
 
-import aiohttp
-
 from workloads.core import tokens
+from workloads.core.corpus import cold_prompt
 from workloads.model.base import Frozen
 from workloads.model.scenario import Timeouts
 from workloads.model.target import Target
 from workloads.probe.conformance import EXACT_TOKENS, Check, Observations, Support, judge
-from workloads.telemetry.prometheus import Snapshot, parse_metrics
+from workloads.telemetry.scrape import get_json, scrape
 from workloads.wire.client import AiohttpChatClient
-from workloads.wire.errors import READ_ERRORS, describe
 from workloads.wire.identify import identify
 from workloads.wire.tokenize import probe_tokenizer
 from workloads.wire.transport import Transport, transport_for
@@ -42,48 +39,6 @@ __all__ = ["Check", "ProbeReport", "Support", "probe", "render"]
 CACHE_PROMPT_TOKENS = 300  # (tiktoken) many 16-token KV blocks, yet cheap to prefill on a CPU
 SHORT_TOKENS = 8  # the plain request: enough chunks to see streaming
 HELLO = [{"role": "user", "content": "Say hello in five words."}]
-
-# Plain words that are about one token each in tiktoken and in the models' tokenizers, so the
-# cache prompt is ~300 tokens on the target too (digits are one token each in Gemma's).
-_WORDS = (
-    "cache",
-    "block",
-    "prefix",
-    "server",
-    "token",
-    "stream",
-    "model",
-    "prompt",
-    "reply",
-    "session",
-    "turn",
-    "user",
-    "agent",
-    "tool",
-    "file",
-    "source",
-    "window",
-    "counter",
-    "usage",
-    "length",
-    "probe",
-    "check",
-    "queue",
-    "slot",
-    "batch",
-    "decode",
-    "prefill",
-    "draft",
-    "accept",
-    "engine",
-    "request",
-    "response",
-    "chunk",
-    "event",
-    "table",
-    "report",
-    "value",
-)
 
 
 class ProbeReport(Frozen):
@@ -134,16 +89,19 @@ async def probe(
             timeouts=Timeouts(connect_s=timeout_s, read_gap_s=timeout_s, turn_s=timeout_s),
         ) as client,
     ):
-        before, _ = await _scrape(http, url)
+        before, _ = await scrape(http, url)
         short = await client.stream_chat(_body(model, HELLO, SHORT_TOKENS))
         exact = await client.stream_chat(
             _body(model, HELLO, EXACT_TOKENS, ignore_eos=True, min_tokens=EXACT_TOKENS)
         )
-        cache_messages = _cache_prompt(secrets.token_hex(6))
+        nonce = secrets.token_hex(6)
+        cache_messages = cold_prompt(
+            nonce, CACHE_PROMPT_TOKENS, f"Probe {nonce}. Reply with one word."
+        )
         cache_first = await client.stream_chat(_body(model, cache_messages, 2))
         cache_again = await client.stream_chat(_body(model, cache_messages, 2))
-        after, metrics_error = await _scrape(http, url)
-        props = await _get_json(http, target.root_url + "/props")
+        after, metrics_error = await scrape(http, url)
+        props = await get_json(http, target.root_url + "/props")
     tokenizer, tokenized = await _tokenizer(target, model, transport, timeout_s)
     seen = Observations(
         target=target,
@@ -186,41 +144,6 @@ def _body(
         "max_tokens": max_tokens,
         **extra,
     }
-
-
-def _cache_prompt(nonce: str) -> list[dict[str, str]]:
-    """A prompt no earlier request shares beyond the chat template's first tokens."""
-    rng = random.Random(nonce)
-    words = " ".join(rng.choice(_WORDS) for _ in range(CACHE_PROMPT_TOKENS * 2))
-    text = tokens.truncate(f"Probe {nonce}. Reply with one word. {words}", CACHE_PROMPT_TOKENS)
-    return [{"role": "user", "content": text}]
-
-
-async def _scrape(http: aiohttp.ClientSession, url: str) -> tuple[Snapshot | None, str | None]:
-    """(snapshot, None) or (None, why not)."""
-    try:
-        async with http.get(url) as resp:
-            if resp.status != 200:
-                return None, f"HTTP {resp.status}"
-            text = await resp.text()
-            openmetrics = "openmetrics" in resp.headers.get("Content-Type", "")
-    except READ_ERRORS as err:
-        return None, describe(err, url)
-    try:
-        return parse_metrics(text, openmetrics=openmetrics), None
-    except ValueError as err:
-        return None, f"not Prometheus text ({err})"
-
-
-async def _get_json(http: aiohttp.ClientSession, url: str) -> dict[str, Any] | None:
-    try:
-        async with http.get(url) as resp:
-            if resp.status != 200:
-                return None
-            data = await resp.json(content_type=None)
-    except READ_ERRORS:
-        return None
-    return data if isinstance(data, dict) else None
 
 
 async def _tokenizer(

@@ -27,16 +27,13 @@ prints: ``progress`` gets one line per probe.
 from __future__ import annotations
 
 import asyncio
-import random
 import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
-from workloads.core import tokens
+from workloads.core.corpus import cold_prompt
 from workloads.core.fit import (
     Estimate,
     PrefillPoint,
@@ -51,10 +48,10 @@ from workloads.model.scenario import Timeouts
 from workloads.model.target import Target
 from workloads.runner.turn import RecordHead, record_from_response
 from workloads.servers.simulated.profiles import Profile
-from workloads.telemetry.prometheus import Snapshot, parse_metrics
+from workloads.telemetry.prometheus import Snapshot
+from workloads.telemetry.scrape import get_json, scrape
 from workloads.telemetry.servers import kv_capacity_tokens
 from workloads.wire.client import ChatResponse, HttpChatClient
-from workloads.wire.errors import READ_ERRORS
 from workloads.wire.identify import identify
 from workloads.wire.transport import transport_for
 
@@ -77,46 +74,6 @@ BATCH_OUTPUT = 32
 # prefix cache (a hit skips the prefill; the cold 1,024-token prompt's prefill is most of it).
 CACHED_TTFT_SHARE = 0.5
 
-_WORDS = [
-    "cache",
-    "block",
-    "prefix",
-    "server",
-    "token",
-    "stream",
-    "model",
-    "prompt",
-    "reply",
-    "session",
-    "turn",
-    "user",
-    "agent",
-    "tool",
-    "file",
-    "source",
-    "window",
-    "counter",
-    "usage",
-    "length",
-    "probe",
-    "check",
-    "queue",
-    "slot",
-    "batch",
-    "decode",
-    "prefill",
-    "draft",
-    "accept",
-    "engine",
-    "request",
-    "response",
-    "chunk",
-    "event",
-    "table",
-    "report",
-    "value",
-]
-
 
 @dataclass
 class Fitted:
@@ -132,11 +89,9 @@ class Fitted:
     seconds: float = 0.0
 
 
-def _prompt(nonce: str, n_tokens: int) -> list[dict[str, str]]:
-    rng = random.Random(nonce)
-    words = " ".join(rng.choice(_WORDS) for _ in range(n_tokens * 2))
-    text = tokens.truncate(f"Fit probe {nonce}. Continue the list. {words}", n_tokens)
-    return [{"role": "user", "content": text}]
+def _prompt(n_tokens: int) -> list[dict[str, str]]:
+    nonce = secrets.token_hex(6)
+    return cold_prompt(nonce, n_tokens, f"Fit probe {nonce}. Continue the list.")
 
 
 def _body(model: str, messages: list[dict[str, str]], n: int) -> dict[str, Any]:
@@ -251,8 +206,8 @@ async def fit_async(
             timeouts=timeouts,
         ) as client,
     ):
-        snapshot = await _scrape(http, url)
-        props = await _get_json(http, target.root_url + "/props")
+        snapshot, _ = await scrape(http, url)
+        props = await get_json(http, target.root_url + "/props")
         _server_config(snapshot, props, estimates, not_measured)
         say(
             "server config: "
@@ -267,7 +222,7 @@ async def fit_async(
         probe = _Probe(client, model)
         # One short request first, left out of the fit: a server's first request after it
         # started pays for its warm-up (llama.cpp: 6.7 s for 267 tokens, then 1.4 s).
-        await probe.send("warm-up", _prompt(secrets.token_hex(6), 64), 2, 64)
+        await probe.send("warm-up", _prompt(64), 2, 64)
         prefill, streams, cold = await _prefill(probe, prefill_tokens, say)
         await _prefix_cache(probe, cold, estimates, not_measured, snapshot, say)
         streams += await _batches(probe, batch_streams, estimates, not_measured, say)
@@ -337,7 +292,7 @@ async def _prefill(
                     f"{size * slowest:,.0f} s each at the rate seen, over {PREFILL_CAP_S:g} s)"
                 )
                 break
-            messages = _prompt(secrets.token_hex(6), size)
+            messages = _prompt(size)
             index, response = await probe.send("prefill", messages, PREFILL_OUTPUT, size)
             ttft = _ttft_s(response)
             usage = response.usage
@@ -406,10 +361,7 @@ async def _batches(
     waves: list[tuple[int, int, list[int]]] = []  # (sent, decoded together, requests)
     for n in counts:
         sent = [
-            probe.send(
-                "batch", _prompt(secrets.token_hex(6), BATCH_PROMPT), BATCH_OUTPUT, BATCH_PROMPT
-            )
-            for _ in range(n)
+            probe.send("batch", _prompt(BATCH_PROMPT), BATCH_OUTPUT, BATCH_PROMPT) for _ in range(n)
         ]
         done = await asyncio.gather(*sent)
         batch = [s for i, r in done if (s := _stamps(i, r, BATCH_PROMPT)) is not None]
@@ -479,32 +431,6 @@ def _server_config(
         not_measured["kv_capacity_tokens"] = "the server exports no cache_config_info or /props"
     not_measured["block_size"] = "the server does not say it"
     not_measured["token_budget"] = "not probed yet"
-
-
-async def _scrape(http: aiohttp.ClientSession, url: str) -> Snapshot | None:
-    try:
-        async with http.get(url) as resp:
-            if resp.status != 200:
-                return None
-            text = await resp.text()
-            openmetrics = "openmetrics" in resp.headers.get("Content-Type", "")
-    except READ_ERRORS:
-        return None
-    try:
-        return parse_metrics(text, openmetrics=openmetrics)
-    except ValueError:
-        return None
-
-
-async def _get_json(http: aiohttp.ClientSession, url: str) -> dict[str, Any] | None:
-    try:
-        async with http.get(url) as resp:
-            if resp.status != 200:
-                return None
-            data = await resp.json(content_type=None)
-    except READ_ERRORS:
-        return None
-    return data if isinstance(data, dict) else None
 
 
 # --- the profile file ---------------------------------------------------------------------------
