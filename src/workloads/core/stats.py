@@ -213,6 +213,18 @@ def _mean_var(logs: list[float]) -> tuple[float, float]:
     return mean, sum((v - mean) ** 2 for v in logs) / (len(logs) - 1)
 
 
+def _welch(xa: list[float], xb: list[float]) -> tuple[float, float, float, float]:
+    """Welch's t on two samples (≥ 2 values each): their means, the standard error of the
+    difference of means and the Welch–Satterthwaite degrees of freedom."""
+    ma, va = _mean_var(xa)
+    mb, vb = _mean_var(xb)
+    se2 = va / len(xa) + vb / len(xb)
+    df = float(len(xa) + len(xb) - 2)
+    if se2 > 0.0:
+        df = se2 * se2 / ((va / len(xa)) ** 2 / (len(xa) - 1) + (vb / len(xb)) ** 2 / (len(xb) - 1))
+    return ma, mb, math.sqrt(se2), df
+
+
 def ratio_test(
     a: Iterable[float | None], b: Iterable[float | None], *, alpha: float = ALPHA
 ) -> RatioTest | None:
@@ -226,15 +238,8 @@ def ratio_test(
     lb = [math.log(v) for v in _clean(b) if v > 0]
     if min(len(la), len(lb)) < MIN_REPETITIONS:
         return None
-    ma, va = _mean_var(la)
-    mb, vb = _mean_var(lb)
-    se2 = va / len(la) + vb / len(lb)
-    df = float(len(la) + len(lb) - 2)
-    if se2 > 0.0:
-        df = se2 * se2 / ((va / len(la)) ** 2 / (len(la) - 1) + (vb / len(lb)) ** 2 / (len(lb) - 1))
-    return RatioTest(
-        ratio=math.exp(mb - ma), se=math.sqrt(se2), df=df, alpha=alpha, n_a=len(la), n_b=len(lb)
-    )
+    ma, mb, se, df = _welch(la, lb)
+    return RatioTest(ratio=math.exp(mb - ma), se=se, df=df, alpha=alpha, n_a=len(la), n_b=len(lb))
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,13 +300,8 @@ def mean_test(
     xa, xb = _clean(a), _clean(b)
     if min(len(xa), len(xb)) < MIN_REPETITIONS:
         return None
-    ma, va = _mean_var(xa)
-    mb, vb = _mean_var(xb)
-    se2 = va / len(xa) + vb / len(xb)
-    df = float(len(xa) + len(xb) - 2)
-    if se2 > 0.0:
-        df = se2 * se2 / ((va / len(xa)) ** 2 / (len(xa) - 1) + (vb / len(xb)) ** 2 / (len(xb) - 1))
-    return MeanTest(ma, mb, math.sqrt(se2), df, alpha, len(xa), len(xb))
+    ma, mb, se, df = _welch(xa, xb)
+    return MeanTest(ma, mb, se, df, alpha, len(xa), len(xb))
 
 
 def percentiles(values: Iterable[float | None]) -> Percentiles | None:
