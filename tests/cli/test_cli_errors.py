@@ -196,16 +196,19 @@ def test_out_of_range_safety_flags_are_one_line(tmp_path, capsys, flags):
         (["--proxy", "socks5://127.0.0.1:1080"], "a socks5:// proxy is not supported"),
     ],
 )
-@pytest.mark.parametrize("command", ["run", "probe", "capacity"])
+@pytest.mark.parametrize("command", ["run", "probe", "capacity", "fit"])
 def test_a_missing_ca_bundle_or_bad_proxy_is_bad_input(tmp_path, capsys, flags, says, command):
     (tmp_path / "bad.pem").write_text("not a certificate\n")
     flags = [flag.replace("{tmp}", str(tmp_path)) for flag in flags]
-    scenario = [] if command == "probe" else ["five-user-coding", "--out", str(tmp_path / "r")]
+    scenario = {
+        "probe": [],
+        "fit": ["--out", str(tmp_path / "r.toml")],
+    }.get(command, ["five-user-coding", "--out", str(tmp_path / "r")])
     slo = ["--slo", "ttft_s=2"] if command == "capacity" else []
     target = ["--target", "https://127.0.0.1:9/v1"]
     assert main([command, *scenario, *slo, *target, *flags]) == 2
     assert says.replace("{tmp}", str(tmp_path)) in one_line(capsys)
-    assert not (tmp_path / "r").exists()
+    assert not (tmp_path / "r").exists() and not (tmp_path / "r.toml").exists()
 
 
 def test_a_bad_proxy_in_the_environment_is_bad_input(tmp_path, capsys, monkeypatch):

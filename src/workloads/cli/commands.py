@@ -13,8 +13,8 @@ from typing import Any
 from workloads.cli.common import (
     UsageError,
     check_target_flags,
-    launch,
     make_console,
+    open_target,
     parse_assignments,
     print_table,
     slo_option,
@@ -136,7 +136,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from workloads.model.target import Target
     from workloads.probe.observe import probe, render
 
     # With --json, stdout carries only the JSON; what happens on the way goes to stderr.
@@ -150,30 +149,15 @@ def cmd_probe(args: argparse.Namespace) -> int:
         )
     check_target_flags(args)
     with contextlib.ExitStack() as stack:
-        if args.target:
-            target = Target(
-                args.target,
-                args.model,
-                api_key_env=args.api_key_env,
-                proxy=args.proxy,
-                ca_bundle=args.ca_bundle,
-                insecure=args.insecure,
-            )
-        elif args.launch:
-            # One slot: the repeated prompt of the cache check lands where the first one did.
-            target = stack.enter_context(
-                launch(args.launch, console, parallel=1, context_per_slot=2048)
-            )
-        else:
-            from workloads.servers.simulated import SimulatedServer
-
-            sim = parse_assignments(args.sim or [], "--sim")
-            server = stack.enter_context(SimulatedServer(sim=sim or None))
-            target = server.target
-            console.print(
-                f"probing the embedded simulated server ({server.profile.name} "
-                "profile); --target URL probes a real one"
-            )
+        # One slot: the repeated prompt of the cache check lands where the first one did.
+        target = open_target(
+            args,
+            stack,
+            console,
+            doing=("probing", "probes"),
+            parallel=1,
+            context_per_slot=2048,
+        )
         if args.model and not args.target:
             console.print("--model is only used with --target; ignoring it")
         if args.sim and (args.target or args.launch):

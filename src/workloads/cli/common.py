@@ -163,6 +163,45 @@ def launch(kind: str, console: Any, *, parallel: int, context_per_slot: int) -> 
         yield server.target
 
 
+def open_target(
+    args: argparse.Namespace,
+    stack: contextlib.ExitStack,
+    console: Any,
+    *,
+    doing: tuple[str, str],
+    parallel: int,
+    context_per_slot: int,
+) -> Any:
+    """The target a command talks to: ``--target`` (a running server), ``--launch`` (a
+    server started here with ``parallel`` slots of ``context_per_slot`` tokens, stopped
+    with ``stack``), else the embedded simulated server with ``--sim``. ``doing``: what the
+    command does, as "-ing" and "-s" ("probing", "probes"), for the simulator's line."""
+    from workloads.model.target import Target
+
+    if args.target:
+        return Target(
+            args.target,
+            args.model,
+            api_key_env=args.api_key_env,
+            proxy=args.proxy,
+            ca_bundle=args.ca_bundle,
+            insecure=args.insecure,
+        )
+    if args.launch:
+        return stack.enter_context(
+            launch(args.launch, console, parallel=parallel, context_per_slot=context_per_slot)
+        )
+    from workloads.servers.simulated import SimulatedServer
+
+    sim = parse_assignments(args.sim or [], "--sim")
+    server = stack.enter_context(SimulatedServer(sim=sim or None))
+    console.print(
+        f"{doing[0]} the embedded simulated server ({server.profile.name} profile); "
+        f"--target URL {doing[1]} a real one"
+    )
+    return server.target
+
+
 def write_plots(result: Any, directory: Path, console: Any, *, wanted: bool) -> None:
     from workloads.report import plots
 

@@ -12,9 +12,9 @@ from typing import Any
 from workloads.cli.common import (
     EXIT_OK,
     UsageError,
-    launch,
+    check_target_flags,
     make_console,
-    parse_assignments,
+    open_target,
     target_arguments,
 )
 from workloads.cli.help import command_parser
@@ -66,7 +66,7 @@ def add_fit_parser(sub: Any) -> None:
 def cmd_fit(args: argparse.Namespace) -> int:
     import orjson
 
-    from workloads.model.target import Target, base_url_problem
+    from workloads.model.target import base_url_problem
     from workloads.runner.fit import fit_async, profile_toml
 
     console = make_console()
@@ -74,6 +74,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         raise ScenarioError("give --target (a running server) or --launch (start one), not both")
     if args.sim and (args.target or args.launch):
         raise UsageError("--sim sets the embedded simulator fitted against; drop it with --target")
+    check_target_flags(args)
     if args.target and (problem := base_url_problem(args.target)) is not None:
         raise UsageError(f"--target: {problem}")
     out = Path(args.out or time.strftime("fit-%Y%m%d-%H%M%S.toml"))
@@ -84,34 +85,14 @@ def cmd_fit(args: argparse.Namespace) -> int:
         if path.exists() and not args.overwrite:
             raise OutputExistsError(f"{path} exists; give another --out, or --overwrite")
     with contextlib.ExitStack() as stack:
-        if args.target:
-            target = Target(
-                args.target,
-                args.model,
-                api_key_env=args.api_key_env,
-                proxy=args.proxy,
-                ca_bundle=args.ca_bundle,
-                insecure=args.insecure,
-            )
-        elif args.launch:
-            target = stack.enter_context(
-                launch(
-                    args.launch,
-                    console,
-                    parallel=LAUNCH_SLOTS,
-                    context_per_slot=LAUNCH_CONTEXT,
-                )
-            )
-        else:
-            from workloads.servers.simulated import SimulatedServer
-
-            sim = parse_assignments(args.sim or [], "--sim")
-            server = stack.enter_context(SimulatedServer(sim=sim or None))
-            target = server.target
-            console.print(
-                f"fitting the embedded simulated server ({server.profile.name} profile); "
-                "--target URL fits a real one"
-            )
+        target = open_target(
+            args,
+            stack,
+            console,
+            doing=("fitting", "fits"),
+            parallel=LAUNCH_SLOTS,
+            context_per_slot=LAUNCH_CONTEXT,
+        )
         say = (lambda line: None) if args.quiet else (lambda line: console.print(f"  {line}"))
         if not args.quiet:
             console.print(f"fit of {target.base_url}: probing (about a minute on a CPU server)")
